@@ -1,0 +1,19 @@
+// swift-tools-version: 6.0
+import PackageDescription
+
+let package = Package(
+    name: "QueueSafeValue",
+    platforms: [.macOS(.v10_15), .iOS(.v13), .tvOS(.v13), .watchOS(.v6)],
+    products: [
+        .library(name: "QueueSafeValue", targets: ["QueueSafeValue"])
+    ],
+    targets: [
+        // Tiny C shim: atomics on a heap word, a CPU pause hint and the current thread's id.
+        // Swift's `Synchronization.Atomic` needs macOS 15 / iOS 18, above our deployment floor.
+        .target(name: "QueueSafeValueShims"),
+        .target(name: "QueueSafeValue", dependencies: ["QueueSafeValueShims"]),
+        .executableTarget(name: "Benchmarks", dependencies: ["QueueSafeValue"], path: "Benchmarks"),
+        .testTarget(name: "QueueSafeValueTests", dependencies: ["QueueSafeValue"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

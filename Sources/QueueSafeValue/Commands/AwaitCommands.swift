@@ -1,0 +1,107 @@
+// MARK: - AwaitSchedule
+
+/// The Swift-concurrency schedule: `value.async` (the property, beside the dispatch method
+/// `async(performIn:)`).
+///
+/// A command issued here is awaited: the task suspends (never blocking a thread) until its turn,
+/// and its closures run in the caller's isolation. Awaiting, blocking and dispatch commands share one
+/// queue and one priority order. Pick the command's priority next.
+public struct AwaitSchedule<Value> {
+    @usableFromInline let storage: ValueStorage<Value>
+
+    @usableFromInline
+    init(storage: ValueStorage<Value>) {
+        self.storage = storage
+    }
+
+    /// Commands that run before every other pending command (FIFO among themselves).
+    @inlinable
+    public var highestPriority: AwaitCommands<Value> { priority(.highest) }
+
+    /// Commands that run after every other pending command (FIFO among themselves).
+    @inlinable
+    public var lowestPriority: AwaitCommands<Value> { priority(.lowest) }
+
+    /// Commands of the given priority: higher priorities run first, FIFO within a priority.
+    @inlinable
+    public func priority(_ priority: CommandPriority) -> AwaitCommands<Value> {
+        AwaitCommands(storage: storage, priority: priority)
+    }
+}
+
+extension AwaitSchedule: Sendable where Value: Sendable {}
+
+// MARK: - AwaitCommands
+
+/// Awaiting commands of one priority: `try await value.async.highestPriority.{command}`.
+///
+/// Each command takes its place in the value's command queue when it is called (higher priority
+/// first, FIFO within a priority; a running command is never preempted) and suspends the task until
+/// its turn. When the queue is idle it does not suspend at all. Its closure runs in the caller's
+/// isolation and may itself `await`: **the value stays exclusively held across every suspension
+/// point of the closure**, so read-`await`-write never loses an update. That is the difference from
+/// an actor, which lets other calls interleave at each `await`.
+///
+/// Errors (the command then never ran):
+/// - `.cancelled`: the task was cancelled before the command started, or while it waited (it leaves
+///   the queue at once). Cancellation after the closure started is the closure's business: it sees
+///   `Task.isCancelled`.
+/// - `.reentrantAccess`: the task (or a parent task) is inside a critical section of this value.
+/// - `.valueContainerDeinited`: the container was released before the call.
+public struct AwaitCommands<Value> {
+    @usableFromInline let storage: ValueStorage<Value>
+    @usableFromInline let priority: CommandPriority
+
+    @usableFromInline
+    init(storage: ValueStorage<Value>, priority: CommandPriority) {
+        self.storage = storage
+        self.priority = priority
+    }
+
+    /// Returns a copy of the value, read in its turn.
+    @inlinable
+    public func get(isolation: isolated (any Actor)? = #isolation) async throws(QueueSafeValueError) -> Value {
+        try await storage.withAwaitingAccess(priority: priority, isolation: isolation) { $0 }
+    }
+
+    /// Replaces the value in its turn and returns the value now stored.
+    @inlinable
+    @discardableResult
+    public func set(
+        newValue: Value,
+        isolation: isolated (any Actor)? = #isolation
+    ) async throws(QueueSafeValueError) -> Value {
+        try await storage.withAwaitingAccess(priority: priority, isolation: isolation) { value in
+            value = newValue
+            return value
+        }
+    }
+
+    /// Gives `accessClosure` in-place access to the value as a critical section that lasts across
+    /// the closure's suspension points, and returns the value after it.
+    @inlinable
+    @discardableResult
+    public func set(
+        isolation: isolated (any Actor)? = #isolation,
+        _ accessClosure: (inout Value) async -> Void
+    ) async throws(QueueSafeValueError) -> Value {
+        try await storage.withAwaitingAccess(priority: priority, isolation: isolation) { value in
+            await accessClosure(&value)
+            return value
+        }
+    }
+
+    /// Transforms the value inside a critical section that lasts across the transform's suspension
+    /// points, and returns the result.
+    @inlinable
+    public func map<MappedValue>(
+        isolation: isolated (any Actor)? = #isolation,
+        _ transform: (Value) async -> MappedValue
+    ) async throws(QueueSafeValueError) -> MappedValue {
+        try await storage.withAwaitingAccess(priority: priority, isolation: isolation) { value in
+            await transform(value)
+        }
+    }
+}
+
+extension AwaitCommands: Sendable where Value: Sendable {}

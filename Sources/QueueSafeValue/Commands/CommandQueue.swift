@@ -1,0 +1,160 @@
+// MARK: - CommandQueue
+
+/// Ordered asynchronous work without a value: a priority command queue for tasks, usable from
+/// synchronous code.
+///
+/// Operations run one at a time, **across their suspension points**: an operation begins only after
+/// the previous one has ended. Higher priorities go first; within a priority, operations begin and
+/// end in the order of the `enqueue` calls that created them (the place is taken synchronously,
+/// inside `enqueue`, so calls made one after another from one thread or actor keep their order).
+///
+/// ```swift
+/// let queue = CommandQueue()
+/// queue.enqueue { await log.write("first") }                       // from synchronous code
+/// queue.enqueue(priority: .high) { await log.write("jumps the line") }
+/// let rows = try await queue.perform { try await database.fetchRows() }
+/// ```
+///
+/// Cancellation follows Swift's rules: cancelling an operation's task while it waits makes it leave
+/// the queue at once and throw ``QueueSafeValueError/cancelled`` without running; an operation that
+/// has started sees `Task.isCancelled` and decides for itself. ``cancelAll()`` does both for every
+/// operation enqueued so far.
+///
+/// Awaiting the queue from inside one of its own operations would wait forever; ``perform(priority:_:)``
+/// detects it and throws ``QueueSafeValueError/reentrantAccess`` at once. (Awaiting the `Task` that
+/// `enqueue` returned cannot be detected: do not await, from inside an operation, a task enqueued on
+/// the same queue.)
+public final class CommandQueue: Sendable {
+    let engine = CommandEngine()
+
+    /// Creates an empty queue.
+    public init() {}
+
+    // MARK: Enqueue from anywhere
+
+    /// Adds `operation` to the queue and returns the task that runs it.
+    ///
+    /// The operation's place is taken before this method returns. It runs, off any actor, once every
+    /// operation of higher priority and every earlier one of the same priority has ended.
+    /// - Returns: a task whose value is the operation's result. It throws what the operation throws,
+    ///   or ``QueueSafeValueError/cancelled`` if it was cancelled (the task, or by ``cancelAll()``)
+    ///   before the operation started — then the operation never runs.
+    @discardableResult
+    public func enqueue<T: Sendable>(
+        priority: CommandPriority = .medium,
+        _ operation: @escaping @Sendable () async throws -> T
+    ) -> Task<T, any Error> {
+        schedule(priority: priority, operation)
+    }
+
+    /// Adds `operation` to the queue; when its turn comes it runs isolated to `actor`. The queue
+    /// holds its turn for the whole operation, so unlike an actor's own mailbox, operations begin
+    /// **and end** in order even when they suspend.
+    /// - Returns: a task as for ``enqueue(priority:_:)``.
+    @discardableResult
+    public func enqueue<A: Actor, T: Sendable>(
+        isolatedTo actor: A,
+        priority: CommandPriority = .medium,
+        _ operation: @escaping @Sendable (isolated A) async throws -> T
+    ) -> Task<T, any Error> {
+        schedule(priority: priority) { try await operation(actor) }
+    }
+
+    /// Adds `operation` to the queue; when its turn comes it runs on the main actor.
+    /// - Returns: a task as for ``enqueue(priority:_:)``.
+    @discardableResult
+    public func enqueueOnMainActor<T: Sendable>(
+        priority: CommandPriority = .medium,
+        _ operation: @escaping @MainActor @Sendable () async throws -> T
+    ) -> Task<T, any Error> {
+        schedule(priority: priority) { try await operation() }
+    }
+
+    // MARK: Await the result
+
+    /// Adds `operation` to the queue and waits for its result.
+    ///
+    /// Cancelling the calling task cancels the operation's task (it leaves the queue if it has not
+    /// started).
+    /// - Throws: what the operation throws; ``QueueSafeValueError/cancelled`` if it was cancelled
+    ///   before it started; ``QueueSafeValueError/reentrantAccess`` at once, without enqueuing, when
+    ///   called from inside an operation of this same queue (it would wait for itself).
+    public func perform<T: Sendable>(
+        priority: CommandPriority = .medium,
+        _ operation: @escaping @Sendable () async throws -> T
+    ) async throws -> T {
+        if engine.isInsideRunningSection() { throw QueueSafeValueError.reentrantAccess }
+        return try await awaitCancellably(enqueue(priority: priority, operation))
+    }
+
+    /// Like ``perform(priority:_:)``, with the operation isolated to `actor`.
+    public func perform<A: Actor, T: Sendable>(
+        isolatedTo actor: A,
+        priority: CommandPriority = .medium,
+        _ operation: @escaping @Sendable (isolated A) async throws -> T
+    ) async throws -> T {
+        if engine.isInsideRunningSection() { throw QueueSafeValueError.reentrantAccess }
+        return try await awaitCancellably(enqueue(isolatedTo: actor, priority: priority, operation))
+    }
+
+    /// Like ``perform(priority:_:)``, with the operation on the main actor.
+    public func performOnMainActor<T: Sendable>(
+        priority: CommandPriority = .medium,
+        _ operation: @escaping @MainActor @Sendable () async throws -> T
+    ) async throws -> T {
+        if engine.isInsideRunningSection() { throw QueueSafeValueError.reentrantAccess }
+        return try await awaitCancellably(enqueueOnMainActor(priority: priority, operation))
+    }
+
+    // MARK: Cancellation
+
+    /// Cancels every operation enqueued so far: pending ones leave the queue and never start (their
+    /// tasks are cancelled and throw ``QueueSafeValueError/cancelled``), and the running one's task
+    /// is cancelled (it sees `Task.isCancelled` and ends when it chooses). Operations enqueued
+    /// afterwards run normally, after the running one has ended.
+    ///
+    /// The pending operations are taken out of the queue before the running one is cancelled, so its
+    /// end never hands the turn to work that was meant to be cancelled.
+    public func cancelAll() {
+        engine.cancelAll()
+    }
+
+    // MARK: Internals
+
+    private func schedule<T: Sendable>(
+        priority: CommandPriority,
+        _ operation: @escaping @Sendable () async throws -> T
+    ) -> Task<T, any Error> {
+        let engine = self.engine
+        // A queue never closes, so a waiter is always returned.
+        let waiter = engine.reserveWaiter(priority: priority)!
+        let task = Task<T, any Error> {
+            let grant = try await engine.waitForTurn(waiter, isolation: nil)
+            if Task.isCancelled {
+                // Granted, but cancelled before the operation began: it never starts.
+                engine.release()
+                throw QueueSafeValueError.cancelled
+            }
+            var outcome: Result<T, any Error>?
+            await engine.runInSection(grant: grant, isolation: nil) {
+                do {
+                    outcome = .success(try await operation())
+                } catch {
+                    outcome = .failure(error)
+                }
+            }
+            engine.release()
+            return try outcome!.get()
+        }
+        engine.attach(task, to: waiter)
+        return task
+    }
+
+    private func awaitCancellably<T: Sendable>(_ task: Task<T, any Error>) async throws -> T {
+        try await withTaskCancellationHandler {
+            try await task.value
+        } onCancel: {
+            task.cancel()
+        }
+    }
+}

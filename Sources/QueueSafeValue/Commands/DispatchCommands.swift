@@ -1,0 +1,151 @@
+import Dispatch
+
+// MARK: - DispatchSchedule
+
+/// The dispatch schedule: `value.async(performIn: queue)`.
+///
+/// A command issued here returns at once. It takes its place in the value's command queue at the
+/// moment of the call (so commands issued one after another from one thread keep that order within a
+/// priority), waits there without occupying any thread, and runs its closures **on `queue`** when its
+/// turn comes. Pick the command's priority next.
+///
+/// Holds the value's storage, not the container: it does not keep the container alive, and a
+/// command issued after the container was released reports `.valueContainerDeinited` on `queue`.
+public struct DispatchSchedule<Value> {
+    @usableFromInline let storage: ValueStorage<Value>
+    @usableFromInline let queue: DispatchQueue
+
+    @usableFromInline
+    init(storage: ValueStorage<Value>, queue: DispatchQueue) {
+        self.storage = storage
+        self.queue = queue
+    }
+
+    /// Commands that run before every other pending command (FIFO among themselves).
+    @inlinable
+    public var highestPriority: DispatchCommands<Value> { priority(.highest) }
+
+    /// Commands that run after every other pending command (FIFO among themselves).
+    @inlinable
+    public var lowestPriority: DispatchCommands<Value> { priority(.lowest) }
+
+    /// Commands of the given priority: higher priorities run first, FIFO within a priority.
+    @inlinable
+    public func priority(_ priority: CommandPriority) -> DispatchCommands<Value> {
+        DispatchCommands(storage: storage, queue: queue, priority: priority)
+    }
+}
+
+extension DispatchSchedule: Sendable where Value: Sendable {}
+
+// MARK: - DispatchCommands
+
+/// Non-blocking commands of one priority: `value.async(performIn: queue).highestPriority.{command}`.
+///
+/// Each call returns immediately. The command is placed in the value's command queue at the moment
+/// of the call (higher priority first, FIFO within a priority; a running command is never
+/// preempted), waits there without occupying a thread, and then runs its closures on the schedule's
+/// queue while it holds the value exclusively. A `completion` runs on the same queue after the
+/// value has been released.
+///
+/// Failures are delivered on the queue too, and then no access closure has run:
+/// `.valueContainerDeinited` if the container was released before the call,
+/// `.commandClosureDeallocated` if the closure passed was `nil`.
+public struct DispatchCommands<Value> {
+    @usableFromInline let storage: ValueStorage<Value>
+    @usableFromInline let queue: DispatchQueue
+    @usableFromInline let priority: CommandPriority
+
+    @usableFromInline
+    init(storage: ValueStorage<Value>, queue: DispatchQueue, priority: CommandPriority) {
+        self.storage = storage
+        self.queue = queue
+        self.priority = priority
+    }
+
+    private func submit(
+        _ operation: DispatchedCommand<Value>.Operation,
+        completion: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)? = nil
+    ) {
+        DispatchedCommand.submit(
+            storage: storage, queue: queue, priority: priority, operation: operation, completion: completion)
+    }
+
+    private func reportMissingClosure(_ completion: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)?) {
+        guard let completion else { return }
+        queue.async { completion(.failure(.commandClosureDeallocated)) }
+    }
+
+    /// Runs `commandClosure` on the queue with the value, as the critical section: no other command
+    /// touches the value until it returns. On failure it is called with the error.
+    public func get(completion commandClosure: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)?) {
+        guard let commandClosure else { return }
+        submit(.read(commandClosure))
+    }
+
+    /// Runs `commandClosure` on the queue with the value and a completion closure; the value stays
+    /// exclusively held until **both** the closure has returned and `done()` was called (from any
+    /// queue, in either order). On failure it is called with the error and a no-op `done`.
+    ///
+    /// If `done` is released without being called the command still ends, and the container's
+    /// `abandonedCompletionCount` records it.
+    public func get(
+        manualCompletion commandClosure: (
+            @Sendable (Result<Value, QueueSafeValueError>, @escaping CommandCompletionClosure) -> Void
+        )?
+    ) {
+        guard let commandClosure else { return }
+        submit(.readManual(commandClosure))
+    }
+
+    /// Replaces the value in its turn; `commandClosure`, if given, then receives the stored value
+    /// (or the failure) on the queue.
+    public func set(
+        newValue: Value,
+        completion commandClosure: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)? = nil
+    ) {
+        submit(.assign(newValue), completion: commandClosure)
+    }
+
+    /// Gives `accessClosure` in-place access to the value on the queue, as the critical section;
+    /// `commandClosure`, if given, then receives the updated value (or the failure) on the queue.
+    /// The access closure does not run if the command fails.
+    public func set(
+        accessClosure: (@Sendable (inout Value) -> Void)?,
+        completion commandClosure: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)? = nil
+    ) {
+        guard let accessClosure else { return reportMissingClosure(commandClosure) }
+        submit(.access(accessClosure), completion: commandClosure)
+    }
+
+    /// Gives `accessClosure` in-place access and a completion closure on the queue; the value stays
+    /// exclusively held until **both** the closure has returned and `done()` was called (from any
+    /// queue, in either order). Then `commandClosure`, if given, receives the value on the queue.
+    /// The access closure does not run if the command fails.
+    ///
+    /// If `done` is released without being called the command still ends, and the container's
+    /// `abandonedCompletionCount` records it.
+    public func set(
+        manualCompletion accessClosure: (@Sendable (inout Value, @escaping CommandCompletionClosure) -> Void)?,
+        completion commandClosure: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)? = nil
+    ) {
+        guard let accessClosure else { return reportMissingClosure(commandClosure) }
+        submit(.accessManual(accessClosure), completion: commandClosure)
+    }
+
+    /// Transforms the value on the queue inside the critical section; `commandClosure` then receives
+    /// the result on the queue, after the value has been released. The transform does not run if
+    /// the command fails.
+    public func map<MappedValue>(
+        _ transform: @escaping @Sendable (Value) -> MappedValue,
+        completion commandClosure: @escaping @Sendable (Result<MappedValue, QueueSafeValueError>) -> Void
+    ) {
+        submit(
+            .map { result in
+                let mapped = UncheckedSendable(result.map(transform))
+                return { commandClosure(mapped.value) }
+            })
+    }
+}
+
+extension DispatchCommands: Sendable where Value: Sendable {}

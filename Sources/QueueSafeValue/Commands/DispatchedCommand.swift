@@ -1,0 +1,171 @@
+import Dispatch
+
+// MARK: - DispatchedCommand
+
+/// A command whose closures run on a `DispatchQueue`.
+///
+/// It takes its place in the engine at the moment of the call; only its execution is dispatched.
+/// While it waits it is an entry in the heap, not a blocked thread or a queued block. When granted it
+/// is dispatched onto its queue; when it finishes there and the next granted command targets the
+/// same queue, that command runs in the same block (up to ``batchLimit`` in a row), which saves a
+/// dispatch per command when a queue drains a backlog.
+final class DispatchedCommand<Value>: PendingCommand, CompletionTarget, @unchecked Sendable {
+    enum Operation {
+        /// `get(completion:)`: the closure is the critical section.
+        case read(@Sendable (Result<Value, QueueSafeValueError>) -> Void)
+        /// `get(manualCompletion:)`.
+        case readManual(@Sendable (Result<Value, QueueSafeValueError>, @escaping CommandCompletionClosure) -> Void)
+        /// `set(newValue:completion:)`.
+        case assign(Value)
+        /// `set(accessClosure:completion:)`.
+        case access(@Sendable (inout Value) -> Void)
+        /// `set(manualCompletion:completion:)`.
+        case accessManual(@Sendable (inout Value, @escaping CommandCompletionClosure) -> Void)
+        /// `map(_:completion:)`: computes inside the section, returns the delivery to run after it.
+        case map(@Sendable (Result<Value, QueueSafeValueError>) -> @Sendable () -> Void)
+    }
+
+    /// How many granted commands for the same queue one dispatched block runs back to back.
+    static var batchLimit: Int { 64 }
+
+    private let storage: ValueStorage<Value>
+    private let queue: DispatchQueue
+    private let operation: Operation
+    private let completion: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)?
+    /// Manual completion: 2 parties (closure returned, completion called) still to arrive.
+    private var remainingParties: AtomicWord?
+
+    private init(
+        storage: ValueStorage<Value>,
+        queue: DispatchQueue,
+        operation: Operation,
+        completion: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)?
+    ) {
+        self.storage = storage
+        self.queue = queue
+        self.operation = operation
+        self.completion = completion
+    }
+
+    deinit {
+        remainingParties?.deallocate()
+    }
+
+    /// Places the command in the queue now and arranges for it to run on `queue`.
+    /// If the container is gone, the failure is delivered on `queue` and nothing else runs.
+    static func submit(
+        storage: ValueStorage<Value>,
+        queue: DispatchQueue,
+        priority: CommandPriority,
+        operation: Operation,
+        completion: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)?
+    ) {
+        let command = DispatchedCommand(storage: storage, queue: queue, operation: operation, completion: completion)
+        switch storage.engine.submit(command, priority: priority) {
+        case .granted:
+            command.start()
+        case .queued:
+            break
+        case .refused:
+            queue.async { command.deliverFailure(.valueContainerDeinited) }
+        }
+    }
+
+    override var targetQueue: DispatchQueue? { queue }
+
+    override func start() {
+        queue.async { self.runBatch() }
+    }
+
+    /// Runs on `queue`: this command, then any granted successors for the same queue.
+    private func runBatch() {
+        var current: PendingCommand = self
+        var budget = Self.batchLimit
+        while let command = current as? DispatchedCommand<Value> {
+            guard let next = command.execute() else { return }
+            budget -= 1
+            if budget > 0, next.targetQueue === queue {
+                current = next
+            } else {
+                next.start()
+                return
+            }
+        }
+        // A granted successor of another value type on the same queue.
+        current.start()
+    }
+
+    /// Runs the command on its queue while it holds the section.
+    /// - Returns: the next granted command if this one released the section, or `nil` if there is
+    ///   none or the release is left to a manual completion.
+    private func execute() -> PendingCommand? {
+        let engine = storage.engine
+        engine.setOwnerThread(currentThreadID())
+        switch operation {
+        case .read(let body):
+            body(.success(storage.pointer.pointee))
+        case .assign(let newValue):
+            storage.pointer.pointee = newValue
+        case .access(let body):
+            body(&storage.pointer.pointee)
+        case .map(let transform):
+            let deliver = transform(.success(storage.pointer.pointee))
+            engine.setOwnerThread(0)
+            let next = engine.releaseReturningNext()
+            deliver()
+            return next
+        case .readManual(let body):
+            let value = storage.pointer.pointee
+            return executeManual { done in body(.success(value), done) }
+        case .accessManual(let body):
+            return executeManual { done in body(&storage.pointer.pointee, done) }
+        }
+        engine.setOwnerThread(0)
+        let result = completion == nil ? nil : storage.pointer.pointee
+        let next = engine.releaseReturningNext()
+        if let completion, let result { completion(.success(result)) }
+        return next
+    }
+
+    private func executeManual(_ body: (@escaping CommandCompletionClosure) -> Void) -> PendingCommand? {
+        let parties = AtomicWord(2)
+        remainingParties = parties
+        CompletionToken.withCompletion(target: self, engine: storage.engine, body)
+        storage.engine.setOwnerThread(0)
+        guard parties.fetchAdd(-1) == 1 else { return nil }  // the completion will finish
+        return finishManual()
+    }
+
+    /// Both parties arrived: read the result, release, deliver.
+    private func finishManual() -> PendingCommand? {
+        let result = completion == nil ? nil : storage.pointer.pointee
+        let next = storage.engine.releaseReturningNext()
+        if let completion, let result { completion(.success(result)) }
+        return next
+    }
+
+    /// The manual completion arrived on some thread (possibly not `queue`).
+    func completionArrived() {
+        guard let parties = remainingParties, parties.fetchAdd(-1) == 1 else { return }
+        // The closure has returned already; we are on the completion caller's thread.
+        let result = completion == nil ? nil : storage.pointer.pointee
+        let next = storage.engine.releaseReturningNext()
+        if let completion, let result {
+            let box = UncheckedSendable(result)
+            queue.async { completion(.success(box.value)) }
+        }
+        next?.start()
+    }
+
+    /// Reports a command that never ran: closures that receive a `Result` get the failure; access
+    /// closures are not run.
+    private func deliverFailure(_ error: QueueSafeValueError) {
+        switch operation {
+        case .read(let body): body(.failure(error))
+        case .readManual(let body): body(.failure(error), {})
+        case .map(let transform): transform(.failure(error))()
+        case .assign, .access, .accessManual: break
+        }
+        completion?(.failure(error))
+    }
+}

@@ -1,0 +1,167 @@
+import Dispatch
+
+// MARK: - WaitSchedule
+
+/// The blocking schedule: `value.wait` (or `value.wait(timeout:)`).
+///
+/// A command issued here blocks the calling thread until the command has run, and its closures run
+/// **on the calling thread**. Pick the command's priority next: `.highestPriority`,
+/// `.lowestPriority` or `.priority(_:)`.
+///
+/// Holds the value's storage, not the container: it does not keep the container alive, and a
+/// command issued after the container was released fails with `.valueContainerDeinited`.
+public struct WaitSchedule<Value> {
+    @usableFromInline let storage: ValueStorage<Value>
+    @usableFromInline let timeout: DispatchTimeInterval?
+
+    @usableFromInline
+    init(storage: ValueStorage<Value>, timeout: DispatchTimeInterval?) {
+        self.storage = storage
+        self.timeout = timeout
+    }
+
+    /// Commands that run before every other pending command (FIFO among themselves).
+    @inlinable
+    public var highestPriority: WaitCommands<Value> { priority(.highest) }
+
+    /// Commands that run after every other pending command (FIFO among themselves).
+    @inlinable
+    public var lowestPriority: WaitCommands<Value> { priority(.lowest) }
+
+    /// Commands of the given priority: higher priorities run first, FIFO within a priority.
+    @inlinable
+    public func priority(_ priority: CommandPriority) -> WaitCommands<Value> {
+        WaitCommands(storage: storage, priority: priority, timeout: timeout)
+    }
+}
+
+extension WaitSchedule: Sendable where Value: Sendable {}
+
+// MARK: - WaitCommands
+
+/// Blocking commands of one priority: `value.wait.highestPriority.{command}`.
+///
+/// Every command waits its turn in the value's command queue (higher priority first, FIFO within a
+/// priority; a running command is never preempted), then runs its closure **on the calling thread**
+/// while it holds the value exclusively. When the queue is idle the command runs at once, with no
+/// allocation and no thread switch.
+///
+/// Failures come back as `.failure`, and then no closure has run:
+/// - `.valueContainerDeinited`: the container was released before the call;
+/// - `.reentrantAccess`: the calling thread (or task) is inside a critical section of this same
+///   value, where waiting would deadlock;
+/// - `.timedOut`: issued through `wait(timeout:)` and not started in time (it never runs later);
+/// - `.commandClosureDeallocated`: the closure passed was `nil`.
+public struct WaitCommands<Value> {
+    @usableFromInline let storage: ValueStorage<Value>
+    @usableFromInline let priority: CommandPriority
+    @usableFromInline let timeout: DispatchTimeInterval?
+
+    @usableFromInline
+    init(storage: ValueStorage<Value>, priority: CommandPriority, timeout: DispatchTimeInterval?) {
+        self.storage = storage
+        self.priority = priority
+        self.timeout = timeout
+    }
+
+    @inlinable
+    var deadline: DispatchTime? {
+        guard let timeout else { return nil }
+        if case .never = timeout { return nil }
+        return .now() + timeout
+    }
+
+    /// Returns a copy of the value, read in its turn.
+    @inlinable
+    public func get() -> Result<Value, QueueSafeValueError> {
+        storage.withBlockingAccess(priority: priority, deadline: deadline) { $0 }
+    }
+
+    /// Runs `commandClosure` with the value as the critical section: no other command touches the
+    /// value until the closure returns. The closure runs on the calling thread; on failure it is
+    /// called with the error.
+    @inlinable
+    public func get(completion commandClosure: ((Result<Value, QueueSafeValueError>) -> Void)?) {
+        guard let commandClosure else { return }
+        let result = storage.withBlockingAccess(priority: priority, deadline: deadline) { value -> Void in
+            commandClosure(.success(value))
+        }
+        if case .failure(let error) = result { commandClosure(.failure(error)) }
+    }
+
+    /// Runs `commandClosure` with the value and a completion closure, and keeps the value exclusively
+    /// held until **both** the closure has returned and `done()` was called (from any thread, in
+    /// either order). The caller stays blocked until then. On failure the closure is called with the
+    /// error and a no-op `done`.
+    ///
+    /// If `done` is released without being called the command still ends, and the container's
+    /// `abandonedCompletionCount` records it.
+    @inlinable
+    public func get(
+        manualCompletion commandClosure: (
+            (Result<Value, QueueSafeValueError>, @escaping CommandCompletionClosure) -> Void
+        )?
+    ) {
+        guard let commandClosure else { return }
+        let result = storage.withBlockingManualAccess(priority: priority, deadline: deadline) { value, done in
+            commandClosure(.success(value), done)
+        } result: { _ in
+            ()
+        }
+        if case .failure(let error) = result { commandClosure(.failure(error), {}) }
+    }
+
+    /// Replaces the value in its turn.
+    /// - Returns: the value now stored, or why the command did not run.
+    @inlinable
+    @discardableResult
+    public func set(newValue: Value) -> Result<Value, QueueSafeValueError> {
+        storage.withBlockingAccess(priority: priority, deadline: deadline) { value in
+            value = newValue
+            return value
+        }
+    }
+
+    /// Gives `accessClosure` in-place (`inout`) access to the value as the critical section, on the
+    /// calling thread. The closure does not run if the command fails.
+    /// - Returns: the value after the closure, or why the command did not run
+    ///   (`.commandClosureDeallocated` for a `nil` closure).
+    @inlinable
+    @discardableResult
+    public func set(completion accessClosure: ((inout Value) -> Void)?) -> Result<Value, QueueSafeValueError> {
+        guard let accessClosure else { return .failure(.commandClosureDeallocated) }
+        return storage.withBlockingAccess(priority: priority, deadline: deadline) { value in
+            accessClosure(&value)
+            return value
+        }
+    }
+
+    /// Gives `accessClosure` in-place access and a completion closure; the value stays exclusively
+    /// held, and the caller blocked, until **both** the closure has returned and `done()` was called
+    /// (from any thread, in either order). The closure does not run if the command fails.
+    ///
+    /// If `done` is released without being called the command still ends, and the container's
+    /// `abandonedCompletionCount` records it.
+    /// - Returns: the value when the command ended, or why it did not run.
+    @inlinable
+    @discardableResult
+    public func set(
+        manualCompletion accessClosure: ((inout Value, @escaping CommandCompletionClosure) -> Void)?
+    ) -> Result<Value, QueueSafeValueError> {
+        guard let accessClosure else { return .failure(.commandClosureDeallocated) }
+        return storage.withBlockingManualAccess(priority: priority, deadline: deadline, accessClosure) { $0 }
+    }
+
+    /// Transforms the value inside the critical section, on the calling thread.
+    /// - Returns: the transformed value, or why the command did not run
+    ///   (`.commandClosureDeallocated` for a `nil` closure).
+    @inlinable
+    public func map<MappedValue>(
+        completion commandClosure: ((Value) -> MappedValue)?
+    ) -> Result<MappedValue, QueueSafeValueError> {
+        guard let commandClosure else { return .failure(.commandClosureDeallocated) }
+        return storage.withBlockingAccess(priority: priority, deadline: deadline) { commandClosure($0) }
+    }
+}
+
+extension WaitCommands: Sendable where Value: Sendable {}

@@ -1,0 +1,53 @@
+// MARK: - CommandPriority
+
+/// The order in which pending commands get the critical section: a higher priority always runs
+/// before a lower one, and commands of equal priority run first-come-first-served.
+///
+/// Priority decides only the order of *waiting* commands. A running command is never preempted,
+/// whatever arrives after it.
+///
+/// Five named levels cover most needs; any `UInt8` is a valid priority (`0` lowest, `255` highest).
+///
+/// ```swift
+/// value.wait.priority(.high).set { $0 += 1 }
+/// value.wait.priority(CommandPriority(rawValue: 200)).get()
+/// ```
+public struct CommandPriority: RawRepresentable, Comparable, Hashable, Sendable, CustomStringConvertible {
+    /// The numeric level: `0` is the lowest priority, `255` the highest.
+    public let rawValue: UInt8
+
+    /// Creates a priority from its numeric level (`0` lowest, `255` highest). Every value is valid.
+    @inlinable
+    public init(rawValue: UInt8) {
+        self.rawValue = rawValue
+    }
+
+    /// Level `0`: runs after every other pending command.
+    public static let lowest = CommandPriority(rawValue: 0)
+    /// Level `64`.
+    public static let low = CommandPriority(rawValue: 64)
+    /// Level `128`: the default of ``CommandQueue``.
+    public static let medium = CommandPriority(rawValue: 128)
+    /// Level `192`.
+    public static let high = CommandPriority(rawValue: 192)
+    /// Level `255`: runs before every other pending command.
+    public static let highest = CommandPriority(rawValue: 255)
+
+    /// `true` when `lhs` runs after `rhs` if both are pending.
+    @inlinable
+    public static func < (lhs: CommandPriority, rhs: CommandPriority) -> Bool {
+        lhs.rawValue < rhs.rawValue
+    }
+
+    /// The level's name (`"highest"`) or its number.
+    public var description: String {
+        switch rawValue {
+        case 0: return "lowest"
+        case 64: return "low"
+        case 128: return "medium"
+        case 192: return "high"
+        case 255: return "highest"
+        default: return "priority(\(rawValue))"
+        }
+    }
+}

@@ -1,0 +1,47 @@
+import Dispatch
+
+// MARK: - QueueSafeAsyncedValue
+
+/// A ``QueueSafeValue`` that only offers dispatch commands on one queue, without the schedule step:
+/// `asyncedValue.highestPriority.set(newValue: 1)` is
+/// `value.async(performIn: queue).highestPriority.set(newValue: 1)`.
+///
+/// Commands return at once, wait in the queue without occupying a thread, and run their closures
+/// and completions on `queue`; see ``DispatchCommands`` for ordering and failures.
+public final class QueueSafeAsyncedValue<Value> {
+    @usableFromInline let storage: ValueStorage<Value>
+    /// The queue every command's closures and completions run on.
+    public let queue: DispatchQueue
+
+    /// Wraps `value`; commands run their closures on `queue`.
+    public init(value: Value, queue: DispatchQueue) {
+        storage = ValueStorage(value: value)
+        self.queue = queue
+    }
+
+    deinit {
+        storage.engine.close()
+    }
+
+    /// Commands that run before every other pending command (FIFO among themselves).
+    @inlinable
+    public var highestPriority: DispatchCommands<Value> { priority(.highest) }
+
+    /// Commands that run after every other pending command (FIFO among themselves).
+    @inlinable
+    public var lowestPriority: DispatchCommands<Value> { priority(.lowest) }
+
+    /// Commands of the given priority: higher priorities run first, FIFO within a priority.
+    @inlinable
+    public func priority(_ priority: CommandPriority) -> DispatchCommands<Value> {
+        DispatchCommands(storage: storage, queue: queue, priority: priority)
+    }
+
+    /// How many manual-completion closures of this value's commands were released without being
+    /// called (each such command still ended).
+    public var abandonedCompletionCount: Int {
+        storage.engine.abandonedCompletionCount
+    }
+}
+
+extension QueueSafeAsyncedValue: @unchecked Sendable where Value: Sendable {}

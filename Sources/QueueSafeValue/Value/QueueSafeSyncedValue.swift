@@ -1,0 +1,52 @@
+import Dispatch
+
+// MARK: - QueueSafeSyncedValue
+
+/// A ``QueueSafeValue`` that only offers blocking commands, without the schedule step:
+/// `syncedValue.lowestPriority.get()` is `value.wait.lowestPriority.get()`.
+///
+/// Commands block the calling thread until they have run, and their closures run on that thread;
+/// see ``WaitCommands`` for ordering and failures.
+public final class QueueSafeSyncedValue<Value> {
+    @usableFromInline let storage: ValueStorage<Value>
+    @usableFromInline let timeout: DispatchTimeInterval?
+
+    /// Wraps `value`. Commands wait for their turn as long as it takes.
+    public init(value: Value) {
+        storage = ValueStorage(value: value)
+        timeout = nil
+    }
+
+    /// Wraps `value`. Every command gives up with ``QueueSafeValueError/timedOut`` if it has not
+    /// started within `timeout` (and then never runs).
+    public init(value: Value, timeout: DispatchTimeInterval) {
+        storage = ValueStorage(value: value)
+        self.timeout = timeout
+    }
+
+    deinit {
+        storage.engine.close()
+    }
+
+    /// Commands that run before every other pending command (FIFO among themselves).
+    @inlinable
+    public var highestPriority: WaitCommands<Value> { priority(.highest) }
+
+    /// Commands that run after every other pending command (FIFO among themselves).
+    @inlinable
+    public var lowestPriority: WaitCommands<Value> { priority(.lowest) }
+
+    /// Commands of the given priority: higher priorities run first, FIFO within a priority.
+    @inlinable
+    public func priority(_ priority: CommandPriority) -> WaitCommands<Value> {
+        WaitCommands(storage: storage, priority: priority, timeout: timeout)
+    }
+
+    /// How many manual-completion closures of this value's commands were released without being
+    /// called (each such command still ended).
+    public var abandonedCompletionCount: Int {
+        storage.engine.abandonedCompletionCount
+    }
+}
+
+extension QueueSafeSyncedValue: @unchecked Sendable where Value: Sendable {}

@@ -1,0 +1,82 @@
+import Dispatch
+
+// MARK: - QueueSafeValue
+
+/// A value shared between threads, dispatch queues and tasks, with one critical section and a
+/// priority command queue in front of it.
+///
+/// Every access is a command written as `value.{schedule}.{priority}.{command}`:
+///
+/// ```swift
+/// let counter = QueueSafeValue(value: 0)
+/// counter.wait.highestPriority.set { $0 += 1 }                         // blocks this thread
+/// counter.async(performIn: .main).lowestPriority.get { print($0) }     // returns at once, runs on main
+/// let now = try await counter.async.priority(.high).get()              // suspends this task
+/// ```
+///
+/// - The **schedule** decides where the caller waits: ``wait`` blocks the calling thread and runs
+///   closures on it; ``async(performIn:)-(DispatchQueue)`` returns at once and runs closures on a
+///   dispatch queue; ``async`` suspends a task and runs closures in the caller's isolation.
+/// - The **priority** decides when the command runs: highest priority first, first-come-first-served
+///   within a priority. A running command is never preempted.
+/// - The **command** decides what happens to the value: `get`, `set` or `map`, each with automatic
+///   or manual completion.
+///
+/// All schedules share one queue: one command at a time, across every caller. Schedulers and
+/// commands do not retain the container; once it is released, new commands fail with
+/// ``QueueSafeValueError/valueContainerDeinited`` while commands already queued still run.
+public final class QueueSafeValue<Value> {
+    @usableFromInline let storage: ValueStorage<Value>
+
+    /// Wraps `value`. The container owns it from now on; read and change it only through commands.
+    public init(value: Value) {
+        storage = ValueStorage(value: value)
+    }
+
+    deinit {
+        storage.engine.close()
+    }
+
+    /// Blocking commands: the calling thread waits for its turn and the closures run on it.
+    @inlinable
+    public var wait: WaitSchedule<Value> {
+        WaitSchedule(storage: storage, timeout: nil)
+    }
+
+    /// Blocking commands that give up with ``QueueSafeValueError/timedOut`` if they have not started
+    /// within `timeout`. A timed-out command never runs later. `.never` waits forever; an interval of
+    /// zero or less only succeeds if the value is free at once.
+    @inlinable
+    public func wait(timeout: DispatchTimeInterval) -> WaitSchedule<Value> {
+        WaitSchedule(storage: storage, timeout: timeout)
+    }
+
+    /// Non-blocking commands whose closures and completions run on `queue`.
+    @inlinable
+    public func async(performIn queue: DispatchQueue) -> DispatchSchedule<Value> {
+        DispatchSchedule(storage: storage, queue: queue)
+    }
+
+    /// Non-blocking commands whose closures and completions run on the global concurrent queue of
+    /// the given quality of service.
+    @inlinable
+    public func async(performIn qos: DispatchQoS.QoSClass) -> DispatchSchedule<Value> {
+        DispatchSchedule(storage: storage, queue: .global(qos: qos))
+    }
+
+    /// Awaiting commands for Swift tasks: the task suspends for its turn, and closures may `await`
+    /// while they hold the value.
+    @inlinable
+    public var async: AwaitSchedule<Value> {
+        AwaitSchedule(storage: storage)
+    }
+
+    /// How many manual-completion closures (`done`) of this value's commands were released without
+    /// being called. Each such command still ended; a growing count points at a code path that
+    /// forgets to call `done()`.
+    public var abandonedCompletionCount: Int {
+        storage.engine.abandonedCompletionCount
+    }
+}
+
+extension QueueSafeValue: @unchecked Sendable where Value: Sendable {}

@@ -1,0 +1,50 @@
+#ifndef QUEUE_SAFE_VALUE_SHIMS_H
+#define QUEUE_SAFE_VALUE_SHIMS_H
+
+#include <stdint.h>
+
+/// Atomic operations on a word that Swift allocated (`UnsafeMutablePointer<Int>`).
+/// Swift's own `Atomic` type needs macOS 15 / iOS 18; these builtins work on every platform we support.
+
+static inline intptr_t qsv_atomic_load_acquire(intptr_t *word) {
+    return __atomic_load_n(word, __ATOMIC_ACQUIRE);
+}
+
+static inline intptr_t qsv_atomic_load_relaxed(intptr_t *word) {
+    return __atomic_load_n(word, __ATOMIC_RELAXED);
+}
+
+static inline void qsv_atomic_store_release(intptr_t *word, intptr_t value) {
+    __atomic_store_n(word, value, __ATOMIC_RELEASE);
+}
+
+static inline void qsv_atomic_store_relaxed(intptr_t *word, intptr_t value) {
+    __atomic_store_n(word, value, __ATOMIC_RELAXED);
+}
+
+static inline intptr_t qsv_atomic_exchange(intptr_t *word, intptr_t value) {
+    return __atomic_exchange_n(word, value, __ATOMIC_ACQ_REL);
+}
+
+/// Returns 1 and stores `desired` if `*word == expected`; returns 0 otherwise.
+static inline int qsv_atomic_compare_exchange(intptr_t *word, intptr_t expected, intptr_t desired) {
+    return __atomic_compare_exchange_n(word, &expected, desired, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+static inline intptr_t qsv_atomic_fetch_add(intptr_t *word, intptr_t delta) {
+    return __atomic_fetch_add(word, delta, __ATOMIC_ACQ_REL);
+}
+
+/// A hint to the CPU that the caller is spinning.
+static inline void qsv_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__) || defined(__arm__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/// An identifier of the calling thread that is never 0.
+uintptr_t qsv_current_thread_id(void);
+
+#endif
