@@ -1,4 +1,5 @@
-// swift-tools-version: 6.0
+// swift-tools-version: 6.2
+// 6.2: awaiting commands take `nonisolated(nonsending)` closures, which run in the caller's isolation.
 import PackageDescription
 
 let package = Package(

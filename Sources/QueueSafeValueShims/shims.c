@@ -1,6 +1,2 @@
+// The shims are header-only (static inline); SwiftPM needs one source file per C target.
 #include "QueueSafeValueShims.h"
-#include <pthread.h>
-
-uintptr_t qsv_current_thread_id(void) {
-    return (uintptr_t)pthread_self();
-}

@@ -83,7 +83,7 @@ public struct AwaitCommands<Value> {
     @discardableResult
     public func set(
         isolation: isolated (any Actor)? = #isolation,
-        _ accessClosure: (inout Value) async -> Void
+        _ accessClosure: nonisolated(nonsending) (inout Value) async -> Void
     ) async throws(QueueSafeValueError) -> Value {
         try await storage.withAwaitingAccess(priority: priority, isolation: isolation) { value in
             await accessClosure(&value)
@@ -96,10 +96,10 @@ public struct AwaitCommands<Value> {
     @inlinable
     public func map<MappedValue>(
         isolation: isolated (any Actor)? = #isolation,
-        _ transform: (Value) async -> MappedValue
+        _ transform: nonisolated(nonsending) (Value) async -> MappedValue
     ) async throws(QueueSafeValueError) -> MappedValue {
         try await storage.withAwaitingAccess(priority: priority, isolation: isolation) { value in
-            await transform(value)
+            return await transform(value)
         }
     }
 }

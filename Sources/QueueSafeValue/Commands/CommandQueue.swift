@@ -25,7 +25,7 @@
 /// `enqueue` returned cannot be detected: do not await, from inside an operation, a task enqueued on
 /// the same queue.)
 public final class CommandQueue: Sendable {
-    let engine = CommandEngine()
+    @usableFromInline let engine = CommandEngine()
 
     /// Creates an empty queue.
     public init() {}
@@ -39,6 +39,7 @@ public final class CommandQueue: Sendable {
     /// - Returns: a task whose value is the operation's result. It throws what the operation throws,
     ///   or ``QueueSafeValueError/cancelled`` if it was cancelled (the task, or by ``cancelAll()``)
     ///   before the operation started — then the operation never runs.
+    @inlinable
     @discardableResult
     public func enqueue<T: Sendable>(
         priority: CommandPriority = .medium,
@@ -51,6 +52,7 @@ public final class CommandQueue: Sendable {
     /// holds its turn for the whole operation, so unlike an actor's own mailbox, operations begin
     /// **and end** in order even when they suspend.
     /// - Returns: a task as for ``enqueue(priority:_:)``.
+    @inlinable
     @discardableResult
     public func enqueue<A: Actor, T: Sendable>(
         isolatedTo actor: A,
@@ -62,6 +64,7 @@ public final class CommandQueue: Sendable {
 
     /// Adds `operation` to the queue; when its turn comes it runs on the main actor.
     /// - Returns: a task as for ``enqueue(priority:_:)``.
+    @inlinable
     @discardableResult
     public func enqueueOnMainActor<T: Sendable>(
         priority: CommandPriority = .medium,
@@ -79,6 +82,7 @@ public final class CommandQueue: Sendable {
     /// - Throws: what the operation throws; ``QueueSafeValueError/cancelled`` if it was cancelled
     ///   before it started; ``QueueSafeValueError/reentrantAccess`` at once, without enqueuing, when
     ///   called from inside an operation of this same queue (it would wait for itself).
+    @inlinable
     public func perform<T: Sendable>(
         priority: CommandPriority = .medium,
         _ operation: @escaping @Sendable () async throws -> T
@@ -88,6 +92,7 @@ public final class CommandQueue: Sendable {
     }
 
     /// Like ``perform(priority:_:)``, with the operation isolated to `actor`.
+    @inlinable
     public func perform<A: Actor, T: Sendable>(
         isolatedTo actor: A,
         priority: CommandPriority = .medium,
@@ -98,6 +103,7 @@ public final class CommandQueue: Sendable {
     }
 
     /// Like ``perform(priority:_:)``, with the operation on the main actor.
+    @inlinable
     public func performOnMainActor<T: Sendable>(
         priority: CommandPriority = .medium,
         _ operation: @escaping @MainActor @Sendable () async throws -> T
@@ -121,22 +127,22 @@ public final class CommandQueue: Sendable {
 
     // MARK: Internals
 
-    private func schedule<T: Sendable>(
+    @inlinable
+    func schedule<T: Sendable>(
         priority: CommandPriority,
         _ operation: @escaping @Sendable () async throws -> T
     ) -> Task<T, any Error> {
         let engine = self.engine
-        // A queue never closes, so a waiter is always returned.
-        let waiter = engine.reserveWaiter(priority: priority)!
+        let waiter = engine.reserveWaiter(priority: priority)
         let task = Task<T, any Error> {
-            let grant = try await engine.waitForTurn(waiter, isolation: nil)
+            try await engine.waitForTurn(waiter, isolation: nil)
             if Task.isCancelled {
                 // Granted, but cancelled before the operation began: it never starts.
                 engine.release()
                 throw QueueSafeValueError.cancelled
             }
             var outcome: Result<T, any Error>?
-            await engine.runInSection(grant: grant, isolation: nil) {
+            await engine.runInSection(isolation: nil) {
                 do {
                     outcome = .success(try await operation())
                 } catch {
@@ -150,7 +156,8 @@ public final class CommandQueue: Sendable {
         return task
     }
 
-    private func awaitCancellably<T: Sendable>(_ task: Task<T, any Error>) async throws -> T {
+    @inlinable
+    func awaitCancellably<T: Sendable>(_ task: Task<T, any Error>) async throws -> T {
         try await withTaskCancellationHandler {
             try await task.value
         } onCancel: {

@@ -5,6 +5,7 @@
 ///
 /// A task that is cancelled while its waiter is still pending leaves the heap and is resumed at
 /// once with `cancelled`; see ``CommandEngine/abandon(_:)``.
+@usableFromInline
 final class AwaitingWaiter: PendingCommand, @unchecked Sendable {
     /// Set under the engine lock by ``CommandEngine/park(_:continuation:)`` while pending.
     var continuation: UnsafeContinuation<Void, Never>?
@@ -28,6 +29,12 @@ final class AwaitingWaiter: PendingCommand, @unchecked Sendable {
         return continuation
     }
 
+    override func takeTaskLocked() -> (any CancellableTask)? {
+        let task = self.task
+        self.task = nil
+        return task
+    }
+
     override func start() {
         let continuation = grantedContinuation
         grantedContinuation = nil
@@ -36,6 +43,7 @@ final class AwaitingWaiter: PendingCommand, @unchecked Sendable {
 }
 
 /// A task handle that can be cancelled without knowing its result type.
+@usableFromInline
 protocol CancellableTask: Sendable {
     func cancel()
 }
@@ -44,20 +52,58 @@ extension Task: CancellableTask {}
 
 // MARK: - Critical sections of the current task
 
-/// One critical section the current task is inside: the engine and the grant it holds.
-final class CriticalSectionLink: Sendable {
-    let engine: ObjectIdentifier
-    let grant: UInt64
-    let outer: CriticalSectionLink?
+/// One critical section a task is inside: which engine, and which of its sections.
+@usableFromInline
+struct SectionEntry: Sendable, Equatable {
+    @usableFromInline let engine: ObjectIdentifier
+    @usableFromInline let generation: Int
 
-    init(engine: ObjectIdentifier, grant: UInt64, outer: CriticalSectionLink?) {
+    @inlinable
+    init(engine: ObjectIdentifier, generation: Int) {
         self.engine = engine
-        self.grant = grant
-        self.outer = outer
+        self.generation = generation
     }
 }
 
-/// The critical sections the current task (and its child tasks) run inside, innermost first.
+/// The critical sections the current task (and its child tasks) run inside.
+///
+/// A value type with room for three entries inline, so entering a section costs a task-local push
+/// and no heap allocation; deeper nesting spills into an array.
+@usableFromInline
+struct SectionStack: Sendable {
+    @usableFromInline var first: SectionEntry?
+    @usableFromInline var second: SectionEntry?
+    @usableFromInline var third: SectionEntry?
+    @usableFromInline var more: [SectionEntry] = []
+
+    @inlinable
+    init() {}
+
+    /// This stack with `entry` added.
+    @inlinable
+    func pushing(_ entry: SectionEntry) -> SectionStack {
+        var copy = self
+        if copy.first == nil {
+            copy.first = entry
+        } else if copy.second == nil {
+            copy.second = entry
+        } else if copy.third == nil {
+            copy.third = entry
+        } else {
+            copy.more.append(entry)
+        }
+        return copy
+    }
+
+    func contains(_ entry: SectionEntry) -> Bool {
+        first == entry || second == entry || third == entry || more.contains(entry)
+    }
+}
+
+/// The sections the current task runs inside; child tasks inherit it.
+@usableFromInline
 enum CriticalSectionContext {
-    @TaskLocal static var innermost: CriticalSectionLink?
+    /// A plain `TaskLocal` (not the property wrapper) so that inlinable code can push onto it.
+    @usableFromInline
+    static let sections = TaskLocal(wrappedValue: SectionStack())
 }

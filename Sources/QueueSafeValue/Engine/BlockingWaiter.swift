@@ -1,5 +1,13 @@
 import Dispatch
 
+#if canImport(Darwin)
+    import Darwin
+#elseif canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#endif
+
 // MARK: - BlockingWaiter
 
 /// A thread that waits for its turn: it spins briefly, then parks on a semaphore until the engine
@@ -9,25 +17,49 @@ import Dispatch
 /// The granting thread swaps in `granted` and signals the semaphore only when it finds `parked`, so a
 /// waiter that is still spinning is handed the section with one cache-line transfer and no system
 /// call.
+///
+/// Each thread keeps one waiter (and so one semaphore) and reuses it for every blocking command it
+/// waits on; a waiter that timed out may still sit, dead, in a heap, so it is replaced instead.
 final class BlockingWaiter: PendingCommand, @unchecked Sendable {
     private static let waiting = 0
     private static let granted = 1
     private static let parked = 2
 
-    /// How many times a waiter polls before it parks. Roughly a microsecond or two on current CPUs:
-    /// longer than a typical short critical section, much shorter than a futex sleep and wake.
-    static let spinLimit = 2_000
+    /// How many times a waiter polls before it parks: a few microseconds, longer than a typical
+    /// short critical section and shorter than a futex sleep and wake-up.
+    static let spinLimit = 200
 
     private let word = AtomicWord(BlockingWaiter.waiting)
     private let semaphore = DispatchSemaphore(value: 0)
     private let thread: Int
 
-    init(thread: Int) {
+    private init(thread: Int) {
         self.thread = thread
     }
 
     deinit {
         word.deallocate()
+    }
+
+    /// The calling thread's waiter, reset for a new wait.
+    static func forCurrentThread(_ thread: Int) -> BlockingWaiter {
+        if let raw = pthread_getspecific(waiterKey) {
+            let waiter = Unmanaged<BlockingWaiter>.fromOpaque(raw).takeUnretainedValue()
+            waiter.word.storeRelaxed(waiting)
+            waiter.status = .pending
+            return waiter
+        }
+        let waiter = BlockingWaiter(thread: thread)
+        pthread_setspecific(waiterKey, Unmanaged.passRetained(waiter).toOpaque())
+        return waiter
+    }
+
+    /// Forgets the calling thread's waiter (it may still be referenced by a heap).
+    private static func discardCurrentThreadWaiter() {
+        if let raw = pthread_getspecific(waiterKey) {
+            pthread_setspecific(waiterKey, nil)
+            Unmanaged<BlockingWaiter>.fromOpaque(raw).release()
+        }
     }
 
     override var ownerThread: Int { thread }
@@ -56,9 +88,29 @@ final class BlockingWaiter: PendingCommand, @unchecked Sendable {
             return nil
         }
         if semaphore.wait(timeout: deadline) == .success { return nil }
-        if engine.abandon(self) { return .timedOut }
+        if engine.abandon(self) {
+            Self.discardCurrentThreadWaiter()
+            return .timedOut
+        }
         // Granted at the same instant: the grant's signal is on its way. Consume it.
         semaphore.wait()
         return nil
     }
 }
+
+/// The thread-specific slot that holds each thread's ``BlockingWaiter`` (retained; released when
+/// the thread exits).
+private let waiterKey: pthread_key_t = {
+    var key = pthread_key_t()
+    #if canImport(Darwin)
+        let status = pthread_key_create(&key) { raw in
+            Unmanaged<BlockingWaiter>.fromOpaque(raw).release()
+        }
+    #else
+        let status = pthread_key_create(&key) { raw in
+            if let raw { Unmanaged<BlockingWaiter>.fromOpaque(raw).release() }
+        }
+    #endif
+    precondition(status == 0, "pthread_key_create failed: \(status)")
+    return key
+}()

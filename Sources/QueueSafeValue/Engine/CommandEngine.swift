@@ -10,32 +10,43 @@ import Dispatch
 /// it wakes a parked thread, dispatches onto a queue, or resumes a continuation. No user code runs,
 /// no semaphore is signalled and no continuation is resumed while the lock is held.
 ///
-/// The idle path is two short lock sections and no allocation: acquire (idle → running) and
-/// release (running → idle).
+/// ## The state word
+/// `running`, `queued` and `closed` live in one atomic word, so the idle path is a single
+/// compare-and-swap to acquire (`0 → running`) and one to release (`running → 0`): no lock, no
+/// allocation. Every other transition happens under the lock, and `queued` is set (under the lock)
+/// before a command enters the heap, so a releaser that finds more than `running` in the word takes
+/// the lock and hands off. Invariant: while `running` is clear the heap holds no live command.
 @usableFromInline
 final class CommandEngine: @unchecked Sendable {
+    private static let running = 1
+    private static let queued = 2
+    private static let closed = 4
+
+    private let state = AtomicWord(0)
     private let lock = Lock()
 
-    // State below is guarded by `lock`.
-    private var isRunning = false
-    private var isClosed = false
+    // Guarded by `lock`.
     private var heap = CommandHeap()
     private var nextSequence: UInt64 = 0
-    /// Changes at every grant, so a task-local record of a past section never matches a new one.
-    private var grantNumber: UInt64 = 0
     /// The awaiting command holding the section, when it has a task (``CommandQueue``).
     private var runningWaiter: AwaitingWaiter?
     private var abandonedCompletions = 0
 
-    /// The thread running a synchronous closure inside the section, or 0. Written only by that
-    /// thread (or under the lock at grant time), so a thread that reads its own id is inside.
+    /// The thread running a synchronous closure inside the section, or 0. Written only by the
+    /// section's holder (or by the releaser at grant time), so a thread that reads its own id is
+    /// inside.
     private let ownerThread = AtomicWord(0)
+    /// The generation of the task section being held (> 0), or minus the last one (≤ 0) when no
+    /// task section is held; see ``runInSection(isolation:_:)``. Written only by the holder.
+    private let taskSection = AtomicWord(0)
 
     @usableFromInline
     init() {}
 
     deinit {
+        state.deallocate()
         ownerThread.deallocate()
+        taskSection.deallocate()
         lock.deallocate()
     }
 
@@ -45,7 +56,12 @@ final class CommandEngine: @unchecked Sendable {
     /// still run.
     @usableFromInline
     func close() {
-        lock.withLock { isClosed = true }
+        lock.lock()
+        var current = state.loadAcquire()
+        while !state.compareExchange(expected: current, desired: current | Self.closed) {
+            current = state.loadAcquire()
+        }
+        lock.unlock()
     }
 
     /// How many manual-completion closures were released without being called.
@@ -58,45 +74,86 @@ final class CommandEngine: @unchecked Sendable {
         lock.withLock { abandonedCompletions += 1 }
     }
 
+    /// The number of live pending commands (for tests and diagnostics).
+    var pendingCount: Int {
+        lock.withLock { heap.count }
+    }
+
+    // MARK: Acquire (shared by every front door)
+
+    /// The outcome of an attempt to get the section, decided under the lock.
+    private enum Attempt {
+        case acquired
+        case enqueued
+        case failed(QueueSafeValueError)
+    }
+
+    /// Takes the section if it is free; otherwise (after `admit` agreed) puts `command` in the heap.
+    /// Called with the lock held.
+    /// - Parameter admit: checks that run only when the command would have to wait (reentrancy).
+    private func acquireOrEnqueueLocked(
+        _ command: PendingCommand?,
+        priority: CommandPriority,
+        admit: () -> QueueSafeValueError?
+    ) -> Attempt {
+        var current = state.loadAcquire()
+        while true {
+            if current & Self.closed != 0 { return .failed(.valueContainerDeinited) }
+            if current & Self.running == 0 {
+                if state.compareExchange(expected: current, desired: current | Self.running) { return .acquired }
+            } else {
+                if let error = admit() { return .failed(error) }
+                guard let command else { return .failed(.reentrantAccess) }
+                if state.compareExchange(expected: current, desired: current | Self.queued) {
+                    command.key = CommandHeap.key(priority: priority, sequence: nextSequence)
+                    nextSequence &+= 1
+                    heap.insert(command)
+                    return .enqueued
+                }
+            }
+            current = state.loadAcquire()
+        }
+    }
+
     // MARK: Blocking commands
 
     /// Waits until the calling thread holds the critical section.
     ///
-    /// Runs inline with no allocation when the queue is idle. Otherwise the thread joins the heap,
-    /// spins briefly and then parks.
+    /// On an idle queue this is one compare-and-swap. Otherwise the thread joins the heap, spins
+    /// briefly and then parks.
     /// - Returns: `nil` once the section is held (release it with ``release()``), or why not:
     ///   `.valueContainerDeinited`, `.reentrantAccess` (the caller is inside this queue's section
     ///   already), `.timedOut`.
     @usableFromInline
     func acquireBlocking(priority: CommandPriority, deadline: DispatchTime?) -> QueueSafeValueError? {
         let thread = currentThreadID()
-        lock.lock()
-        if !isRunning && !isClosed {
-            isRunning = true
-            grantNumber &+= 1
+        if state.compareExchange(expected: 0, desired: Self.running) {
             ownerThread.storeRelaxed(thread)
-            lock.unlock()
             return nil
         }
         return acquireBlockingSlow(priority: priority, deadline: deadline, thread: thread)
     }
 
-    /// The contended half of ``acquireBlocking(priority:deadline:)``. Called with the lock held.
-    private func acquireBlockingSlow(priority: CommandPriority, deadline: DispatchTime?, thread: Int)
-        -> QueueSafeValueError?
-    {
-        if isClosed {
-            lock.unlock()
-            return .valueContainerDeinited
+    private func acquireBlockingSlow(
+        priority: CommandPriority,
+        deadline: DispatchTime?,
+        thread: Int
+    ) -> QueueSafeValueError? {
+        let waiter = BlockingWaiter.forCurrentThread(thread)
+        lock.lock()
+        let attempt = acquireOrEnqueueLocked(waiter, priority: priority) {
+            ownerThread.loadRelaxed() == thread || isInsideRunningSection() ? .reentrantAccess : nil
         }
-        if ownerThread.loadRelaxed() == thread || isInsideRunningSectionLocked() {
-            lock.unlock()
-            return .reentrantAccess
-        }
-        let waiter = BlockingWaiter(thread: thread)
-        enqueueLocked(waiter, priority: priority)
         lock.unlock()
-        return waiter.waitForGrant(engine: self, deadline: deadline)
+        switch attempt {
+        case .acquired:
+            ownerThread.storeRelaxed(thread)
+            return nil
+        case .failed(let error):
+            return error
+        case .enqueued:
+            return waiter.waitForGrant(engine: self, deadline: deadline)
+        }
     }
 
     /// Marks the calling thread as running a synchronous closure in the section (or not, with 0).
@@ -121,69 +178,89 @@ final class CommandEngine: @unchecked Sendable {
     /// from one thread keep their order.
     /// - Complexity: O(log n)
     func submit(_ command: PendingCommand, priority: CommandPriority) -> Submission {
-        lock.lock()
-        defer { lock.unlock() }
-        if isClosed { return .refused }
-        if !isRunning {
-            isRunning = true
-            grantNumber &+= 1
+        if state.compareExchange(expected: 0, desired: Self.running) {
             command.status = .granted
             return .granted
         }
-        enqueueLocked(command, priority: priority)
-        return .queued
+        lock.lock()
+        let attempt = acquireOrEnqueueLocked(command, priority: priority) { nil }
+        lock.unlock()
+        switch attempt {
+        case .acquired:
+            command.status = .granted
+            return .granted
+        case .enqueued:
+            return .queued
+        case .failed:
+            return .refused
+        }
     }
 
     // MARK: Awaiting commands
 
-    /// Takes a place in the queue for a task. When the queue is idle (and `reserveOnly` is false)
-    /// the caller gets the section at once and no waiter is allocated.
+    /// Takes the critical section for the current task, suspending while other commands hold it.
     ///
-    /// - Returns: `.acquired(grant)` when the section is held now; `.waiting(waiter)` when the caller
-    ///   must ``park(_:continuation:)`` (or ``waitForTurn(_:)``) on the waiter.
-    func reserve(priority: CommandPriority, checkReentrancy: Bool) -> Reservation {
-        lock.lock()
-        defer { lock.unlock() }
-        if isClosed { return .failed(.valueContainerDeinited) }
-        if !isRunning {
-            isRunning = true
-            grantNumber &+= 1
-            return .acquired(grantNumber)
-        }
-        if checkReentrancy && isInsideRunningSectionLocked() {
-            return .failed(.reentrantAccess)
-        }
-        let waiter = AwaitingWaiter()
-        enqueueLocked(waiter, priority: priority)
-        return .waiting(waiter)
+    /// Runs in the caller's isolation (no executor hop) and does not suspend when the queue is idle.
+    /// A task that is cancelled before the command starts — before the call, or while it waits —
+    /// gets `.cancelled` and the command never runs; once the closure has begun, cancellation is the
+    /// closure's business (it sees `Task.isCancelled`).
+    /// - Throws: `.cancelled`, `.reentrantAccess` (the task is inside this queue's section already),
+    ///   `.valueContainerDeinited`.
+    @usableFromInline
+    func acquireAwaiting(
+        priority: CommandPriority,
+        isolation: isolated (any Actor)?
+    ) async throws(QueueSafeValueError) {
+        if Task.isCancelled { throw .cancelled }
+        if state.compareExchange(expected: 0, desired: Self.running) { return }
+        try await acquireAwaitingSlow(priority: priority, isolation: isolation)
     }
 
-    enum Reservation {
-        case acquired(UInt64)
-        case waiting(AwaitingWaiter)
-        case failed(QueueSafeValueError)
+    /// The part of ``acquireAwaiting(priority:isolation:)`` after the idle check failed.
+    @usableFromInline
+    func acquireAwaitingSlow(
+        priority: CommandPriority,
+        isolation: isolated (any Actor)?
+    ) async throws(QueueSafeValueError) {
+        let waiter = AwaitingWaiter()
+        lock.lock()
+        let attempt = acquireOrEnqueueLocked(waiter, priority: priority) {
+            isInsideRunningSection() ? .reentrantAccess : nil
+        }
+        lock.unlock()
+        switch attempt {
+        case .acquired:
+            return
+        case .failed(let error):
+            throw error
+        case .enqueued:
+            try await waitForTurn(waiter, isolation: isolation)
+            if Task.isCancelled {
+                // Granted, but the task was cancelled before its closure began: it never starts.
+                release()
+                throw .cancelled
+            }
+        }
     }
 
     /// Always queues a waiter, even when the queue is idle (then it is granted at once). Used by
     /// ``CommandQueue`` so the place is taken synchronously before the task that uses it starts.
-    func reserveWaiter(priority: CommandPriority) -> AwaitingWaiter? {
+    @usableFromInline
+    func reserveWaiter(priority: CommandPriority) -> AwaitingWaiter {
         let waiter = AwaitingWaiter()
         lock.lock()
-        defer { lock.unlock() }
-        if isClosed { return nil }
-        if !isRunning {
-            isRunning = true
-            grantNumber &+= 1
+        let attempt = acquireOrEnqueueLocked(waiter, priority: priority) { nil }
+        if case .acquired = attempt {
             waiter.status = .granted
             runningWaiter = waiter
-            return waiter
         }
-        enqueueLocked(waiter, priority: priority)
+        lock.unlock()
         return waiter
     }
 
     /// Records the task that will use `waiter`, so ``cancelAll()`` can cancel it. If the waiter was
     /// cancelled in the meantime, the task is cancelled at once.
+    @usableFromInline
     func attach(_ task: any CancellableTask, to waiter: AwaitingWaiter) {
         lock.lock()
         let cancelNow = waiter.status == .cancelled || waiter.cancelRequested
@@ -192,50 +269,99 @@ final class CommandEngine: @unchecked Sendable {
         if cancelNow { task.cancel() }
     }
 
-    /// Takes the critical section for the current task, suspending while other commands hold it.
-    ///
-    /// Runs in the caller's isolation (no executor hop); does not suspend when the queue is idle.
-    /// - Returns: the grant number, for ``runInSection(grant:isolation:_:)``.
-    /// - Throws: `.cancelled` if the task is cancelled before or while it waits (the command then
-    ///   never runs), `.reentrantAccess` if the task is inside this queue's section already,
-    ///   `.valueContainerDeinited` if the engine is closed.
+    /// Suspends the current task until `waiter` is granted, or until it leaves the queue because the
+    /// task was cancelled (then it throws `.cancelled`). Does not suspend if already granted.
     @usableFromInline
-    func acquireAwaiting(
-        priority: CommandPriority,
+    func waitForTurn(
+        _ waiter: AwaitingWaiter,
         isolation: isolated (any Actor)?
-    ) async throws(QueueSafeValueError) -> UInt64 {
-        if Task.isCancelled { throw .cancelled }
-        switch reserve(priority: priority, checkReentrancy: true) {
-        case .acquired(let grant): return grant
-        case .waiting(let waiter):
-            let grant = try await waitForTurn(waiter, isolation: isolation)
-            if Task.isCancelled {
-                // Granted, but the task was cancelled before its closure began: it never starts.
-                release()
-                throw .cancelled
+    ) async throws(QueueSafeValueError) {
+        if let granted = statusIfSettled(waiter) {
+            if granted { return }
+            throw .cancelled
+        }
+        await withTaskCancellationHandler {
+            await withUnsafeContinuation(isolation: isolation) { (continuation: UnsafeContinuation<Void, Never>) in
+                park(waiter, continuation: continuation)
             }
-            return grant
-        case .failed(let error): throw error
+        } onCancel: {
+            abandon(waiter)
+        }
+        if statusIfSettled(waiter) != true { throw .cancelled }
+    }
+
+    /// `true` if granted, `false` if cancelled, `nil` while pending.
+    private func statusIfSettled(_ waiter: AwaitingWaiter) -> Bool? {
+        lock.lock()
+        defer { lock.unlock() }
+        switch waiter.status {
+        case .pending: return nil
+        case .granted: return true
+        case .cancelled: return false
         }
     }
 
-    /// Runs `body` marked (in a task local) as inside the section `grant` of this engine, so a
-    /// nested command on the same engine from this task or its child tasks is recognised as
-    /// reentrant instead of waiting for itself.
+    /// Stores the continuation of a pending waiter, or resumes it at once if it was already
+    /// granted or cancelled.
+    private func park(_ waiter: AwaitingWaiter, continuation: UnsafeContinuation<Void, Never>) {
+        lock.lock()
+        if waiter.status == .pending {
+            waiter.continuation = continuation
+            lock.unlock()
+        } else {
+            lock.unlock()
+            continuation.resume()
+        }
+    }
+
+    // MARK: Critical sections of tasks
+
+    /// Marks the current task as inside this engine's section; returns the task-local stack to
+    /// run the section's body with (see ``ValueStorage/withAwaitingAccess(priority:isolation:_:)``),
+    /// so a nested command on the same engine from this task or its child tasks is recognised as
+    /// reentrant instead of waiting for itself. Call it while holding the section, and
+    /// ``leaveTaskSection()`` before releasing.
     @usableFromInline
-    func runInSection(
-        grant: UInt64,
-        isolation: isolated (any Actor)?,
-        _ body: () async -> Void
-    ) async {
-        let link = CriticalSectionLink(
-            engine: ObjectIdentifier(self),
-            grant: grant,
-            outer: CriticalSectionContext.innermost
-        )
-        await CriticalSectionContext.$innermost.withValue(link) {
+    func enterTaskSection() -> SectionStack {
+        // Only the holder writes `taskSection`, so a load and a store do.
+        let generation = -taskSection.loadRelaxed() + 1
+        taskSection.storeRelease(generation)
+        return CriticalSectionContext.sections.get().pushing(
+            SectionEntry(engine: ObjectIdentifier(self), generation: generation))
+    }
+
+    /// Ends the task section begun by ``enterTaskSection()``.
+    @usableFromInline
+    func leaveTaskSection() {
+        taskSection.storeRelease(-taskSection.loadRelaxed())
+    }
+
+    /// Runs `body` as the section's body of a task (see ``enterTaskSection()``). Not inlinable
+    /// callers (``CommandQueue``) use this.
+    @usableFromInline
+    func runInSection(isolation: isolated (any Actor)?, _ body: nonisolated(nonsending) () async -> Void) async {
+        let sections = enterTaskSection()
+        await CriticalSectionContext.sections.withValue(sections) {
+            _ = isolation  // keeps this closure on the caller's executor
             await body()
         }
+        leaveTaskSection()
+    }
+
+    /// Takes the section if the queue is idle: one compare-and-swap, no lock.
+    @usableFromInline
+    func tryAcquireIdle() -> Bool {
+        state.compareExchange(expected: 0, desired: Self.running)
+    }
+
+    /// Whether the current task runs inside the section this engine has granted now. A task-local
+    /// record of an ended section never matches: the engine's generation has moved on.
+    @usableFromInline
+    func isInsideRunningSection() -> Bool {
+        let generation = taskSection.loadAcquire()
+        guard generation > 0 else { return false }
+        return CriticalSectionContext.sections.get().contains(
+            SectionEntry(engine: ObjectIdentifier(self), generation: generation))
     }
 
     /// Calls `body` with a completion closure on the thread that holds the section, then blocks
@@ -247,43 +373,6 @@ final class CommandEngine: @unchecked Sendable {
         // The closure returned: the thread no longer runs code inside the section.
         ownerThread.storeRelaxed(0)
         latch.wait()
-    }
-
-    /// Suspends the current task until `waiter` is granted, or it leaves the queue because the task
-    /// was cancelled.
-    /// - Returns: the grant number when granted; throws `.cancelled` otherwise.
-    func waitForTurn(
-        _ waiter: AwaitingWaiter,
-        isolation: isolated (any Actor)?
-    ) async throws(QueueSafeValueError) -> UInt64 {
-        await withTaskCancellationHandler {
-            await withUnsafeContinuation(isolation: isolation) { (continuation: UnsafeContinuation<Void, Never>) in
-                park(waiter, continuation: continuation)
-            }
-        } onCancel: {
-            _ = abandon(waiter)
-        }
-        return try grantOf(waiter)
-    }
-
-    private func grantOf(_ waiter: AwaitingWaiter) throws(QueueSafeValueError) -> UInt64 {
-        lock.lock()
-        defer { lock.unlock() }
-        guard waiter.status == .granted else { throw .cancelled }
-        return grantNumber
-    }
-
-    /// Stores the continuation of a pending waiter, or resumes it at once if it was already
-    /// granted or cancelled.
-    func park(_ waiter: AwaitingWaiter, continuation: UnsafeContinuation<Void, Never>) {
-        lock.lock()
-        if waiter.status == .pending {
-            waiter.continuation = continuation
-            lock.unlock()
-        } else {
-            lock.unlock()
-            continuation.resume()
-        }
     }
 
     // MARK: Leaving the queue
@@ -320,10 +409,7 @@ final class CommandEngine: @unchecked Sendable {
         for command in pending {
             command.status = .cancelled
             if let continuation = command.didCancelLocked() { continuations.append(continuation) }
-            if let waiter = command as? AwaitingWaiter, let task = waiter.task {
-                tasks.append(task)
-                waiter.task = nil
-            }
+            if let task = command.takeTaskLocked() { tasks.append(task) }
         }
         if let running = runningWaiter {
             if let task = running.task {
@@ -342,56 +428,43 @@ final class CommandEngine: @unchecked Sendable {
     /// Ends the running command and hands the section to the next live command, if any.
     @usableFromInline
     func release() {
-        releaseReturningNext()?.start()
+        // Cleared first: once the word says idle, another thread may take the section and set it.
+        ownerThread.storeRelaxed(0)
+        if state.compareExchange(expected: Self.running, desired: 0) {
+            return
+        }
+        releaseSlow()?.start()
     }
 
     /// Ends the running command. The next command, if any, is granted and returned; the caller
     /// must call its `start()` (outside any lock).
     func releaseReturningNext() -> PendingCommand? {
+        ownerThread.storeRelaxed(0)
+        if state.compareExchange(expected: Self.running, desired: 0) {
+            return nil
+        }
+        return releaseSlow()
+    }
+
+    private func releaseSlow() -> PendingCommand? {
         lock.lock()
         runningWaiter = nil
-        guard let next = heap.popFirst() else {
-            isRunning = false
-            ownerThread.storeRelaxed(0)
+        let next = heap.popFirst()
+        // Clear `queued` when nothing is left, and `running` too when nothing was granted.
+        var clear = heap.isEmpty ? Self.queued : 0
+        if next == nil { clear |= Self.running }
+        var current = state.loadAcquire()
+        while !state.compareExchange(expected: current, desired: current & ~clear) {
+            current = state.loadAcquire()
+        }
+        guard let next else {
             lock.unlock()
             return nil
         }
         next.status = .granted
-        grantNumber &+= 1
         ownerThread.storeRelaxed(next.ownerThread)
         if next.didGrantLocked() { runningWaiter = next as? AwaitingWaiter }
         lock.unlock()
         return next
     }
-
-    // MARK: Helpers (lock held)
-
-    private func enqueueLocked(_ command: PendingCommand, priority: CommandPriority) {
-        command.key = CommandHeap.key(priority: priority, sequence: nextSequence)
-        nextSequence &+= 1
-        heap.insert(command)
-    }
-
-    /// Whether the current task is running inside the section this engine has granted now.
-    private func isInsideRunningSectionLocked() -> Bool {
-        guard isRunning else { return false }
-        let me = ObjectIdentifier(self)
-        var link = CriticalSectionContext.innermost
-        while let current = link {
-            if current.engine == me && current.grant == grantNumber { return true }
-            link = current.outer
-        }
-        return false
-    }
-
-    /// Whether the current task runs inside the section this engine has granted now.
-    func isInsideRunningSection() -> Bool {
-        lock.withLock { isInsideRunningSectionLocked() }
-    }
-
-    /// The number of live pending commands (for tests and diagnostics).
-    var pendingCount: Int {
-        lock.withLock { heap.count }
-    }
-
 }

@@ -7,6 +7,7 @@ import Dispatch
 /// Subclasses decide how the command is started once the engine grants it: wake a parked thread
 /// (``BlockingWaiter``), dispatch onto a queue (``DispatchedCommand``) or resume a task
 /// (``AwaitingWaiter``). `key` and `status` belong to the engine and change only under its lock.
+@usableFromInline
 class PendingCommand: @unchecked Sendable {
     enum Status: UInt8 {
         /// In the heap, waiting.
@@ -35,6 +36,9 @@ class PendingCommand: @unchecked Sendable {
     /// Called under the engine lock when the command leaves the queue without running.
     /// - Returns: a suspended task to resume after the lock is released.
     func didCancelLocked() -> UnsafeContinuation<Void, Never>? { nil }
+
+    /// Called under the engine lock by ``CommandEngine/cancelAll()``: the task to cancel, if any.
+    func takeTaskLocked() -> (any CancellableTask)? { nil }
 
     /// Starts the command after the engine granted it. Called exactly once, outside the engine lock.
     func start() {

@@ -23,15 +23,15 @@ public struct CommandPriority: RawRepresentable, Comparable, Hashable, Sendable,
     }
 
     /// Level `0`: runs after every other pending command.
-    public static let lowest = CommandPriority(rawValue: 0)
+    @inlinable public static var lowest: CommandPriority { CommandPriority(rawValue: 0) }
     /// Level `64`.
-    public static let low = CommandPriority(rawValue: 64)
+    @inlinable public static var low: CommandPriority { CommandPriority(rawValue: 64) }
     /// Level `128`: the default of ``CommandQueue``.
-    public static let medium = CommandPriority(rawValue: 128)
+    @inlinable public static var medium: CommandPriority { CommandPriority(rawValue: 128) }
     /// Level `192`.
-    public static let high = CommandPriority(rawValue: 192)
+    @inlinable public static var high: CommandPriority { CommandPriority(rawValue: 192) }
     /// Level `255`: runs before every other pending command.
-    public static let highest = CommandPriority(rawValue: 255)
+    @inlinable public static var highest: CommandPriority { CommandPriority(rawValue: 255) }
 
     /// `true` when `lhs` runs after `rhs` if both are pending.
     @inlinable

@@ -70,14 +70,21 @@ final class ValueStorage<Value>: @unchecked Sendable {
     func withAwaitingAccess<R>(
         priority: CommandPriority,
         isolation: isolated (any Actor)?,
-        _ body: (inout Value) async -> R
+        _ body: nonisolated(nonsending) (inout Value) async -> R
     ) async throws(QueueSafeValueError) -> R {
-        let grant = try await engine.acquireAwaiting(priority: priority, isolation: isolation)
-        var result: R?
-        await engine.runInSection(grant: grant, isolation: isolation) {
-            result = await body(&pointer.pointee)
+        if Task.isCancelled { throw .cancelled }
+        if !engine.tryAcquireIdle() {
+            try await engine.acquireAwaitingSlow(priority: priority, isolation: isolation)
         }
+        let sections = engine.enterTaskSection()
+        let result = await CriticalSectionContext.sections.withValue(sections) {
+            // Capturing the isolated parameter keeps this closure on the caller's executor
+            // (a closure that does not capture it is nonisolated and would hop off).
+            _ = isolation
+            return await body(&pointer.pointee)
+        }
+        engine.leaveTaskSection()
         engine.release()
-        return result!
+        return result
     }
 }

@@ -2,6 +2,7 @@
 #define QUEUE_SAFE_VALUE_SHIMS_H
 
 #include <stdint.h>
+#include <pthread.h>
 
 /// Atomic operations on a word that Swift allocated (`UnsafeMutablePointer<Int>`).
 /// Swift's own `Atomic` type needs macOS 15 / iOS 18; these builtins work on every platform we support.
@@ -45,6 +46,8 @@ static inline void qsv_cpu_relax(void) {
 }
 
 /// An identifier of the calling thread that is never 0.
-uintptr_t qsv_current_thread_id(void);
+static inline uintptr_t qsv_current_thread_id(void) {
+    return (uintptr_t)pthread_self();
+}
 
 #endif
