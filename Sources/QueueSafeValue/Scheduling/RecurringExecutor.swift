@@ -1,0 +1,176 @@
+// MARK: - RecurringExecutor
+
+/// Runs one asynchronous operation at a time: on a fixed interval, on demand, or both.
+///
+/// ```swift
+/// let poller = try RecurringExecutor(policy: .interval(seconds: 30)) {
+///     try await inbox.sync()
+/// }
+/// poller.runNow()                                     // sync now: the running sync is cancelled first
+/// try poller.setPolicy(.interval(seconds: 300))       // back off; the wait in progress restarts
+/// poller.stop()                                       // or just release it
+/// ```
+///
+/// Guarantees:
+/// - **One run at a time.** A run starts only after the previous one has ended, whatever triggered
+///   it.
+/// - **Interval** (``RecurringPolicy``): the executor waits that long after each run (and after it
+///   starts waiting) before running by itself. A policy change takes effect at once: a wait in
+///   progress restarts with the new policy, a run in progress is left alone and the new policy
+///   applies to the wait after it. A change never causes a run by itself, and an abandoned wait
+///   never causes one either.
+/// - **On demand** (``runNow()``): a running operation is asked to stop through task cancellation;
+///   once it has ended, the requested run starts. Calls that arrive before that run starts collapse
+///   into it (the latest call's number is its trigger); a call that arrives while it runs preempts it
+///   in turn. After an on-demand run the interval starts from zero again.
+/// - **Robust.** An operation that throws reports ``RecurringExecutorEvent/failed(run:error:)`` and
+///   the executor carries on. An operation that ignores cancellation delays the hand-off until it
+///   returns, but the executor never loses track: the pending request runs right after it.
+/// - **Events** (``RecurringExecutorEvent``) go to the `eventHandler` and to every stream from
+///   ``events(bufferingPolicy:)``, in the order the transitions happened, the same order on both.
+/// - **Lifetime.** ``stop()``, or releasing the executor, cancels the running operation and ends the
+///   loop once it has returned; then ``RecurringExecutorEvent/stopped`` is emitted, the event streams
+///   finish, and the executor's tasks and closures are released. The executor does not retain
+///   itself: an operation or event handler that captures it strongly keeps it alive (capture it
+///   `weak`, as with a `Timer`).
+///
+/// The executor is `Sendable`: every method may be called from any thread, task or actor, at any
+/// time, and none of them blocks or suspends except ``stopAndWait()``.
+public final class RecurringExecutor: Sendable {
+    private let core: RecurringExecutorCore
+
+    /// Creates an executor and starts its loop at once.
+    ///
+    /// - Parameters:
+    ///   - policy: when to run by itself; ``RecurringPolicy/onDemand`` (the default) runs only on
+    ///     ``runNow()``. With an interval, the first run comes one interval after creation.
+    ///   - target: where each run executes: ``RecurringRunTarget/detached`` (the default) or
+    ///     ``RecurringRunTarget/commandQueue(_:priority:)``.
+    ///   - sleeper: how intervals are waited for; replace it in tests to control time.
+    ///   - eventHandler: called with every event, one at a time and in order, on a private serial
+    ///     dispatch queue of the executor (never while the executor's lock is held, so it may call
+    ///     back into the executor). Events emitted before the handler returns wait for it.
+    ///   - operation: the work of one run. It may throw, and should return soon after its task is
+    ///     cancelled.
+    public init(
+        policy: RecurringPolicy = .onDemand,
+        runningOn target: RecurringRunTarget = .detached,
+        sleeper: any RecurringSleeper = TaskRecurringSleeper(),
+        eventHandler: (@Sendable (RecurringExecutorEvent) -> Void)? = nil,
+        operation: @escaping @Sendable () async throws -> Void
+    ) {
+        let core = RecurringExecutorCore(
+            policy: policy,
+            target: target,
+            sleeper: sleeper,
+            eventHandler: eventHandler,
+            operation: operation
+        )
+        self.core = core
+        Task.detached { await core.runLoop() }
+    }
+
+    /// Creates an executor whose every run is an awaiting `set` command on `value`: the operation gets
+    /// in-place access to the value inside its critical section, which lasts across the operation's
+    /// suspension points, so runs interleave with every other command on the value in the value's
+    /// priority order and never overlap one.
+    ///
+    /// The run is `value.async.priority(priority).set { try await operation(&$0) }` in a detached
+    /// task. Cancelling the run while it waits for its turn takes it out of the queue (it never
+    /// starts; the run reports ``RecurringExecutorEvent/cancelled(run:)``). Changes the operation
+    /// made to the value are kept even if it throws afterwards. The executor retains `value`.
+    ///
+    /// The other parameters are those of ``init(policy:runningOn:sleeper:eventHandler:operation:)``.
+    public convenience init<Value: Sendable>(
+        updating value: QueueSafeValue<Value>,
+        priority: CommandPriority = .medium,
+        policy: RecurringPolicy = .onDemand,
+        sleeper: any RecurringSleeper = TaskRecurringSleeper(),
+        eventHandler: (@Sendable (RecurringExecutorEvent) -> Void)? = nil,
+        operation: @escaping @Sendable (inout Value) async throws -> Void
+    ) {
+        self.init(policy: policy, runningOn: .detached, sleeper: sleeper, eventHandler: eventHandler) {
+            var thrown: (any Error)?
+            try await value.async.priority(priority).set { current in
+                do {
+                    try await operation(&current)
+                } catch {
+                    thrown = error
+                }
+            }
+            if let thrown { throw thrown }
+        }
+    }
+
+    /// Stops the executor, as ``stop()`` does.
+    deinit {
+        core.stop()
+    }
+
+    // MARK: Control
+
+    /// The current policy.
+    public var policy: RecurringPolicy {
+        core.policy
+    }
+
+    /// Changes when the executor runs by itself, from now on.
+    ///
+    /// If the executor is waiting, the wait restarts with `policy` (a new interval counts from this
+    /// call; ``RecurringPolicy/onDemand`` waits for ``runNow()`` only). A running operation is not
+    /// disturbed; the new policy applies to the wait after it. Emits
+    /// ``RecurringExecutorEvent/policyChanged(_:)`` unless `policy` equals the current one, in which
+    /// case nothing happens (a wait in progress is not restarted). Ignored after ``stop()``.
+    public func setPolicy(_ policy: RecurringPolicy) {
+        core.setPolicy(policy)
+    }
+
+    /// Requests a run now, and returns at once.
+    ///
+    /// Emits ``RecurringExecutorEvent/requested(request:)``. A wait in progress ends; a running
+    /// operation's task is cancelled, and the requested run starts once that operation has returned.
+    /// Requests made before the requested run starts collapse into one run, whose trigger is the
+    /// latest request. Ignored after ``stop()``.
+    public func runNow() {
+        core.runNow()
+    }
+
+    /// Stops the executor, and returns at once.
+    ///
+    /// Pending requests are dropped, a wait in progress ends, and the running operation's task is
+    /// cancelled. Once that operation has returned, the loop ends: ``RecurringExecutorEvent/stopped``
+    /// is emitted, the event streams finish and nothing of the executor runs any more. Calling it
+    /// again does nothing; ``runNow()`` and ``setPolicy(_:)`` are ignored from now on.
+    public func stop() {
+        core.stop()
+    }
+
+    /// Stops the executor (see ``stop()``) and returns once its loop has ended: the last operation
+    /// has returned, the handler has been called with ``RecurringExecutorEvent/stopped`` and every
+    /// event stream has finished.
+    ///
+    /// Waits as long as the running operation takes to return; calling it from inside the operation
+    /// waits forever.
+    public func stopAndWait() async {
+        core.stop()
+        await core.waitUntilEnded()
+    }
+
+    // MARK: Events
+
+    /// A stream of the events emitted from now on, ending after ``RecurringExecutorEvent/stopped``.
+    ///
+    /// Every stream, and the event handler, gets the same events in the same order. Earlier events
+    /// are not replayed (pass an `eventHandler` to the initializer to see every event from the
+    /// first). Any number of streams may be open at once; a stream whose consumer stops iterating is
+    /// dropped. If the executor has stopped already, the stream is finished and empty.
+    ///
+    /// - Parameter bufferingPolicy: what the stream keeps while its consumer is slower than the
+    ///   executor; `.unbounded` (the default) keeps every event, `.bufferingNewest(n)` and
+    ///   `.bufferingOldest(n)` drop some of them.
+    public func events(
+        bufferingPolicy: AsyncStream<RecurringExecutorEvent>.Continuation.BufferingPolicy = .unbounded
+    ) -> AsyncStream<RecurringExecutorEvent> {
+        core.events(bufferingPolicy: bufferingPolicy)
+    }
+}

@@ -1,0 +1,109 @@
+import Dispatch
+
+// MARK: - RecurringPolicy
+
+/// When a ``RecurringExecutor`` runs its operation by itself.
+///
+/// A policy is either ``onDemand`` (the operation runs only when ``RecurringExecutor/runNow()`` is
+/// called) or an interval (it also runs, by itself, every time the executor has been idle for that
+/// long). `runNow()` works under every policy.
+///
+/// The interval is a **delay between runs**, not a rate: it is counted from the end of the previous
+/// run (or from the moment the executor started waiting), so runs never overlap and never bunch up
+/// after a slow run.
+///
+/// An interval policy is validated when it is made: it can only hold a positive, finite interval of
+/// at least one nanosecond.
+///
+/// ```swift
+/// let every5Seconds = try RecurringPolicy.interval(seconds: 5)
+/// let every250ms = try RecurringPolicy.interval(.milliseconds(250))
+/// ```
+public struct RecurringPolicy: Sendable, Hashable, CustomStringConvertible {
+    /// The interval in nanoseconds, or `nil` for ``onDemand``.
+    public let intervalNanoseconds: UInt64?
+
+    private init(intervalNanoseconds: UInt64?) {
+        self.intervalNanoseconds = intervalNanoseconds
+    }
+
+    /// The interval in seconds, or `nil` for ``onDemand``.
+    public var intervalSeconds: Double? {
+        intervalNanoseconds.map { Double($0) / 1_000_000_000 }
+    }
+
+    /// Runs only on ``RecurringExecutor/runNow()``; the executor never runs the operation by itself.
+    public static let onDemand = RecurringPolicy(intervalNanoseconds: nil)
+
+    /// Runs after every `seconds` of idleness, and on ``RecurringExecutor/runNow()``.
+    ///
+    /// - Throws: ``QueueSafeValueError/invalidArgument(_:)`` when `seconds` is not a finite number
+    ///   greater than zero, rounds to less than one nanosecond, or exceeds about 584 years.
+    public static func interval(seconds: Double) throws(QueueSafeValueError) -> RecurringPolicy {
+        guard seconds.isFinite, seconds > 0 else {
+            throw .invalidArgument(
+                "RecurringPolicy interval must be a finite number of seconds above zero, got \(seconds)")
+        }
+        let nanoseconds = (seconds * 1_000_000_000).rounded()
+        guard nanoseconds >= 1 else {
+            throw .invalidArgument("RecurringPolicy interval must be at least one nanosecond, got \(seconds) s")
+        }
+        guard nanoseconds < Double(UInt64.max) else {
+            throw .invalidArgument("RecurringPolicy interval is too large: \(seconds) s")
+        }
+        return RecurringPolicy(intervalNanoseconds: UInt64(nanoseconds))
+    }
+
+    /// Runs after every `interval` of idleness, and on ``RecurringExecutor/runNow()``.
+    ///
+    /// - Throws: ``QueueSafeValueError/invalidArgument(_:)`` when `interval` is zero, negative or
+    ///   `.never` (use ``onDemand`` for "never by itself").
+    public static func interval(_ interval: DispatchTimeInterval) throws(QueueSafeValueError) -> RecurringPolicy {
+        let value: Int
+        let scale: Int
+        switch interval {
+        case .seconds(let seconds): (value, scale) = (seconds, 1_000_000_000)
+        case .milliseconds(let milliseconds): (value, scale) = (milliseconds, 1_000_000)
+        case .microseconds(let microseconds): (value, scale) = (microseconds, 1_000)
+        case .nanoseconds(let nanoseconds): (value, scale) = (nanoseconds, 1)
+        case .never:
+            throw .invalidArgument("RecurringPolicy interval cannot be .never; use RecurringPolicy.onDemand")
+        @unknown default:
+            throw .invalidArgument("RecurringPolicy interval \(interval) is not supported")
+        }
+        guard value > 0 else {
+            throw .invalidArgument("RecurringPolicy interval must be above zero, got \(interval)")
+        }
+        let (nanoseconds, overflow) = value.multipliedReportingOverflow(by: scale)
+        guard !overflow else {
+            throw .invalidArgument("RecurringPolicy interval is too large: \(interval)")
+        }
+        return RecurringPolicy(intervalNanoseconds: UInt64(nanoseconds))
+    }
+
+    /// `"onDemand"` or `"interval(5.0 s)"`.
+    public var description: String {
+        guard let seconds = intervalSeconds else { return "onDemand" }
+        return "interval(\(seconds) s)"
+    }
+}
+
+// MARK: - RecurringTrigger
+
+/// Why a run of a ``RecurringExecutor`` started.
+public enum RecurringTrigger: Sendable, Hashable, CustomStringConvertible {
+    /// The policy's interval elapsed while the executor was idle.
+    case interval
+    /// ``RecurringExecutor/runNow()`` was called. `request` is the number of the latest call served
+    /// by this run (calls are numbered from 1); earlier calls that collapsed into it are not
+    /// listed.
+    case runNow(request: UInt64)
+
+    /// `"interval"` or `"runNow(#3)"`.
+    public var description: String {
+        switch self {
+        case .interval: return "interval"
+        case .runNow(let request): return "runNow(#\(request))"
+        }
+    }
+}
