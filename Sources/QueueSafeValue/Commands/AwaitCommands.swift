@@ -9,18 +9,21 @@
 public struct AwaitSchedule<Value> {
     @usableFromInline let storage: ValueStorage<Value>
 
+    /// Commands that run before every other pending command (FIFO among themselves).
+    ///
+    /// Stored rather than computed, like ``QueueSafeValue/async``: reaching it from a value you hold
+    /// costs no reference-count traffic.
+    public let highestPriority: AwaitCommands<Value>
+
+    /// Commands that run after every other pending command (FIFO among themselves).
+    public let lowestPriority: AwaitCommands<Value>
+
     @usableFromInline
     init(storage: ValueStorage<Value>) {
         self.storage = storage
+        highestPriority = AwaitCommands(storage: storage, priority: .highest)
+        lowestPriority = AwaitCommands(storage: storage, priority: .lowest)
     }
-
-    /// Commands that run before every other pending command (FIFO among themselves).
-    @inlinable
-    public var highestPriority: AwaitCommands<Value> { priority(.highest) }
-
-    /// Commands that run after every other pending command (FIFO among themselves).
-    @inlinable
-    public var lowestPriority: AwaitCommands<Value> { priority(.lowest) }
 
     /// Commands of the given priority: higher priorities run first, FIFO within a priority.
     @inlinable

@@ -14,19 +14,22 @@ public struct WaitSchedule<Value> {
     @usableFromInline let storage: ValueStorage<Value>
     @usableFromInline let timeout: DispatchTimeInterval?
 
+    /// Commands that run before every other pending command (FIFO among themselves).
+    ///
+    /// Stored rather than computed, like ``QueueSafeValue/wait``: reaching it from a value you hold
+    /// costs no reference-count traffic.
+    public let highestPriority: WaitCommands<Value>
+
+    /// Commands that run after every other pending command (FIFO among themselves).
+    public let lowestPriority: WaitCommands<Value>
+
     @usableFromInline
     init(storage: ValueStorage<Value>, timeout: DispatchTimeInterval?) {
         self.storage = storage
         self.timeout = timeout
+        highestPriority = WaitCommands(storage: storage, priority: .highest, timeout: timeout)
+        lowestPriority = WaitCommands(storage: storage, priority: .lowest, timeout: timeout)
     }
-
-    /// Commands that run before every other pending command (FIFO among themselves).
-    @inlinable
-    public var highestPriority: WaitCommands<Value> { priority(.highest) }
-
-    /// Commands that run after every other pending command (FIFO among themselves).
-    @inlinable
-    public var lowestPriority: WaitCommands<Value> { priority(.lowest) }
 
     /// Commands of the given priority: higher priorities run first, FIFO within a priority.
     @inlinable

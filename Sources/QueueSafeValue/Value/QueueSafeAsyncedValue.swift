@@ -15,21 +15,23 @@ public final class QueueSafeAsyncedValue<Value> {
 
     /// Wraps `value`; commands run their closures on `queue`.
     public init(value: Value, queue: DispatchQueue) {
-        storage = ValueStorage(value: value)
+        let storage = ValueStorage(value: value)
+        self.storage = storage
         self.queue = queue
+        highestPriority = DispatchCommands(storage: storage, queue: queue, priority: .highest)
+        lowestPriority = DispatchCommands(storage: storage, queue: queue, priority: .lowest)
     }
 
     deinit {
         storage.engine.close()
     }
 
-    /// Commands that run before every other pending command (FIFO among themselves).
-    @inlinable
-    public var highestPriority: DispatchCommands<Value> { priority(.highest) }
+    /// Commands that run before every other pending command (FIFO among themselves). Stored, so
+    /// reaching it costs no reference counting.
+    public let highestPriority: DispatchCommands<Value>
 
     /// Commands that run after every other pending command (FIFO among themselves).
-    @inlinable
-    public var lowestPriority: DispatchCommands<Value> { priority(.lowest) }
+    public let lowestPriority: DispatchCommands<Value>
 
     /// Commands of the given priority: higher priorities run first, FIFO within a priority.
     @inlinable

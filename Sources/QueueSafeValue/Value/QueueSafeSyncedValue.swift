@@ -13,28 +13,33 @@ public final class QueueSafeSyncedValue<Value> {
 
     /// Wraps `value`. Commands wait for their turn as long as it takes.
     public init(value: Value) {
-        storage = ValueStorage(value: value)
+        let storage = ValueStorage(value: value)
+        self.storage = storage
         timeout = nil
+        highestPriority = WaitCommands(storage: storage, priority: .highest, timeout: nil)
+        lowestPriority = WaitCommands(storage: storage, priority: .lowest, timeout: nil)
     }
 
     /// Wraps `value`. Every command gives up with ``QueueSafeValueError/timedOut`` if it has not
     /// started within `timeout` (and then never runs).
     public init(value: Value, timeout: DispatchTimeInterval) {
-        storage = ValueStorage(value: value)
+        let storage = ValueStorage(value: value)
+        self.storage = storage
         self.timeout = timeout
+        highestPriority = WaitCommands(storage: storage, priority: .highest, timeout: timeout)
+        lowestPriority = WaitCommands(storage: storage, priority: .lowest, timeout: timeout)
     }
 
     deinit {
         storage.engine.close()
     }
 
-    /// Commands that run before every other pending command (FIFO among themselves).
-    @inlinable
-    public var highestPriority: WaitCommands<Value> { priority(.highest) }
+    /// Commands that run before every other pending command (FIFO among themselves). Stored, so
+    /// reaching it costs no reference counting.
+    public let highestPriority: WaitCommands<Value>
 
     /// Commands that run after every other pending command (FIFO among themselves).
-    @inlinable
-    public var lowestPriority: WaitCommands<Value> { priority(.lowest) }
+    public let lowestPriority: WaitCommands<Value>
 
     /// Commands of the given priority: higher priorities run first, FIFO within a priority.
     @inlinable

@@ -28,19 +28,22 @@ import Dispatch
 public final class QueueSafeValue<Value> {
     @usableFromInline let storage: ValueStorage<Value>
 
+    /// Blocking commands: the calling thread waits for its turn and the closures run on it.
+    ///
+    /// A stored property (as are the schedule's `highestPriority` and `lowestPriority`), so the
+    /// idle path of `value.wait.highestPriority.set { … }` costs no reference counting: the
+    /// schedule holds the storage, which the container keeps alive while you hold the container.
+    public let wait: WaitSchedule<Value>
+
     /// Wraps `value`. The container owns it from now on; read and change it only through commands.
     public init(value: Value) {
         storage = ValueStorage(value: value)
+        wait = WaitSchedule(storage: storage, timeout: nil)
+        async = AwaitSchedule(storage: storage)
     }
 
     deinit {
         storage.engine.close()
-    }
-
-    /// Blocking commands: the calling thread waits for its turn and the closures run on it.
-    @inlinable
-    public var wait: WaitSchedule<Value> {
-        WaitSchedule(storage: storage, timeout: nil)
     }
 
     /// Blocking commands that give up with ``QueueSafeValueError/timedOut`` if they have not started
@@ -65,11 +68,8 @@ public final class QueueSafeValue<Value> {
     }
 
     /// Awaiting commands for Swift tasks: the task suspends for its turn, and closures may `await`
-    /// while they hold the value.
-    @inlinable
-    public var async: AwaitSchedule<Value> {
-        AwaitSchedule(storage: storage)
-    }
+    /// while they hold the value. A stored property, like ``wait``.
+    public let async: AwaitSchedule<Value>
 
     /// How many manual-completion closures (`done`) of this value's commands were released without
     /// being called. Each such command still ended; a growing count points at a code path that
