@@ -44,6 +44,7 @@ final class CommandEngine: @unchecked Sendable {
     init() {}
 
     deinit {
+        heap.releaseAll()
         state.deallocate()
         ownerThread.deallocate()
         taskSection.deallocate()

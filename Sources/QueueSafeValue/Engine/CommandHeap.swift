@@ -9,11 +9,18 @@
 /// entries are skipped when they surface and are swept out in one O(n) pass once they outnumber the
 /// live ones, so memory stays proportional to the live count.
 ///
-/// Not thread-safe: the engine uses it under its lock.
+/// Entries hold their command as an `Unmanaged` reference (retained on insert, released when it
+/// leaves), so sifting moves plain words instead of retaining and releasing at every level.
+///
+/// Not thread-safe: the engine uses it under its lock. Its owner calls ``releaseAll()`` before
+/// dropping it.
 struct CommandHeap {
     struct Entry {
         let key: UInt64
-        let command: PendingCommand
+        let reference: Unmanaged<PendingCommand>
+
+        /// The command, without touching its reference count.
+        var command: PendingCommand { reference.takeUnretainedValue() }
     }
 
     private var entries: [Entry] = []
@@ -36,7 +43,7 @@ struct CommandHeap {
     /// Adds a pending command whose `key` is already set.
     /// - Complexity: O(log n); O(1) on average when keys arrive in increasing order.
     mutating func insert(_ command: PendingCommand) {
-        entries.append(Entry(key: command.key, command: command))
+        entries.append(Entry(key: command.key, reference: .passRetained(command)))
         siftUp(entries.count - 1)
         checkInvariantsIfSmall()
     }
@@ -46,9 +53,10 @@ struct CommandHeap {
     mutating func popFirst() -> PendingCommand? {
         while let top = entries.first {
             removeTop()
-            if top.command.status == .pending {
+            let command = top.reference.takeRetainedValue()
+            if command.status == .pending {
                 checkInvariantsIfSmall()
-                return top.command
+                return command
             }
             deadCount -= 1
         }
@@ -75,8 +83,20 @@ struct CommandHeap {
         }
     }
 
+    /// Drops every entry, live or dead, releasing the commands. The heap is empty afterwards.
+    /// - Complexity: O(n)
+    mutating func releaseAll() {
+        for entry in entries { entry.reference.release() }
+        entries.removeAll()
+        deadCount = 0
+    }
+
     private mutating func compact() {
-        entries.removeAll { $0.command.status != .pending }
+        entries.removeAll { entry in
+            guard entry.command.status != .pending else { return false }
+            entry.reference.release()
+            return true
+        }
         deadCount = 0
         // Floyd's bottom-up construction.
         var index = entries.count / 2
