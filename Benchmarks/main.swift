@@ -1,40 +1,77 @@
-import Dispatch
 import Foundation
-import QueueSafeValue
 
-let v = QueueSafeValue(value: 0)
-let sem = DispatchSemaphore(value: 0)
-Task.detached {
-    let a = QueueSafeValue(value: 0)
-    await withTaskGroup(of: Void.self) { group in
-        for _ in 0..<200 {
-            group.addTask {
-                try! await a.async.highestPriority.set { v in
-                    let x = v
-                    await Task.yield()
-                    v = x + 1
-                }
-            }
-        }
-    }
-    print("await", try! await a.async.lowestPriority.get())
-    let cq = CommandQueue()
-    var tasks: [Task<Int, any Error>] = []
-    for i in 0..<1000 {
-        tasks.append(
-            cq.enqueue {
-                await Task.yield()
-                return i
-            })
-    }
-    var ok = true
-    for (i, t) in tasks.enumerated() { if try! await t.value != i { ok = false } }
-    print("cq", ok)
-    print(v.wait.highestPriority.set { _ in print("inner", v.wait.lowestPriority.get()) })
-    let r = try? await a.async.highestPriority.set { _ in
-        do { try await a.async.lowestPriority.get() } catch { print("nested", error) }
-    }
-    print(r as Any)
-    sem.signal()
+// Benchmarks for QueueSafeValue. See docs/Benchmarks.md, or run with --help.
+
+let options = Options.parse(Array(CommandLine.arguments.dropFirst()))
+
+#if DEBUG
+    // Written unbuffered, so it is the first thing in the output even when stdout is a pipe.
+    FileHandle.standardOutput.write(
+        Data(
+            """
+            NOTE: this is a debug build without optimization; its numbers are not representative.
+            For real numbers build for release: swift run -c release Benchmarks
+
+
+            """.utf8
+        )
+    )
+#endif
+
+let configuration = options.quick ? RunConfiguration.quick : RunConfiguration.full
+let allScenarios =
+    Baselines.all + BlockingScenarios.all + DispatchScenarios.all + AsyncScenarios.all + QueueDepthScenarios.all
+let scenarios = allScenarios.filter { scenario in
+    guard let filter = options.filter else { return true }
+    return scenario.name.localizedCaseInsensitiveContains(filter)
 }
-sem.wait()
+if scenarios.isEmpty {
+    printError("Benchmarks: no scenario name contains '\(options.filter ?? "")'. Scenarios:")
+    for scenario in allScenarios { printError("  \(scenario.name)") }
+    exit(2)
+}
+
+let loadBefore = Machine.loadAverage
+let runStarted = Clock.now()
+var results: [ScenarioResult] = []
+for (index, scenario) in scenarios.enumerated() {
+    let result = Harness.measure(scenario, configuration: configuration)
+    results.append(result)
+    printError(
+        "[\(index + 1)/\(scenarios.count)] \(result.name): \(Format.value(result)) "
+            + "\(result.unit == .bytes ? "per command" : "ns/op") (min–max \(Format.spread(result)), "
+            + "\(result.values.count) × \(Format.grouped(Double(result.operationsPerSample))) ops, "
+            + String(format: "%.1f s)", result.seconds)
+    )
+}
+let totalSeconds = Double(Clock.now() - runStarted) / 1e9
+let loadAfter = Machine.loadAverage
+
+print(Report.text(results))
+print("\nTotal run time " + String(format: "%.1f s", totalSeconds) + (options.quick ? " (--quick)." : "."))
+let processors = ProcessInfo.processInfo.activeProcessorCount
+print("\(processors) processors, \(Machine.cpuModel ?? "unknown CPU").", terminator: "")
+if let loadBefore, let loadAfter {
+    print(" 1-minute load average \(loadBefore) at the start, \(loadAfter) at the end.", terminator: "")
+}
+print()
+
+do {
+    if let path = options.jsonPath {
+        try Report.json(
+            results,
+            quick: options.quick,
+            totalSeconds: totalSeconds,
+            loadAverages: [loadBefore, loadAfter].compactMap { $0 }
+        )
+        .write(to: URL(fileURLWithPath: path))
+        printError("Wrote \(path)")
+    }
+    if let path = options.svgPath {
+        try Report.svg(results).write(toFile: path, atomically: true, encoding: .utf8)
+        printError("Wrote \(path)")
+    }
+} catch {
+    printError("Benchmarks: could not write output: \(error)")
+    exit(1)
+}

@@ -135,22 +135,23 @@ public final class CommandQueue: Sendable {
         let engine = self.engine
         let waiter = engine.reserveWaiter(priority: priority)
         let task = Task<T, any Error> {
-            try await engine.waitForTurn(waiter, isolation: nil)
+            // Everything below runs inline in the task: no intermediate async frames or executor
+            // switches, and no suspension at all when the turn has come by the time the task starts.
+            if !engine.isGranted(waiter) {
+                try await engine.waitForTurn(waiter, isolation: nil)
+            }
             if Task.isCancelled {
                 // Granted, but cancelled before the operation began: it never starts.
                 engine.release()
                 throw QueueSafeValueError.cancelled
             }
-            var outcome: Result<T, any Error>?
-            await engine.runInSection(isolation: nil) {
-                do {
-                    outcome = .success(try await operation())
-                } catch {
-                    outcome = .failure(error)
-                }
+            defer {
+                engine.leaveTaskSection()
+                engine.release()
             }
-            engine.release()
-            return try outcome!.get()
+            return try await CriticalSectionContext.sections.withValue(engine.enterTaskSection()) {
+                try await operation()
+            }
         }
         engine.attach(task, to: waiter)
         return task

@@ -291,6 +291,12 @@ final class CommandEngine: @unchecked Sendable {
         if statusIfSettled(waiter) != true { throw .cancelled }
     }
 
+    /// Whether `waiter` has been granted the section.
+    @usableFromInline
+    func isGranted(_ waiter: AwaitingWaiter) -> Bool {
+        statusIfSettled(waiter) == true
+    }
+
     /// `true` if granted, `false` if cancelled, `nil` while pending.
     private func statusIfSettled(_ waiter: AwaitingWaiter) -> Bool? {
         lock.lock()

@@ -1,0 +1,156 @@
+import Dispatch
+import Foundation
+
+// MARK: - Baselines
+
+/// The tools a user would otherwise reach for: a lock, a serial dispatch queue, an actor, a task.
+/// Every library scenario is compared with one of these.
+enum Baselines {
+    static var all: [Scenario] {
+        [lockUncontended, lockContended, syncUncontended, syncContended, asyncSerial, actorCall, taskCreateAwait]
+    }
+
+    static var lockUncontended: Scenario {
+        Scenario(
+            name: "lock uncontended",
+            summary: "NSLock lock, increment, unlock, one thread"
+        ) { operations in
+            let lock = NSLock()
+            let counter = Counter()
+            let elapsed = Clock.time {
+                for _ in 0..<operations {
+                    lock.lock()
+                    counter.value += 1
+                    lock.unlock()
+                }
+            }
+            check(counter.value == operations, "lock uncontended counted \(counter.value) of \(operations)")
+            return Sample(measured: Double(elapsed))
+        }
+    }
+
+    static var lockContended: Scenario {
+        Scenario(
+            name: "lock contended 2 threads",
+            summary: "NSLock lock, increment, unlock, from 2 threads at once",
+            timeWindowed: true
+        ) { window in
+            let lock = NSLock()
+            let counter = Counter()
+            let (elapsed, operations) = Concurrency.runThreads(2, for: UInt64(window)) { _, deadline in
+                Concurrency.repeatUntil(deadline) {
+                    lock.lock()
+                    counter.value += 1
+                    lock.unlock()
+                }
+            }
+            check(counter.value == operations, "lock contended counted \(counter.value) of \(operations)")
+            return Sample(measured: Double(elapsed), operations: operations)
+        }
+    }
+
+    static var syncUncontended: Scenario {
+        Scenario(
+            name: "DispatchQueue.sync uncontended",
+            summary: "sync on a serial queue, one thread"
+        ) { operations in
+            let queue = DispatchQueue(label: "bench.sync.uncontended")
+            let counter = Counter()
+            let elapsed = Clock.time {
+                for _ in 0..<operations {
+                    queue.sync { counter.value += 1 }
+                }
+            }
+            check(counter.value == operations, "DispatchQueue.sync counted \(counter.value) of \(operations)")
+            return Sample(measured: Double(elapsed))
+        }
+    }
+
+    static var syncContended: Scenario {
+        Scenario(
+            name: "DispatchQueue.sync contended 2 threads",
+            summary: "sync on a serial queue, from 2 threads at once",
+            timeWindowed: true
+        ) { window in
+            let queue = DispatchQueue(label: "bench.sync.contended")
+            let counter = Counter()
+            let (elapsed, operations) = Concurrency.runThreads(2, for: UInt64(window)) { _, deadline in
+                Concurrency.repeatUntil(deadline) {
+                    queue.sync { counter.value += 1 }
+                }
+            }
+            check(counter.value == operations, "DispatchQueue.sync contended counted \(counter.value) of \(operations)")
+            return Sample(measured: Double(elapsed), operations: operations)
+        }
+    }
+
+    static var asyncSerial: Scenario {
+        Scenario(
+            name: "DispatchQueue.async serial",
+            summary: "async onto a serial queue; timed until all blocks completed"
+        ) { operations in
+            let queue = DispatchQueue(label: "bench.async.serial")
+            let counter = Counter()
+            let allDone = DispatchSemaphore(value: 0)
+            let elapsed = Clock.time {
+                for _ in 0..<operations {
+                    queue.async {
+                        counter.value += 1
+                        if counter.value == operations { allDone.signal() }
+                    }
+                }
+                allDone.wait()
+            }
+            return Sample(measured: Double(elapsed))
+        }
+    }
+
+    static var actorCall: Scenario {
+        Scenario(
+            name: "actor call",
+            summary: "one await of an actor method from a task"
+        ) { operations in
+            let actor = CountingActor()
+            let elapsed = Concurrency.blockingAwait {
+                let start = Clock.now()
+                for _ in 0..<operations {
+                    await actor.increment()
+                }
+                let elapsed = Clock.now() - start
+                let count = await actor.count
+                check(count == operations, "actor call counted \(count) of \(operations)")
+                return elapsed
+            }
+            return Sample(measured: Double(elapsed))
+        }
+    }
+
+    static var taskCreateAwait: Scenario {
+        Scenario(
+            name: "Task create+await",
+            summary: "create an unstructured Task and await its value"
+        ) { operations in
+            let elapsed = Concurrency.blockingAwait {
+                var sum = 0
+                let start = Clock.now()
+                for index in 0..<operations {
+                    let task = Task { index }
+                    sum &+= await task.value
+                }
+                let elapsed = Clock.now() - start
+                check(sum == operations * (operations - 1) / 2, "Task create+await summed \(sum)")
+                return elapsed
+            }
+            return Sample(measured: Double(elapsed))
+        }
+    }
+}
+
+/// The actor of the `actor call` baseline.
+actor CountingActor {
+    private(set) var count = 0
+
+    func increment() {
+        count += 1
+    }
+}

@@ -1,0 +1,348 @@
+import Dispatch
+import Foundation
+
+// MARK: - Options
+
+/// The command line: which scenarios to run, how long, and where to write the results.
+struct Options {
+    var quick = false
+    var filter: String?
+    var jsonPath: String?
+    var svgPath: String?
+
+    static let usage = """
+        Usage: Benchmarks [--quick] [--filter TEXT] [--json PATH] [--svg PATH] [--help]
+
+        Measures QueueSafeValue against a lock, dispatch queues, an actor and plain tasks.
+        Each scenario runs a warm-up, then timed samples; the table reports the median ns/op,
+        ops/s and the min-max spread, and compares each library scenario with its baseline.
+
+          --quick        short samples, for CI (whole run under 30 s)
+          --filter TEXT  run only the scenarios whose name contains TEXT (case-insensitive)
+          --json PATH    write the results as JSON to PATH
+          --svg PATH     write a bar chart of the ratios to their baselines as SVG to PATH
+          --help         print this text
+
+        Build for release to get representative numbers: swift run -c release Benchmarks
+        """
+
+    /// Parses the arguments (without the program name). Prints usage and exits on `--help`, and on
+    /// an unknown or incomplete argument with status 2.
+    static func parse(_ arguments: [String]) -> Options {
+        var options = Options()
+        var remaining = arguments[...]
+        func value(for flag: String) -> String {
+            guard let next = remaining.popFirst() else { fail("\(flag) needs a value") }
+            return next
+        }
+        while let argument = remaining.popFirst() {
+            switch argument {
+            case "--quick": options.quick = true
+            case "--filter": options.filter = value(for: argument)
+            case "--json": options.jsonPath = value(for: argument)
+            case "--svg": options.svgPath = value(for: argument)
+            case "--help", "-h":
+                print(usage)
+                exit(0)
+            default: fail("unknown argument '\(argument)'")
+            }
+        }
+        return options
+    }
+
+    private static func fail(_ message: String) -> Never {
+        printError("Benchmarks: \(message)\n\n\(usage)")
+        exit(2)
+    }
+}
+
+/// How long each sample should take and how many of them to take.
+struct RunConfiguration {
+    /// Wall time one sample aims for.
+    let sampleNanoseconds: UInt64
+    /// Timed samples per scenario (at least 5).
+    let samples: Int
+    /// Untimed runs at the final sample size, after calibration.
+    let warmUps: Int
+
+    static let full = RunConfiguration(sampleNanoseconds: 25_000_000, samples: 21, warmUps: 2)
+    static let quick = RunConfiguration(sampleNanoseconds: 8_000_000, samples: 5, warmUps: 1)
+}
+
+// MARK: - Scenarios and samples
+
+/// What one sample measured.
+struct Sample {
+    /// For time scenarios the nanoseconds the timed part took; for memory scenarios the bytes.
+    var measured: Double
+    /// Extra per-op figures (for example the submit cost of a drain scenario), averaged by median.
+    var extras: [String: Double] = [:]
+    /// The operations performed, for a time-windowed scenario (which decides the count as it runs).
+    var operations: Int?
+}
+
+/// One named benchmark.
+struct Scenario {
+    enum Unit: String {
+        case nanoseconds = "ns/op"
+        case bytes = "bytes/command"
+    }
+
+    let name: String
+    let summary: String
+    var unit: Unit = .nanoseconds
+    /// Operation counts are multiples of this (a drain cycle's size, a thread count).
+    var granularity = 1
+    /// When set, every sample runs exactly this many operations and no calibration happens.
+    var fixedOperations: Int?
+    /// When set, warm-up runs use this many operations instead of the sample size.
+    var warmUpOperations: Int?
+    /// When set, at most this many samples (at least 5) even if the configuration asks for more.
+    var maximumSamples: Int?
+    /// When `true`, `run` receives a time window in nanoseconds instead of an operation count,
+    /// keeps every thread busy until the window has passed and reports the operations performed in
+    /// ``Sample/operations``. Used where threads contend: the sample lasts the same time whether the
+    /// threads overlap smoothly or convoy through the scheduler, so no calibration is needed.
+    var timeWindowed = false
+    /// Performs `operations` operations and returns what was measured for all of them together.
+    let run: (_ operations: Int) -> Sample
+}
+
+/// The outcome of one scenario: per-op values of every timed sample.
+struct ScenarioResult {
+    let name: String
+    let summary: String
+    let unit: Scenario.Unit
+    let operationsPerSample: Int
+    /// Per-operation values (ns/op or bytes/command), one per sample.
+    let values: [Double]
+    let extras: [String: Double]
+    let seconds: Double
+
+    var median: Double { Statistics.median(values) }
+    var minimum: Double { values.min() ?? 0 }
+    var maximum: Double { values.max() ?? 0 }
+    var operationsPerSecond: Double {
+        if unit == .bytes { return extras["drainOpsPerSecond"] ?? 0 }
+        return median > 0 ? 1e9 / median : 0
+    }
+}
+
+enum Statistics {
+    static func median(_ values: [Double]) -> Double {
+        guard !values.isEmpty else { return 0 }
+        let sorted = values.sorted()
+        let middle = sorted.count / 2
+        return sorted.count % 2 == 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
+    }
+}
+
+// MARK: - Measuring
+
+enum Harness {
+    /// Calibrates, warms up and samples one scenario.
+    static func measure(_ scenario: Scenario, configuration: RunConfiguration) -> ScenarioResult {
+        let started = Clock.now()
+        var operations = scenario.fixedOperations ?? scenario.granularity
+        if scenario.timeWindowed {
+            operations = Int(configuration.sampleNanoseconds)
+        } else if scenario.fixedOperations == nil {
+            operations = calibrate(scenario, target: Double(configuration.sampleNanoseconds))
+        }
+        let warmUpOperations = scenario.warmUpOperations ?? operations
+        for _ in 0..<configuration.warmUps { _ = scenario.run(warmUpOperations) }
+        var values: [Double] = []
+        var counts: [Double] = []
+        var extras: [String: [Double]] = [:]
+        let sampleCount = max(5, min(configuration.samples, scenario.maximumSamples ?? .max))
+        for _ in 0..<sampleCount {
+            let sample = scenario.run(operations)
+            let count = sample.operations ?? operations
+            values.append(sample.measured / Double(max(count, 1)))
+            counts.append(Double(count))
+            for (key, value) in sample.extras { extras[key, default: []].append(value) }
+        }
+        return ScenarioResult(
+            name: scenario.name,
+            summary: scenario.summary,
+            unit: scenario.unit,
+            operationsPerSample: Int(Statistics.median(counts)),
+            values: values,
+            extras: extras.mapValues(Statistics.median),
+            seconds: Double(Clock.now() - started) / 1e9
+        )
+    }
+
+    /// Finds the operation count whose sample takes about `target` nanoseconds. Grows the count
+    /// until a run takes a quarter of the target, then re-estimates at the estimated size until the
+    /// estimate settles, so one slow first run (thread pool start-up) does not fix a tiny count.
+    /// These runs double as the first warm-up.
+    private static func calibrate(_ scenario: Scenario, target: Double) -> Int {
+        let granularity = scenario.granularity
+        let limit = 1 << 30
+        var operations = granularity
+        var elapsed = max(scenario.run(operations).measured, 1)
+        while elapsed < target / 4 && operations < limit {
+            operations *= min(16, max(2, Int(target / 4 / elapsed)))
+            elapsed = max(scenario.run(operations).measured, 1)
+        }
+        for _ in 0..<4 {
+            let estimate = min(limit, roundUp(Int(Double(operations) * target / elapsed), to: granularity))
+            let settled = estimate <= operations * 2 && estimate * 2 >= operations
+            operations = estimate
+            if settled { break }
+            elapsed = max(scenario.run(operations).measured, 1)
+        }
+        return operations
+    }
+
+    private static func roundUp(_ value: Int, to multiple: Int) -> Int {
+        max(multiple, (value + multiple - 1) / multiple * multiple)
+    }
+}
+
+/// The monotonic clock the timings use.
+enum Clock {
+    @inline(__always)
+    static func now() -> UInt64 {
+        DispatchTime.now().uptimeNanoseconds
+    }
+
+    /// Runs `body` and returns the nanoseconds it took.
+    @inline(__always)
+    static func time(_ body: () -> Void) -> UInt64 {
+        let start = now()
+        body()
+        return now() - start
+    }
+}
+
+// MARK: - Concurrency helpers
+
+/// A mutable integer shared between threads, queues or tasks whose accesses are already serialized
+/// by the thing being measured (a lock, a serial queue, a QueueSafeValue's critical section).
+final class Counter: @unchecked Sendable {
+    var value = 0
+}
+
+/// A box for a result produced on another thread and read after a semaphore wait.
+final class Mailbox<T>: @unchecked Sendable {
+    var value: T?
+}
+
+enum Concurrency {
+    /// Starts `count` threads that each wait at a start barrier, releases them together and keeps
+    /// them running `body(threadIndex, deadline)` until `window` nanoseconds after the release; each
+    /// returns how many operations it performed.
+    /// - Returns: the nanoseconds from the release until every thread has finished, and the total
+    ///   operations.
+    static func runThreads(
+        _ count: Int,
+        for window: UInt64,
+        _ body: @escaping @Sendable (_ index: Int, _ deadline: UInt64) -> Int
+    ) -> (elapsed: UInt64, operations: Int) {
+        let ready = DispatchSemaphore(value: 0)
+        let start = DispatchSemaphore(value: 0)
+        let finished = DispatchGroup()
+        let deadline = Mailbox<UInt64>()
+        let counts = Mailbox<[Int]>()
+        counts.value = Array(repeating: 0, count: count)
+        let countsLock = NSLock()
+        for index in 0..<count {
+            finished.enter()
+            let thread = Thread {
+                ready.signal()
+                start.wait()
+                let performed = body(index, deadline.value!)
+                countsLock.withLock { counts.value![index] = performed }
+                finished.leave()
+            }
+            thread.stackSize = 1 << 20
+            thread.start()
+        }
+        for _ in 0..<count { ready.wait() }
+        let begin = Clock.now()
+        deadline.value = begin + window
+        for _ in 0..<count { start.signal() }
+        finished.wait()
+        return (Clock.now() - begin, counts.value!.reduce(0, +))
+    }
+
+    /// Repeats `operation` in batches of 64 until `deadline` has passed (the clock is read once per
+    /// batch) and returns how many times it ran.
+    @inline(__always)
+    static func repeatUntil(_ deadline: UInt64, _ operation: () -> Void) -> Int {
+        var performed = 0
+        repeat {
+            for _ in 0..<64 { operation() }
+            performed += 64
+        } while Clock.now() < deadline
+        return performed
+    }
+
+    /// Runs `body` in a detached task (off the main actor, which the calling thread may be running)
+    /// and blocks the calling thread until it returns.
+    static func blockingAwait<T: Sendable>(_ body: @escaping @Sendable () async -> T) -> T {
+        let mailbox = Mailbox<T>()
+        let done = DispatchSemaphore(value: 0)
+        Task.detached {
+            mailbox.value = await body()
+            done.signal()
+        }
+        done.wait()
+        return mailbox.value!
+    }
+}
+
+// MARK: - Checks
+
+/// Stops the run when a scenario's work did not happen as expected: a lost update is a library bug,
+/// not something to average away.
+func check(_ condition: @autoclosure () -> Bool, _ message: @autoclosure () -> String) {
+    if !condition() {
+        printError("Benchmarks: check failed: \(message())")
+        exit(1)
+    }
+}
+
+func printError(_ text: String) {
+    FileHandle.standardError.write(Data((text + "\n").utf8))
+}
+
+// MARK: - Machine
+
+/// What the results depend on besides the code: processor and load.
+enum Machine {
+    /// The CPU model named in `/proc/cpuinfo`, or `nil` where there is none.
+    static var cpuModel: String? {
+        guard let info = try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8) else { return nil }
+        for line in info.split(separator: "\n") where line.hasPrefix("model name") {
+            return line.split(separator: ":", maxSplits: 1).last?.trimmingCharacters(in: .whitespaces)
+        }
+        return nil
+    }
+
+    /// The 1-minute load average from `/proc/loadavg`, or `nil` where there is none. Above the
+    /// processor count it means other processes competed for the CPUs during the run.
+    static var loadAverage: Double? {
+        guard let text = try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8) else { return nil }
+        return text.split(separator: " ").first.flatMap { Double($0) }
+    }
+}
+
+/// A small deterministic generator (SplitMix64) for reproducible "random" priorities.
+struct SplitMix64 {
+    private var state: UInt64
+
+    init(seed: UInt64) {
+        state = seed
+    }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
