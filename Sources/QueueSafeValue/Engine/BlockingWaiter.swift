@@ -28,6 +28,9 @@ final class BlockingWaiter: PendingCommand, @unchecked Sendable {
     /// How many times a waiter polls before it parks: a few microseconds, longer than a typical
     /// short critical section and shorter than a futex sleep and wake-up.
     static let spinLimit = 200
+    /// Every this many polls the spinning waiter yields its CPU (`sched_yield`), so a holder that
+    /// was descheduled on the same CPU gets to finish instead of waiting for the spin to run out.
+    static let yieldEvery = 16
 
     private let word = AtomicWord(BlockingWaiter.waiting)
     private let semaphore = DispatchSemaphore(value: 0)
@@ -76,9 +79,14 @@ final class BlockingWaiter: PendingCommand, @unchecked Sendable {
     /// ``CommandEngine/abandon(_:)``.
     /// - Returns: `nil` when granted, `.timedOut` when the deadline passed first.
     func waitForGrant(engine: CommandEngine, deadline: DispatchTime?) -> QueueSafeValueError? {
-        for _ in 0..<Self.spinLimit {
+        for round in 1...Self.spinLimit {
             if word.loadAcquire() == Self.granted { return nil }
-            cpuRelax()
+            if round % Self.yieldEvery == 0 {
+                // The holder may be waiting for this CPU: let it run rather than burn the slice.
+                sched_yield()
+            } else {
+                cpuRelax()
+            }
         }
         guard word.compareExchange(expected: Self.waiting, desired: Self.parked) else {
             return nil  // granted while we were about to park
