@@ -78,27 +78,41 @@ final class DispatchedCommand<Value>: PendingCommand, CompletionTarget, @uncheck
     }
 
     /// Runs on `queue`: this command, then any granted successors for the same queue.
+    ///
+    /// A successor runs inline only after a command that delivers nothing once it released the
+    /// value. A command with a completion (or a `map` delivery) starts its successor first and only
+    /// then delivers: the delivery may wait for that successor (a blocking command on the same
+    /// value, or work on another queue), and on a concurrent queue running the successor behind the
+    /// delivery on this thread would deadlock where a plain dispatch would not.
     private func runBatch() {
         var current: PendingCommand = self
         var budget = Self.batchLimit
         while let command = current as? DispatchedCommand<Value> {
-            guard let next = command.execute() else { return }
+            let (next, delivery) = command.execute()
             budget -= 1
-            if budget > 0, next.targetQueue === queue {
-                current = next
-            } else {
+            if let delivery {
+                next?.start()
+                delivery()
+                return
+            }
+            guard let next else { return }
+            guard budget > 0, next.targetQueue === queue else {
                 next.start()
                 return
             }
+            current = next
         }
         // A granted successor of another value type on the same queue.
         current.start()
     }
 
+    /// What runs after the command released the value: its completion or `map` delivery.
+    private typealias Delivery = () -> Void
+
     /// Runs the command on its queue while it holds the section.
-    /// - Returns: the next granted command if this one released the section, or `nil` if there is
-    ///   none or the release is left to a manual completion.
-    private func execute() -> PendingCommand? {
+    /// - Returns: the next granted command if this one released the section (`nil` if there is
+    ///   none or the release is left to a manual completion), and the delivery to run after it.
+    private func execute() -> (next: PendingCommand?, delivery: Delivery?) {
         let engine = storage.engine
         engine.setOwnerThread(currentThreadID())
         switch operation {
@@ -111,9 +125,7 @@ final class DispatchedCommand<Value>: PendingCommand, CompletionTarget, @uncheck
         case .map(let transform):
             let deliver = transform(.success(storage.pointer.pointee))
             engine.setOwnerThread(0)
-            let next = engine.releaseReturningNext()
-            deliver()
-            return next
+            return (engine.releaseReturningNext(), deliver)
         case .readManual(let body):
             let value = storage.pointer.pointee
             return executeManual { done in body(.success(value), done) }
@@ -121,40 +133,39 @@ final class DispatchedCommand<Value>: PendingCommand, CompletionTarget, @uncheck
             return executeManual { done in body(&storage.pointer.pointee, done) }
         }
         engine.setOwnerThread(0)
-        let result = completion == nil ? nil : storage.pointer.pointee
-        let next = engine.releaseReturningNext()
-        if let completion, let result { completion(.success(result)) }
-        return next
+        return releaseAndPrepareDelivery()
     }
 
-    private func executeManual(_ body: (@escaping CommandCompletionClosure) -> Void) -> PendingCommand? {
+    private func executeManual(
+        _ body: (@escaping CommandCompletionClosure) -> Void
+    ) -> (next: PendingCommand?, delivery: Delivery?) {
         let parties = AtomicWord(2)
         remainingParties = parties
         CompletionToken.withCompletion(target: self, engine: storage.engine, body)
         storage.engine.setOwnerThread(0)
-        guard parties.fetchAdd(-1) == 1 else { return nil }  // the completion will finish
-        return finishManual()
+        guard parties.fetchAdd(-1) == 1 else { return (nil, nil) }  // the completion will finish
+        return releaseAndPrepareDelivery()
     }
 
-    /// Both parties arrived: read the result, release, deliver.
-    private func finishManual() -> PendingCommand? {
-        let result = completion == nil ? nil : storage.pointer.pointee
-        let next = storage.engine.releaseReturningNext()
-        if let completion, let result { completion(.success(result)) }
-        return next
+    /// Reads the result for the completion (while the section is still held), releases the section
+    /// and returns the next granted command with the completion's delivery.
+    private func releaseAndPrepareDelivery() -> (next: PendingCommand?, delivery: Delivery?) {
+        guard let completion else { return (storage.engine.releaseReturningNext(), nil) }
+        let result = storage.pointer.pointee
+        return (storage.engine.releaseReturningNext(), { completion(.success(result)) })
     }
 
-    /// The manual completion arrived on some thread (possibly not `queue`).
+    /// The manual completion arrived on some thread (possibly not `queue`): release, hand off, and
+    /// deliver the completion on `queue`.
     func completionArrived() {
         guard let parties = remainingParties, parties.fetchAdd(-1) == 1 else { return }
         // The closure has returned already; we are on the completion caller's thread.
-        let result = completion == nil ? nil : storage.pointer.pointee
-        let next = storage.engine.releaseReturningNext()
-        if let completion, let result {
-            let box = UncheckedSendable(result)
-            queue.async { completion(.success(box.value)) }
-        }
+        let (next, delivery) = releaseAndPrepareDelivery()
         next?.start()
+        if let delivery {
+            let box = UncheckedSendable(delivery)
+            queue.async { box.value() }
+        }
     }
 
     /// Reports a command that never ran: closures that receive a `Result` get the failure; access
