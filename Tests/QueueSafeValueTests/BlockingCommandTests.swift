@@ -1,0 +1,307 @@
+import Dispatch
+import Foundation
+import XCTest
+
+@testable import QueueSafeValue
+
+final class BlockingCommandTests: XCTestCase {
+    // MARK: Results of each command
+
+    func test_get_returnsCurrentValue() {
+        let value = QueueSafeValue(value: 42)
+        XCTAssertEqual(value.wait.lowestPriority.get(), .success(42))
+        XCTAssertEqual(value.wait.highestPriority.get(), .success(42))
+        XCTAssertEqual(value.wait.priority(.medium).get(), .success(42))
+    }
+
+    func test_setNewValue_replacesValue_andReturnsIt() {
+        let value = QueueSafeValue(value: "old")
+        XCTAssertEqual(value.wait.highestPriority.set(newValue: "new"), .success("new"))
+        XCTAssertEqual(value.wait.lowestPriority.get(), .success("new"))
+    }
+
+    func test_setWithAccessClosure_mutatesInPlace_andReturnsUpdatedValue() {
+        let value = QueueSafeValue(value: [1, 2])
+        XCTAssertEqual(value.wait.lowestPriority.set { $0.append(3) }, .success([1, 2, 3]))
+        XCTAssertEqual(value.wait.lowestPriority.set { $0.removeFirst() }, .success([2, 3]))
+        XCTAssertEqual(value.wait.lowestPriority.get(), .success([2, 3]))
+    }
+
+    func test_getWithCommandClosure_passesCurrentValue_once() {
+        let value = QueueSafeValue(value: 7)
+        var received: [Result<Int, QueueSafeValueError>] = []
+        value.wait.lowestPriority.get { received.append($0) }
+        XCTAssertEqual(received, [.success(7)])
+    }
+
+    func test_map_returnsTransformedValue_andLeavesValueUnchanged() {
+        let value = QueueSafeValue(value: 21)
+        XCTAssertEqual(value.wait.lowestPriority.map { $0 * 2 }, .success(42))
+        XCTAssertEqual(value.wait.highestPriority.map { "\($0)" }, .success("21"))
+        XCTAssertEqual(value.wait.priority(.low).map { Optional($0) }, .success(21))
+        XCTAssertEqual(value.wait.lowestPriority.get(), .success(21))
+    }
+
+    func test_syncedValue_commandsMatchWaitCommandsOfPlainValue() {
+        let synced = QueueSafeSyncedValue(value: 1)
+        XCTAssertEqual(synced.lowestPriority.get(), .success(1))
+        XCTAssertEqual(synced.highestPriority.set(newValue: 2), .success(2))
+        XCTAssertEqual(synced.priority(.medium).set { $0 += 3 }, .success(5))
+        XCTAssertEqual(synced.lowestPriority.map { $0 * 10 }, .success(50))
+        XCTAssertEqual(
+            synced.highestPriority.set { value, done in
+                value += 1
+                done()
+            }, .success(6))
+    }
+
+    // MARK: Nil closures
+
+    func test_nilClosures_failWithCommandClosureDeallocated_andLeaveValueUntouched() {
+        let value = QueueSafeValue(value: 5)
+        let access: ((inout Int) -> Void)? = nil
+        let manualAccess: ((inout Int, @escaping CommandCompletionClosure) -> Void)? = nil
+        let transform: ((Int) -> String)? = nil
+        XCTAssertEqual(value.wait.lowestPriority.set(completion: access), .failure(.commandClosureDeallocated))
+        XCTAssertEqual(
+            value.wait.lowestPriority.set(manualCompletion: manualAccess), .failure(.commandClosureDeallocated))
+        XCTAssertEqual(value.wait.lowestPriority.map(completion: transform), .failure(.commandClosureDeallocated))
+        // The `get` forms have nothing to report to: they return without touching the value.
+        value.wait.lowestPriority.get(completion: nil)
+        value.wait.lowestPriority.get(manualCompletion: nil)
+
+        let synced = QueueSafeSyncedValue(value: 5)
+        XCTAssertEqual(synced.highestPriority.set(completion: access), .failure(.commandClosureDeallocated))
+        XCTAssertEqual(synced.highestPriority.map(completion: transform), .failure(.commandClosureDeallocated))
+
+        // Nothing was left holding the value: the next commands run at once and see it unchanged.
+        XCTAssertEqual(value.waitBounded.lowestPriority.get(), .success(5))
+        XCTAssertEqual(synced.lowestPriority.get(), .success(5))
+        XCTAssertEqual(value.storage.engine.pendingCount, 0)
+    }
+
+    // MARK: Threads
+
+    func test_idleValue_runsClosureOnCallingThread() {
+        let value = QueueSafeValue(value: 0)
+        let caller = pthread_self()
+        var sameThread: [Bool] = []
+        value.wait.lowestPriority.set { _ in sameThread.append(pthread_equal(pthread_self(), caller) != 0) }
+        value.wait.lowestPriority.get { _ in sameThread.append(pthread_equal(pthread_self(), caller) != 0) }
+        _ = value.wait.lowestPriority.map { _ in sameThread.append(pthread_equal(pthread_self(), caller) != 0) }
+        value.wait.lowestPriority.get { _, done in
+            sameThread.append(pthread_equal(pthread_self(), caller) != 0)
+            done()
+        }
+        XCTAssertEqual(sameThread, [true, true, true, true])
+    }
+
+    func test_contendedValue_runsWaitersClosureOnWaitersOwnThread() {
+        let value = QueueSafeValue(value: 0)
+        let holder = SectionHolder(value)
+        let onOwnThread = Locked<Bool?>(nil)
+        let threads = ThreadGroup()
+        threads.spawn {
+            let me = pthread_self()
+            value.wait.lowestPriority.set { _ in onOwnThread.set(pthread_equal(pthread_self(), me) != 0) }
+        }
+        waitForPending(value.storage.engine, count: 1)
+        holder.release()
+        threads.join()
+        XCTAssertEqual(onOwnThread.value, true)
+    }
+
+    func test_blockingCommand_returnsOnlyAfterItsClosureRan_whenItHadToWait() {
+        let value = QueueSafeValue(value: 0)
+        let holder = SectionHolder(value)
+        let returned = Locked<Result<Int, QueueSafeValueError>?>(nil)
+        let threads = ThreadGroup()
+        threads.spawn { returned.set(value.wait.lowestPriority.set { $0 += 1 }) }
+        waitForPending(value.storage.engine, count: 1)
+        sleepBriefly()
+        XCTAssertNil(returned.value, "a blocked command returned while the value was held")
+        holder.release()
+        threads.join()
+        XCTAssertEqual(returned.value, .success(1))
+    }
+
+    // MARK: Order
+
+    func test_blockedThreads_runInPriorityOrder_FIFOWithinPriority() {
+        let priorities: [CommandPriority] = [
+            .low, .high, .low, .medium, .highest, .high, .lowest, .low, CommandPriority(rawValue: 200), .medium,
+            .high, .highest, .lowest, CommandPriority(rawValue: 1), .medium,
+        ]
+        let value = QueueSafeValue(value: [Int]())
+        let order = Recorder<Int>()
+        let holder = SectionHolder(value)
+        let threads = ThreadGroup()
+        for (index, priority) in priorities.enumerated() {
+            threads.spawn {
+                // Every command form, in turn, so they all take part in the same order.
+                let commands = value.wait.priority(priority)
+                switch index % 5 {
+                case 0:
+                    commands.set { value in
+                        value.append(index)
+                        order.append(index)
+                    }
+                case 1:
+                    commands.get { _ in order.append(index) }
+                case 2:
+                    _ = commands.map { _ in order.append(index) }
+                case 3:
+                    commands.get { _, done in
+                        order.append(index)
+                        done()
+                    }
+                default:
+                    commands.set { value, done in
+                        value.append(index)
+                        order.append(index)
+                        done()
+                    }
+                }
+            }
+            // Each thread is in the queue before the next one starts: issue order is known.
+            guard waitForPending(value.storage.engine, count: index + 1) else { break }
+        }
+        holder.release()
+        threads.join()
+        XCTAssertEqual(order.snapshot, expectedRunOrder(priorities))
+        let writers = expectedRunOrder(priorities).filter { $0 % 5 == 0 || $0 % 5 == 4 }
+        XCTAssertEqual(value.waitBounded.lowestPriority.get(), .success(writers))
+        XCTAssertEqual(value.storage.engine.pendingCount, 0)
+    }
+
+    func test_syncedValue_blockedThreads_runInPriorityOrder_FIFOWithinPriority() {
+        let priorities: [CommandPriority] = [.lowest, .highest, .lowest, .highest, .medium, .lowest, .medium]
+        let synced = QueueSafeSyncedValue(value: [Int]())
+        let holderDone = Locked<CommandCompletionClosure?>(nil)
+        let held = DispatchSemaphore(value: 0)
+        let threads = ThreadGroup()
+        threads.spawn {
+            synced.highestPriority.get { _, done in
+                holderDone.set(done)
+                held.signal()
+            }
+        }
+        waitOrFail(held, "the holder")
+        for (index, priority) in priorities.enumerated() {
+            threads.spawn { synced.priority(priority).set { $0.append(index) } }
+            guard waitForPending(synced.storage.engine, count: index + 1) else { break }
+        }
+        holderDone.withLock { done in
+            done?()
+            done = nil
+        }
+        threads.join()
+        XCTAssertEqual(synced.lowestPriority.get(), .success(expectedRunOrder(priorities)))
+    }
+
+    func test_runningCommand_isNotPreempted_byHigherPriorityArrivals() {
+        let value = QueueSafeValue(value: [String]())
+        let entered = DispatchSemaphore(value: 0)
+        let proceed = DispatchSemaphore(value: 0)
+        let threads = ThreadGroup()
+        threads.spawn {
+            value.wait.lowestPriority.set { log in
+                log.append("low begins")
+                entered.signal()
+                proceed.wait()
+                log.append("low ends")
+            }
+        }
+        waitOrFail(entered, "the low-priority command to start")
+        threads.spawn { value.wait.highestPriority.set { $0.append("highest") } }
+        waitForPending(value.storage.engine, count: 1)
+        proceed.signal()
+        threads.join()
+        XCTAssertEqual(value.waitBounded.lowestPriority.get(), .success(["low begins", "low ends", "highest"]))
+    }
+
+    // MARK: Contention
+
+    func test_concurrentBlockingCommands_neverOverlap_andLoseNoUpdate() {
+        let threadCount = 6
+        let perThread = TestEnvironment.iterations(1_000, sanitized: 600)
+        let value = QueueSafeValue(value: 0)
+        let probe = SectionProbe()
+        let threads = ThreadGroup()
+        for thread in 0..<threadCount {
+            threads.spawn {
+                for step in 0..<perThread {
+                    let commands = value.wait.priority(allTestPriorities[(thread + step) % allTestPriorities.count])
+                    switch step % 4 {
+                    case 0:
+                        commands.set { counter in
+                            probe.enter()
+                            counter += 1
+                            probe.leave()
+                        }
+                    case 1:
+                        commands.set { counter, done in
+                            probe.enter()
+                            counter += 1
+                            probe.leave()
+                            done()
+                        }
+                    case 2:
+                        _ = commands.map { _ in probe.pass() }
+                        commands.set { counter in
+                            probe.enter()
+                            counter += 1
+                            probe.leave()
+                        }
+                    default:
+                        commands.get { _ in probe.pass() }
+                        commands.set { counter in
+                            probe.enter()
+                            counter += 1
+                            probe.leave()
+                        }
+                    }
+                }
+            }
+        }
+        threads.join()
+        XCTAssertEqual(probe.maximumInside, 1, "two closures ran inside the critical section at once")
+        XCTAssertEqual(value.waitBounded.lowestPriority.get(), .success(threadCount * perThread))
+    }
+
+    func test_blockingSetResults_reportTheValueTheirOwnCommandLeft_underContention() {
+        // Each command adds 1, so the k-th command to run returns k: every number from 1 to n
+        // exactly once, whatever the interleaving.
+        let threadCount = 4
+        let perThread = TestEnvironment.iterations(1_000, sanitized: 500)
+        let value = QueueSafeValue(value: 0)
+        let reported = Recorder<Int>()
+        let threads = ThreadGroup()
+        for thread in 0..<threadCount {
+            threads.spawn {
+                for step in 0..<perThread {
+                    let commands = value.wait.priority(allTestPriorities[(thread + step) % allTestPriorities.count])
+                    let result: Result<Int, QueueSafeValueError>
+                    switch step % 3 {
+                    case 0:
+                        result = commands.set { $0 += 1 }
+                    case 1:
+                        result = commands.set { counter, done in
+                            counter += 1
+                            DispatchQueue.global().async { done() }
+                        }
+                    default:
+                        result = commands.set { counter, done in
+                            done()
+                            counter += 1
+                        }
+                    }
+                    reported.append((try? result.get()) ?? -1)
+                }
+            }
+        }
+        threads.join()
+        XCTAssertEqual(reported.snapshot.sorted(), Array(1...(threadCount * perThread)))
+    }
+
+}

@@ -1,0 +1,194 @@
+import Dispatch
+import Foundation
+import XCTest
+
+@testable import QueueSafeValue
+
+final class LifetimeTests: XCTestCase {
+    // MARK: No retain of the container
+
+    func test_schedulersAndCommandValues_doNotRetainContainer() {
+        var value: QueueSafeValue<Int>? = QueueSafeValue(value: 1)
+        weak let weakValue = value
+        let waitSchedule = value!.wait
+        let timedSchedule = value!.wait(timeout: .seconds(1))
+        let waitCommands = value!.wait.highestPriority
+        let dispatchSchedule = value!.async(performIn: .global())
+        let qosSchedule = value!.async(performIn: .utility)
+        let dispatchCommands = value!.async(performIn: .global()).lowestPriority
+        let awaitSchedule = value!.async
+        let awaitCommands = value!.async.priority(.medium)
+        value = nil
+        XCTAssertNil(weakValue, "a scheduler or command value kept the container alive")
+        // The schedulers are still usable (and now report the release).
+        XCTAssertEqual(waitSchedule.lowestPriority.get(), .failure(.valueContainerDeinited))
+        XCTAssertEqual(timedSchedule.lowestPriority.get(), .failure(.valueContainerDeinited))
+        XCTAssertEqual(waitCommands.get(), .failure(.valueContainerDeinited))
+        withExtendedLifetime((dispatchSchedule, qosSchedule, dispatchCommands, awaitSchedule, awaitCommands)) {}
+    }
+
+    func test_syncedAndAsyncedValueCommands_doNotRetainContainer() {
+        var synced: QueueSafeSyncedValue<Int>? = QueueSafeSyncedValue(value: 1)
+        weak let weakSynced = synced
+        let syncedCommands = synced!.highestPriority
+        synced = nil
+        XCTAssertNil(weakSynced)
+        XCTAssertEqual(syncedCommands.get(), .failure(.valueContainerDeinited))
+
+        var asynced: QueueSafeAsyncedValue<Int>? = QueueSafeAsyncedValue(value: 1, queue: .global())
+        weak let weakAsynced = asynced
+        let asyncedCommands = asynced!.lowestPriority
+        asynced = nil
+        XCTAssertNil(weakAsynced)
+        let finished = DispatchSemaphore(value: 0)
+        asyncedCommands.get { result in
+            XCTAssertEqual(result, .failure(.valueContainerDeinited))
+            finished.signal()
+        }
+        waitOrFail(finished)
+    }
+
+    func test_runningCommand_doesNotRetainContainer() {
+        // Only the storage is kept for a command that is running: the container goes away at once.
+        var value: QueueSafeValue<Int>? = QueueSafeValue(value: 1)
+        weak let weakValue = value
+        let storedDone = Locked<CommandCompletionClosure?>(nil)
+        let entered = DispatchSemaphore(value: 0)
+        value!.async(performIn: .global()).lowestPriority.get { _, done in
+            storedDone.set(done)
+            entered.signal()
+        }
+        waitOrFail(entered)
+        value = nil
+        XCTAssertNil(weakValue)
+        storedDone.value?()
+    }
+
+    // MARK: Commands on a released container
+
+    func test_blockingCommands_onReleasedContainer_failWithValueContainerDeinited_andRunNoClosure() {
+        var value: QueueSafeValue<Int>? = QueueSafeValue(value: 1)
+        let commands = value!.wait.lowestPriority
+        let timed = value!.wait(timeout: .seconds(30)).highestPriority
+        value = nil
+
+        var accessRan = false
+        var received: [Result<Int, QueueSafeValueError>] = []
+        XCTAssertEqual(commands.get(), .failure(.valueContainerDeinited))
+        XCTAssertEqual(timed.get(), .failure(.valueContainerDeinited))
+        XCTAssertEqual(commands.set(newValue: 2), .failure(.valueContainerDeinited))
+        XCTAssertEqual(commands.set { _ in accessRan = true }, .failure(.valueContainerDeinited))
+        XCTAssertEqual(
+            commands.set { _, done in
+                accessRan = true
+                done()
+            }, .failure(.valueContainerDeinited))
+        XCTAssertEqual(commands.map { _ in accessRan = true }.map { _ in 0 }, .failure(.valueContainerDeinited))
+        commands.get { received.append($0) }
+        commands.get { result, done in
+            received.append(result)
+            done()  // a no-op, harmless to call
+            done()
+        }
+        XCTAssertFalse(accessRan, "an access closure ran on a released container")
+        XCTAssertEqual(received, [.failure(.valueContainerDeinited), .failure(.valueContainerDeinited)])
+    }
+
+    func test_dispatchCommands_onReleasedContainer_deliverFailureOnQueue_andRunNoAccessClosure() {
+        let queue = TaggedQueue(label: "released")
+        var value: QueueSafeValue<Int>? = QueueSafeValue(value: 1)
+        let commands = value!.async(performIn: queue.queue).highestPriority
+        value = nil
+
+        let accessRan = Locked(false)
+        let failures = Recorder<(String, QueueSafeValueError?, Bool)>()
+        let group = DispatchGroup()
+        func report(_ name: String) -> @Sendable (Result<Int, QueueSafeValueError>) -> Void {
+            group.enter()
+            return { result in
+                if case .failure(let error) = result {
+                    failures.append((name, error, queue.isCurrent))
+                } else {
+                    failures.append((name, nil, queue.isCurrent))
+                }
+                group.leave()
+            }
+        }
+        commands.get(completion: report("get"))
+        let manualGet = report("get manual")
+        commands.get { result, done in
+            manualGet(result)
+            done()
+        }
+        commands.set(newValue: 2, completion: report("set newValue"))
+        commands.set(accessClosure: { _ in accessRan.set(true) }, completion: report("set access"))
+        commands.set(
+            manualCompletion: { _, done in
+                accessRan.set(true)
+                done()
+            }, completion: report("set manual"))
+        let mapped = report("map")
+        commands.map { _ in
+            accessRan.set(true)
+        } completion: { result in
+            mapped(result.map { _ in 0 })
+        }
+        waitOrFail(group)
+
+        XCTAssertFalse(accessRan.value, "an access closure or transform ran on a released container")
+        let byName = Dictionary(uniqueKeysWithValues: failures.snapshot.map { ($0.0, ($0.1, $0.2)) })
+        XCTAssertEqual(byName.count, 6)
+        for (name, outcome) in byName {
+            XCTAssertEqual(outcome.0, .valueContainerDeinited, name)
+            XCTAssertTrue(outcome.1, "\(name): the failure was not delivered on the command's queue")
+        }
+    }
+
+    // MARK: Commands queued before the release
+
+    func test_commandsQueuedBeforeRelease_completeNormally_andLaterOnesFail() {
+        var value: QueueSafeValue<[String]>? = QueueSafeValue(value: [])
+        weak let weakValue = value
+        let holder = SectionHolder(value!)
+        let dispatchCommands = value!.async(performIn: DispatchQueue(label: "queued")).lowestPriority
+        let waitCommands = value!.wait.lowestPriority
+        let results = Recorder<Result<[String], QueueSafeValueError>>()
+        let group = DispatchGroup()
+        group.enter()
+        dispatchCommands.set {
+            $0.append("dispatch")
+        } completion: { result in
+            results.append(result)
+            group.leave()
+        }
+        let threads = ThreadGroup()
+        threads.spawn { results.append(waitCommands.set { $0.append("blocking") }) }
+        waitForPending(value!.storage.engine, count: 2)
+
+        value = nil
+        XCTAssertNil(weakValue, "queued commands kept the container alive")
+        XCTAssertEqual(waitCommands.get(), .failure(.valueContainerDeinited), "a new command ran after the release")
+
+        holder.release()
+        threads.join()
+        waitOrFail(group)
+        XCTAssertEqual(results.snapshot, [.success(["dispatch"]), .success(["dispatch", "blocking"])])
+        XCTAssertEqual(waitCommands.get(), .failure(.valueContainerDeinited))
+    }
+
+    func test_wrappedValue_isReleased_onceContainerAndCommandsAreGone() {
+        final class Tracked: Sendable {
+            let deinited: Locked<Bool>
+            init(_ deinited: Locked<Bool>) { self.deinited = deinited }
+            deinit { deinited.set(true) }
+        }
+        let deinited = Locked(false)
+        var value: QueueSafeValue<Tracked>? = QueueSafeValue(value: Tracked(deinited))
+        let finished = DispatchSemaphore(value: 0)
+        value!.async(performIn: .global()).lowestPriority.get { _ in finished.signal() }
+        value!.wait.lowestPriority.get { _ in }
+        waitOrFail(finished)
+        value = nil
+        expectEventually("the wrapped value to be released") { deinited.value }
+    }
+}

@@ -1,0 +1,338 @@
+import Dispatch
+import Foundation
+import XCTest
+
+@testable import QueueSafeValue
+
+final class ManualCompletionTests: XCTestCase {
+    // MARK: Held until done
+
+    func test_dispatchManualCompletion_holdsValueUntilDoneIsCalledLater_fromAnotherQueue() {
+        let value = QueueSafeValue(value: 0)
+        let storedDone = Locked<CommandCompletionClosure?>(nil)
+        let entered = DispatchSemaphore(value: 0)
+        let order = Recorder<String>()
+        let finished = DispatchGroup()
+        finished.enter()
+        value.async(performIn: DispatchQueue(label: "holder")).highestPriority.set { counter, done in
+            counter += 1
+            order.append("manual closure")
+            storedDone.set(done)
+            entered.signal()
+        } completion: { result in
+            XCTAssertEqual(result, .success(1))
+            finished.leave()
+        }
+        waitOrFail(entered, "the manual command to start")
+
+        // Two commands line up behind it: a dispatch command and a blocking one.
+        finished.enter()
+        value.async(performIn: .global()).lowestPriority.set { counter in
+            counter += 10
+            order.append("dispatch")
+        } completion: { _ in
+            finished.leave()
+        }
+        let threads = ThreadGroup()
+        threads.spawn {
+            value.wait.lowestPriority.set { counter in
+                counter += 100
+                order.append("blocking")
+            }
+        }
+        waitForPending(value.storage.engine, count: 2)
+        sleepBriefly()
+        XCTAssertEqual(order.snapshot, ["manual closure"], "a command ran before done() was called")
+        XCTAssertEqual(value.storage.engine.pendingCount, 2)
+
+        DispatchQueue(label: "another").async {
+            order.append("done")
+            storedDone.value?()
+        }
+        threads.join()
+        waitOrFail(finished)
+        XCTAssertEqual(order.snapshot, ["manual closure", "done", "dispatch", "blocking"])
+        XCTAssertEqual(value.waitBounded.lowestPriority.get(), .success(111))
+        XCTAssertEqual(value.abandonedCompletionCount, 0)
+    }
+
+    func test_blockingManualCompletion_blocksCallerAndHoldsValueUntilDone_thenReturnsValue() {
+        let value = QueueSafeValue(value: 0)
+        let storedDone = Locked<CommandCompletionClosure?>(nil)
+        let entered = DispatchSemaphore(value: 0)
+        let doneCalled = Locked(false)
+        let returned = Locked<(Result<Int, QueueSafeValueError>, Bool)?>(nil)
+        let threads = ThreadGroup()
+        threads.spawn {
+            let result = value.wait.highestPriority.set { counter, done in
+                counter = 42
+                storedDone.set(done)
+                entered.signal()
+            }
+            returned.set((result, doneCalled.value))
+        }
+        waitOrFail(entered, "the manual command to start")
+        let other = Locked(false)
+        value.async(performIn: .global()).highestPriority.get { _ in other.set(true) }
+        sleepBriefly()
+        XCTAssertNil(returned.value, "the blocking call returned before done() was called")
+        XCTAssertFalse(other.value, "another command ran before done() was called")
+        XCTAssertEqual(value.storage.engine.pendingCount, 1)
+
+        DispatchQueue.global().async {
+            doneCalled.set(true)
+            storedDone.value?()
+        }
+        threads.join()
+        XCTAssertEqual(returned.value?.0, .success(42))
+        XCTAssertEqual(returned.value?.1, true)
+        expectEventually("the next command to run") { other.value }
+    }
+
+    func test_blockingGetWithManualCompletion_holdsValueUntilDone() {
+        let value = QueueSafeValue(value: "held")
+        let storedDone = Locked<CommandCompletionClosure?>(nil)
+        let entered = DispatchSemaphore(value: 0)
+        let returned = Locked(false)
+        let threads = ThreadGroup()
+        threads.spawn {
+            value.wait.lowestPriority.get { result, done in
+                XCTAssertEqual(result, .success("held"))
+                storedDone.set(done)
+                entered.signal()
+            }
+            returned.set(true)
+        }
+        waitOrFail(entered)
+        XCTAssertEqual(value.wait(timeout: .milliseconds(50)).highestPriority.get(), .failure(.timedOut))
+        XCTAssertFalse(returned.value)
+        storedDone.value?()
+        threads.join()
+        XCTAssertTrue(returned.value)
+        XCTAssertEqual(value.waitBounded.highestPriority.get(), .success("held"))
+    }
+
+    // MARK: done() before the closure returns
+
+    func test_doneCalledInsideBlockingClosure_valueStaysHeldUntilClosureReturns() {
+        let value = QueueSafeValue(value: 0)
+        let closureReturned = Locked(false)
+        let seenByNext = Locked<(Int, Bool)?>(nil)
+        let threads = ThreadGroup()
+        let result = value.wait.lowestPriority.set { counter, done in
+            done()
+            threads.spawn {
+                value.wait.highestPriority.set { counter in seenByNext.set((counter, closureReturned.value)) }
+            }
+            waitForPending(value.storage.engine, count: 1)
+            sleepBriefly()
+            counter = 7
+            closureReturned.set(true)
+        }
+        XCTAssertEqual(result, .success(7))
+        threads.join()
+        XCTAssertEqual(seenByNext.value?.0, 7)
+        XCTAssertEqual(seenByNext.value?.1, true, "the next command ran while the closure was still open")
+    }
+
+    func test_doneCalledInsideDispatchClosure_valueStaysHeldUntilClosureReturns() {
+        let value = QueueSafeValue(value: 0)
+        let closureReturned = Locked(false)
+        let seenByNext = Locked<(Int, Bool)?>(nil)
+        let finished = DispatchSemaphore(value: 0)
+        value.async(performIn: DispatchQueue(label: "first")).lowestPriority.set { counter, done in
+            done()
+            value.async(performIn: DispatchQueue(label: "next")).highestPriority.get { result in
+                seenByNext.set(((try? result.get()) ?? -1, closureReturned.value))
+                finished.signal()
+            }
+            waitForPending(value.storage.engine, count: 1)
+            sleepBriefly()
+            counter = 7
+            closureReturned.set(true)
+        }
+        waitOrFail(finished)
+        XCTAssertEqual(seenByNext.value?.0, 7)
+        XCTAssertEqual(seenByNext.value?.1, true, "the next command ran while the closure was still open")
+    }
+
+    func test_doneCalledInsideDispatchGetClosure_valueStaysHeldUntilClosureReturns() {
+        let value = QueueSafeValue(value: 0)
+        let probe = SectionProbe()
+        let finished = DispatchSemaphore(value: 0)
+        let queue = DispatchQueue(label: "get")
+        value.async(performIn: queue).lowestPriority.get { _, done in
+            probe.enter()
+            done()
+            let threads = ThreadGroup()
+            threads.spawn {
+                value.wait.highestPriority.set { counter in
+                    probe.pass()
+                    counter += 1
+                }
+                finished.signal()
+            }
+            waitForPending(value.storage.engine, count: 1)
+            sleepBriefly()
+            probe.leave()
+        }
+        waitOrFail(finished)
+        XCTAssertEqual(probe.maximumInside, 1, "the next command ran while the closure was still open")
+        XCTAssertEqual(probe.entryCount, 2)
+    }
+
+    // MARK: done() more than once
+
+    func test_doneCalledTwice_isHarmless_andDoesNotEndTheNextCommand() {
+        let value = QueueSafeValue(value: [String]())
+        let firstDone = Locked<CommandCompletionClosure?>(nil)
+        let secondDone = Locked<CommandCompletionClosure?>(nil)
+        let firstStarted = DispatchSemaphore(value: 0)
+        let secondStarted = DispatchSemaphore(value: 0)
+        let thirdRan = DispatchSemaphore(value: 0)
+        let queue = DispatchQueue(label: "twice", attributes: .concurrent)
+        value.async(performIn: queue).highestPriority.set { log, done in
+            log.append("first")
+            firstDone.set(done)
+            firstStarted.signal()
+        }
+        waitOrFail(firstStarted)
+        value.async(performIn: queue).highestPriority.set { log, done in
+            log.append("second")
+            secondDone.set(done)
+            secondStarted.signal()
+        }
+        value.async(performIn: queue).highestPriority.set { log in
+            log.append("third")
+            thirdRan.signal()
+        }
+        XCTAssertEqual(value.storage.engine.pendingCount, 2)
+
+        firstDone.value?()
+        firstDone.value?()
+        waitOrFail(secondStarted)
+        // The first command's completion, called again, must not end the second command.
+        firstDone.value?()
+        DispatchQueue.global().async { firstDone.value?() }
+        sleepBriefly()
+        XCTAssertEqual(value.storage.engine.pendingCount, 1, "a repeated done() ended the next command")
+        XCTAssertEqual(thirdRan.wait(timeout: .now()), .timedOut, "a repeated done() ended the next command")
+
+        secondDone.value?()
+        secondDone.value?()
+        waitOrFail(thirdRan)
+        XCTAssertEqual(value.waitBounded.lowestPriority.get(), .success(["first", "second", "third"]))
+        XCTAssertEqual(value.abandonedCompletionCount, 0)
+    }
+
+    func test_doneCalledTwiceInsideBlockingClosure_isHarmless() {
+        let value = QueueSafeValue(value: 1)
+        XCTAssertEqual(
+            value.wait.lowestPriority.set { counter, done in
+                done()
+                counter += 1
+                done()
+            }, .success(2))
+        value.wait.lowestPriority.get { _, done in
+            done()
+            done()
+        }
+        XCTAssertEqual(value.waitBounded.lowestPriority.get(), .success(2))
+        XCTAssertEqual(value.abandonedCompletionCount, 0)
+    }
+
+    func test_doneCalledConcurrentlyFromSeveralQueues_endsEachCommandExactlyOnce() {
+        let commands = TestEnvironment.iterations(400, sanitized: 300)
+        let value = QueueSafeValue(value: 0)
+        let probe = SectionProbe()
+        let group = DispatchGroup()
+        let queue = DispatchQueue(label: "racing", attributes: .concurrent)
+        for _ in 0..<commands {
+            group.enter()
+            value.async(performIn: queue).lowestPriority.set { counter, done in
+                probe.enter()
+                counter += 1
+                sched_yield()
+                probe.leave()
+                for _ in 0..<3 { DispatchQueue.global().async { done() } }
+            } completion: { _ in
+                group.leave()
+            }
+        }
+        waitOrFail(group)
+        XCTAssertEqual(probe.maximumInside, 1, "a repeated done() released the value while another command held it")
+        XCTAssertEqual(value.waitBounded.lowestPriority.get(), .success(commands))
+        XCTAssertEqual(value.storage.engine.pendingCount, 0)
+    }
+
+    // MARK: done() never called
+
+    func test_doneReleasedWithoutBeingCalled_stillEndsCommand_andIsCounted() {
+        let value = QueueSafeValue(value: 0)
+        let finished = DispatchSemaphore(value: 0)
+        value.async(performIn: .global()).lowestPriority.set { counter, _ in
+            counter = 5
+        } completion: { result in
+            XCTAssertEqual(result, .success(5))
+            finished.signal()
+        }
+        waitOrFail(finished)
+        XCTAssertEqual(value.abandonedCompletionCount, 1)
+
+        value.async(performIn: .global()).lowestPriority.get { _, _ in finished.signal() }
+        waitOrFail(finished)
+        // The next command is not stuck behind the abandoned one.
+        XCTAssertEqual(value.waitBounded.lowestPriority.get(), .success(5))
+        XCTAssertEqual(value.abandonedCompletionCount, 2)
+
+        XCTAssertEqual(value.waitBounded.lowestPriority.set { counter, _ in counter = 6 }, .success(6))
+        value.waitBounded.lowestPriority.get { _, _ in }
+        XCTAssertEqual(value.abandonedCompletionCount, 4)
+        XCTAssertEqual(value.waitBounded.lowestPriority.get(), .success(6))
+        XCTAssertEqual(value.storage.engine.pendingCount, 0)
+    }
+
+    func test_abandonedCompletionCount_onSyncedAndAsyncedValues() {
+        let synced = QueueSafeSyncedValue(value: 0)
+        synced.lowestPriority.get { _, _ in }
+        XCTAssertEqual(synced.highestPriority.set { counter, _ in counter += 1 }, .success(1))
+        XCTAssertEqual(synced.abandonedCompletionCount, 2)
+        synced.lowestPriority.get { _, done in done() }
+        XCTAssertEqual(synced.abandonedCompletionCount, 2)
+
+        let asynced = QueueSafeAsyncedValue(value: 0, queue: DispatchQueue(label: "asynced"))
+        let finished = DispatchSemaphore(value: 0)
+        asynced.lowestPriority.set { counter, _ in counter += 1 }
+        asynced.lowestPriority.set { counter, done in
+            counter += 1
+            done()
+        } completion: { result in
+            XCTAssertEqual(result, .success(2))
+            finished.signal()
+        }
+        waitOrFail(finished)
+        XCTAssertEqual(asynced.abandonedCompletionCount, 1)
+    }
+
+    func test_doneKeptAliveThenReleasedUncalled_endsCommandOnlyWhenReleased() {
+        let value = QueueSafeValue(value: 0)
+        let storedDone = Locked<CommandCompletionClosure?>(nil)
+        let entered = DispatchSemaphore(value: 0)
+        let nextRan = Locked(false)
+        value.async(performIn: DispatchQueue(label: "keeper")).lowestPriority.set { counter, done in
+            counter = 1
+            storedDone.set(done)
+            entered.signal()
+        }
+        waitOrFail(entered)
+        value.async(performIn: .global()).lowestPriority.get { _ in nextRan.set(true) }
+        sleepBriefly()
+        XCTAssertFalse(nextRan.value, "the command ended while its completion was still alive")
+        XCTAssertEqual(value.abandonedCompletionCount, 0)
+
+        // Dropping the last reference, from another queue, ends the command.
+        DispatchQueue.global().async { storedDone.set(nil) }
+        expectEventually("the next command to run") { nextRan.value }
+        XCTAssertEqual(value.abandonedCompletionCount, 1)
+    }
+}
