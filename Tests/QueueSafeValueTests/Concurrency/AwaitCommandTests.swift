@@ -4,14 +4,33 @@ import XCTest
 
 @testable import QueueSafeValue
 
-/// A plain actor with the same read-`await`-write increment, for comparison only.
+/// A plain actor with the same read-`await`-write increment, to show what an actor does not give.
 private actor ConcurrencyActorCounter {
     var count = 0
 
-    func incrementAcrossSuspension() async {
+    func incrementAcrossSuspension(gate: ConcurrencyArrivalGate) async {
         let current = count
-        await Task.yield()
+        await gate.arriveAndWait()
         count = current + 1
+    }
+}
+
+/// Suspends every caller until `expected` callers have arrived, then lets them all go.
+private actor ConcurrencyArrivalGate {
+    private let expected: Int
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+
+    init(expected: Int) {
+        self.expected = expected
+    }
+
+    func arriveAndWait() async {
+        await withCheckedContinuation { continuation in
+            waiting.append(continuation)
+            guard waiting.count == expected else { return }
+            for waiter in waiting { waiter.resume() }
+            waiting = []
+        }
     }
 }
 
@@ -97,21 +116,24 @@ final class AwaitCommandTests: XCTestCase {
         XCTAssertEqual(final, taskCount, "an update was lost: the section did not last across the await")
     }
 
-    /// Documentation, not a guarantee: the same read-`await`-write on a plain actor lets other calls
-    /// interleave at the `await`, so updates can be lost. The count is only printed (it is
-    /// nondeterministic); the comparable guarantee is asserted in the test above.
-    func test_readAwaitWrite_onAPlainActor_canLoseUpdates_documentationOnly() async {
+    /// The contrast the docs draw: an actor lets other calls interleave at every `await`. Each
+    /// increment below reads the count and then suspends on a gate that opens only once every
+    /// increment has read, which an actor allows, so all of them read 0 and 199 of the 200 updates
+    /// are lost. (On a QueueSafeValue the same gate could never open: the section is held across
+    /// the `await`, which is what the test above relies on.)
+    func test_readAwaitWrite_onAPlainActor_interleavesAtTheAwait_andLosesUpdates() async throws {
         let counter = ConcurrencyActorCounter()
         let taskCount = 200
-        await withTaskGroup(of: Void.self) { group in
-            for _ in 0..<taskCount {
-                group.addTask { await counter.incrementAcrossSuspension() }
+        let gate = ConcurrencyArrivalGate(expected: taskCount)
+        try await concurrencyWithTimeout {
+            await withTaskGroup(of: Void.self) { group in
+                for _ in 0..<taskCount {
+                    group.addTask { await counter.incrementAcrossSuspension(gate: gate) }
+                }
             }
         }
         let final = await counter.count
-        print(
-            "plain actor, \(taskCount) read-await-write increments: count = \(final) (QueueSafeValue gives \(taskCount))"
-        )
+        XCTAssertEqual(final, 1, "every increment read the count before any of them wrote it")
     }
 
     func test_exclusivity_acrossSuspensionPoints_neverTwoSectionsAtOnce_withAllSchedules() async throws {
