@@ -133,11 +133,11 @@ public final class CommandQueue: Sendable {
         _ operation: @escaping @Sendable () async throws -> T
     ) -> Task<T, any Error> {
         let engine = self.engine
-        let waiter = engine.reserveWaiter(priority: priority)
+        let (waiter, grantedAtOnce) = engine.reserveWaiter(priority: priority)
         let task = Task<T, any Error> {
             // Everything below runs inline in the task: no intermediate async frames or executor
             // switches, and no suspension at all when the turn has come by the time the task starts.
-            if !engine.isGranted(waiter) {
+            if !grantedAtOnce {
                 try await engine.waitForTurn(waiter, isolation: nil)
             }
             if Task.isCancelled {

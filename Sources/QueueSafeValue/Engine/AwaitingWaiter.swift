@@ -1,5 +1,10 @@
 // MARK: - AwaitingWaiter
 
+/// How a suspended task learns the outcome of its wait: resumed with `true` when its command was
+/// granted the critical section, `false` when it left the queue without running (cancelled).
+@usableFromInline
+typealias TurnContinuation = UnsafeContinuation<Bool, Never>
+
 /// A Swift task's place in the queue. The place is taken when the command is issued (so the order
 /// is the order of the calls), and the task suspends on it only if it is not granted by then.
 ///
@@ -8,9 +13,9 @@
 @usableFromInline
 final class AwaitingWaiter: PendingCommand, @unchecked Sendable {
     /// Set under the engine lock by ``CommandEngine/park(_:continuation:)`` while pending.
-    var continuation: UnsafeContinuation<Void, Never>?
+    var continuation: TurnContinuation?
     /// Moved out of `continuation` under the lock when the waiter is granted; resumed by `start()`.
-    private var grantedContinuation: UnsafeContinuation<Void, Never>?
+    private var grantedContinuation: TurnContinuation?
     /// The task running this command, for ``CommandQueue/cancelAll()``. Under the engine lock.
     var task: (any CancellableTask)?
     /// ``CommandEngine/cancelAll()`` ran while this waiter held the section but before its task was
@@ -23,7 +28,7 @@ final class AwaitingWaiter: PendingCommand, @unchecked Sendable {
         return true
     }
 
-    override func didCancelLocked() -> UnsafeContinuation<Void, Never>? {
+    override func didCancelLocked() -> TurnContinuation? {
         let continuation = self.continuation
         self.continuation = nil
         return continuation
@@ -38,7 +43,7 @@ final class AwaitingWaiter: PendingCommand, @unchecked Sendable {
     override func start() {
         let continuation = grantedContinuation
         grantedContinuation = nil
-        continuation?.resume()
+        continuation?.resume(returning: true)
     }
 }
 

@@ -246,17 +246,23 @@ final class CommandEngine: @unchecked Sendable {
 
     /// Always queues a waiter, even when the queue is idle (then it is granted at once). Used by
     /// ``CommandQueue`` so the place is taken synchronously before the task that uses it starts.
+    /// - Returns: the waiter, and whether it holds the section already. When it does not, the task
+    ///   calls ``waitForTurn(_:isolation:)``, which returns at once if the grant came meanwhile.
     @usableFromInline
-    func reserveWaiter(priority: CommandPriority) -> AwaitingWaiter {
+    func reserveWaiter(priority: CommandPriority) -> (waiter: AwaitingWaiter, granted: Bool) {
         let waiter = AwaitingWaiter()
         lock.lock()
         let attempt = acquireOrEnqueueLocked(waiter, priority: priority) { nil }
+        let granted: Bool
         if case .acquired = attempt {
             waiter.status = .granted
             runningWaiter = waiter
+            granted = true
+        } else {
+            granted = false
         }
         lock.unlock()
-        return waiter
+        return (waiter, granted)
     }
 
     /// Records the task that will use `waiter`, so ``cancelAll()`` can cancel it. If the waiter was
@@ -271,54 +277,33 @@ final class CommandEngine: @unchecked Sendable {
     }
 
     /// Suspends the current task until `waiter` is granted, or until it leaves the queue because the
-    /// task was cancelled (then it throws `.cancelled`). Does not suspend if already granted.
+    /// task was cancelled (then it throws `.cancelled`). Does not suspend if already settled.
+    ///
+    /// The outcome travels in the continuation, so a task that had to wait takes the lock once to
+    /// park and not again after it resumes.
     @usableFromInline
     func waitForTurn(
         _ waiter: AwaitingWaiter,
         isolation: isolated (any Actor)?
     ) async throws(QueueSafeValueError) {
-        if let granted = statusIfSettled(waiter) {
-            if granted { return }
-            throw .cancelled
-        }
-        await withTaskCancellationHandler {
-            await withUnsafeContinuation(isolation: isolation) { (continuation: UnsafeContinuation<Void, Never>) in
+        let granted = await withTaskCancellationHandler {
+            await withUnsafeContinuation(isolation: isolation) { (continuation: TurnContinuation) in
                 park(waiter, continuation: continuation)
             }
         } onCancel: {
             abandon(waiter)
         }
-        if statusIfSettled(waiter) != true { throw .cancelled }
+        if !granted { throw .cancelled }
     }
 
-    /// Whether `waiter` has been granted the section.
-    @usableFromInline
-    func isGranted(_ waiter: AwaitingWaiter) -> Bool {
-        statusIfSettled(waiter) == true
-    }
-
-    /// `true` if granted, `false` if cancelled, `nil` while pending.
-    private func statusIfSettled(_ waiter: AwaitingWaiter) -> Bool? {
+    /// Stores the continuation of a pending waiter, or resumes it at once with the outcome if it was
+    /// already granted or cancelled.
+    private func park(_ waiter: AwaitingWaiter, continuation: TurnContinuation) {
         lock.lock()
-        defer { lock.unlock() }
-        switch waiter.status {
-        case .pending: return nil
-        case .granted: return true
-        case .cancelled: return false
-        }
-    }
-
-    /// Stores the continuation of a pending waiter, or resumes it at once if it was already
-    /// granted or cancelled.
-    private func park(_ waiter: AwaitingWaiter, continuation: UnsafeContinuation<Void, Never>) {
-        lock.lock()
-        if waiter.status == .pending {
-            waiter.continuation = continuation
-            lock.unlock()
-        } else {
-            lock.unlock()
-            continuation.resume()
-        }
+        let status = waiter.status
+        if status == .pending { waiter.continuation = continuation }
+        lock.unlock()
+        if status != .pending { continuation.resume(returning: status == .granted) }
     }
 
     // MARK: Critical sections of tasks
@@ -399,7 +384,7 @@ final class CommandEngine: @unchecked Sendable {
         heap.noteRemoved()
         let continuation = command.didCancelLocked()
         lock.unlock()
-        continuation?.resume()
+        continuation?.resume(returning: false)
         return true
     }
 
@@ -411,7 +396,7 @@ final class CommandEngine: @unchecked Sendable {
     func cancelAll() {
         lock.lock()
         let pending = heap.removeAll()
-        var continuations: [UnsafeContinuation<Void, Never>] = []
+        var continuations: [TurnContinuation] = []
         var tasks: [any CancellableTask] = []
         for command in pending {
             command.status = .cancelled
@@ -426,7 +411,7 @@ final class CommandEngine: @unchecked Sendable {
             }
         }
         lock.unlock()
-        for continuation in continuations { continuation.resume() }
+        for continuation in continuations { continuation.resume(returning: false) }
         for task in tasks { task.cancel() }
     }
 
