@@ -7,7 +7,10 @@ import Foundation
 /// Every library scenario is compared with one of these.
 enum Baselines {
     static var all: [Scenario] {
-        [lockUncontended, lockContended, syncUncontended, syncContended, asyncSerial, actorCall, taskCreateAwait]
+        [
+            lockUncontended, lockContended, syncUncontended, syncContended, HandOffFloor.scenario, asyncSerial,
+            actorCall, taskCreateAwait,
+        ]
     }
 
     static var lockUncontended: Scenario {

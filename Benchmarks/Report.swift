@@ -23,6 +23,8 @@ struct Comparison: Sendable {
             baseline: "DispatchQueue.sync contended 2 threads",
             target: .ratioAtMost(0.5)
         ),
+        // No target: the floor says how much of the hand-off is the hardware's (see HandOffFloor).
+        Comparison(library: "wait.set contended 2 threads", baseline: "hand-off floor 2 threads", target: nil),
         Comparison(library: "wait.set contended 8 threads", baseline: "lock contended 2 threads", target: nil),
         Comparison(library: "async(performIn:).set", baseline: "DispatchQueue.async serial", target: .ratioAtMost(3)),
         Comparison(library: "await set uncontended", baseline: "actor call", target: .ratioAtMost(3)),
