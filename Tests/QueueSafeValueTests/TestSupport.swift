@@ -129,6 +129,13 @@ final class SectionProbe: @unchecked Sendable {
         defer { lock.unlock() }
         return entries
     }
+
+    /// How many closures are inside right now.
+    var insideCount: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return inside
+    }
 }
 
 // MARK: - Waiting with a timeout

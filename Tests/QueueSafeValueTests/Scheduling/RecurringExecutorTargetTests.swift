@@ -13,8 +13,8 @@ final class RecurringExecutorTargetTests: XCTestCase {
     func test_commandQueueTarget_runsInItsTurnAtItsPriority_neverAlongsideOtherOperations() async throws {
         let queue = CommandQueue()
         let gate = SchedulingTestGate()
-        let probe = SchedulingOverlapProbe()
-        let order = SchedulingLocked<[String]>([])
+        let probe = SectionProbe()
+        let order = Locked<[String]>([])
         let recorder = SchedulingTestRecorder()
         @Sendable func record(_ name: String) async {
             probe.enter()
@@ -49,7 +49,7 @@ final class RecurringExecutorTargetTests: XCTestCase {
         let queue = CommandQueue()
         let gate = SchedulingTestGate()
         let recorder = SchedulingTestRecorder()
-        let calls = SchedulingLocked(0)
+        let calls = Locked(0)
         let blocker = queue.enqueue { await gate.wait() }
         let executor = RecurringExecutor(runningOn: .commandQueue(queue), eventHandler: recorder.handler) {
             calls.withLock { $0 += 1 }
@@ -73,7 +73,7 @@ final class RecurringExecutorTargetTests: XCTestCase {
     func test_commandQueueTarget_cancellationReachesARunningOperation() async {
         let queue = CommandQueue()
         let recorder = SchedulingTestRecorder()
-        let sawCancellation = SchedulingLocked<Bool?>(nil)
+        let sawCancellation = Locked<Bool?>(nil)
         let executor = RecurringExecutor(runningOn: .commandQueue(queue), eventHandler: recorder.handler) {
             sawCancellation.withLock { $0 = false }
             let cancelled = await schedulingWaitForCancellation()

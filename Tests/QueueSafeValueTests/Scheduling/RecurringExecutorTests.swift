@@ -44,7 +44,7 @@ final class RecurringExecutorTests: XCTestCase {
     func test_intervalPolicy_runsOnceEachTimeTheIntervalElapses() async throws {
         let sleeper = SchedulingTestSleeper()
         let recorder = SchedulingTestRecorder()
-        let runs = SchedulingLocked(0)
+        let runs = Locked(0)
         let executor = RecurringExecutor(
             policy: try .interval(seconds: 5),
             sleeper: sleeper,
@@ -69,7 +69,7 @@ final class RecurringExecutorTests: XCTestCase {
     }
 
     func test_intervalPolicy_withTheDefaultClockAndAFewMilliseconds_runsRepeatedlyOneAtATime() async throws {
-        let probe = SchedulingOverlapProbe()
+        let probe = SectionProbe()
         let recorder = SchedulingTestRecorder()
         let executor = RecurringExecutor(policy: try .interval(seconds: 0.002), eventHandler: recorder.handler) {
             probe.enter()
@@ -80,7 +80,7 @@ final class RecurringExecutorTests: XCTestCase {
         XCTAssertTrue(ranThreeTimes)
         await executor.stopAndWait()
         XCTAssertEqual(probe.maximumInside, 1)
-        XCTAssertEqual(probe.inside, 0)
+        XCTAssertEqual(probe.insideCount, 0)
     }
 
     // MARK: runNow
@@ -104,19 +104,19 @@ final class RecurringExecutorTests: XCTestCase {
 
     func test_runNow_cancelsTheRunningOperation_waitsForIt_thenRuns() async {
         let recorder = SchedulingTestRecorder()
-        let probe = SchedulingOverlapProbe()
-        let sawCancellation = SchedulingLocked<[Bool]>([])
+        let probe = SectionProbe()
+        let sawCancellation = Locked<[Bool]>([])
         let executor = RecurringExecutor(eventHandler: recorder.handler) {
             probe.enter()
             defer { probe.leave() }
-            if probe.entries == 1 {
+            if probe.entryCount == 1 {
                 let cancelled = await schedulingWaitForCancellation()
                 sawCancellation.withLock { $0.append(cancelled) }
                 try Task.checkCancellation()
             }
         }
         executor.runNow()
-        let firstStarted = await schedulingWait { probe.inside == 1 }
+        let firstStarted = await schedulingWait { probe.insideCount == 1 }
         XCTAssertTrue(firstStarted)
 
         executor.runNow()
@@ -136,7 +136,7 @@ final class RecurringExecutorTests: XCTestCase {
     func test_runNow_preemptsAnIntervalRun_andTheIntervalRestartsFromZeroAfterward() async throws {
         let sleeper = SchedulingTestSleeper()
         let recorder = SchedulingTestRecorder()
-        let calls = SchedulingLocked(0)
+        let calls = Locked(0)
         let executor = RecurringExecutor(
             policy: try .interval(seconds: 10),
             sleeper: sleeper,
@@ -188,7 +188,7 @@ final class RecurringExecutorTests: XCTestCase {
     func test_concurrentRunNowCalls_duringTheHandOff_collapseIntoOneRun_andTheLatestWins() async {
         let recorder = SchedulingTestRecorder()
         let gate = SchedulingTestGate()
-        let calls = SchedulingLocked(0)
+        let calls = Locked(0)
         let executor = RecurringExecutor(eventHandler: recorder.handler) {
             // The first run ignores cancellation until the test opens the gate.
             if calls.withLock({
@@ -231,7 +231,7 @@ final class RecurringExecutorTests: XCTestCase {
         // A clock that lets an abandoned sleep return normally: the executor must ignore it.
         let sleeper = SchedulingTestSleeper(honorsCancellation: false)
         let recorder = SchedulingTestRecorder()
-        let runs = SchedulingLocked(0)
+        let runs = Locked(0)
         let executor = RecurringExecutor(
             policy: try .interval(seconds: 10),
             sleeper: sleeper,
@@ -284,7 +284,7 @@ final class RecurringExecutorTests: XCTestCase {
         let recorder = SchedulingTestRecorder()
         let sleeper = SchedulingTestSleeper()
         let gate = SchedulingTestGate()
-        let cancelled = SchedulingLocked(false)
+        let cancelled = Locked(false)
         let executor = RecurringExecutor(sleeper: sleeper, eventHandler: recorder.handler) {
             await gate.wait()
             cancelled.withLock { $0 = Task.isCancelled }
@@ -325,7 +325,7 @@ final class RecurringExecutorTests: XCTestCase {
 
     func test_throwingOperation_reportsFailed_andTheExecutorKeepsRunning() async {
         let recorder = SchedulingTestRecorder()
-        let calls = SchedulingLocked(0)
+        let calls = Locked(0)
         let executor = RecurringExecutor(eventHandler: recorder.handler) {
             let call = calls.withLock {
                 $0 += 1
@@ -357,7 +357,7 @@ final class RecurringExecutorTests: XCTestCase {
         let running = await schedulingWait { gate.waiterCount == 1 }
         XCTAssertTrue(running)
 
-        let stopped = SchedulingLocked(false)
+        let stopped = Locked(false)
         let stopping = Task {
             await executor.stopAndWait()
             stopped.withLock { $0 = true }
@@ -378,7 +378,7 @@ final class RecurringExecutorTests: XCTestCase {
     func test_events_reachTheHandlerAndEveryStream_inTheSameOrder() async throws {
         let recorder = SchedulingTestRecorder()
         let sleeper = SchedulingTestSleeper()
-        let calls = SchedulingLocked(0)
+        let calls = Locked(0)
         let executor = RecurringExecutor(sleeper: sleeper, eventHandler: recorder.handler) {
             if calls.withLock({
                 $0 += 1
@@ -446,7 +446,7 @@ final class RecurringExecutorTests: XCTestCase {
 
     func test_eventHandler_mayCallBackIntoTheExecutor() async {
         let recorder = SchedulingTestRecorder()
-        let box = SchedulingLocked<RecurringExecutor?>(nil)
+        let box = Locked<RecurringExecutor?>(nil)
         let executor = RecurringExecutor(
             eventHandler: { event in
                 recorder.handler(event)
@@ -464,7 +464,7 @@ final class RecurringExecutorTests: XCTestCase {
 
     func test_stop_endsTheLoop_cancelsTheRun_finishesStreams_andNothingRunsAfterward() async throws {
         let recorder = SchedulingTestRecorder()
-        let probe = SchedulingOverlapProbe()
+        let probe = SectionProbe()
         let executor = RecurringExecutor(policy: try .interval(seconds: 0.001), eventHandler: recorder.handler) {
             probe.enter()
             defer { probe.leave() }
@@ -475,22 +475,22 @@ final class RecurringExecutorTests: XCTestCase {
         XCTAssertTrue(ran)
         await executor.stopAndWait()
 
-        XCTAssertEqual(probe.inside, 0)
-        let entries = probe.entries
+        XCTAssertEqual(probe.insideCount, 0)
+        let entries = probe.entryCount
         let (events, finished) = await schedulingCollect(stream)
         XCTAssertTrue(finished)
         XCTAssertEqual(events.last, .stopped)
         executor.runNow()
         executor.setPolicy(try .interval(seconds: 0.001))
         try await Task.sleep(nanoseconds: 10_000_000)
-        XCTAssertEqual(probe.entries, entries, "nothing runs after stop")
+        XCTAssertEqual(probe.entryCount, entries, "nothing runs after stop")
         XCTAssertEqual(recorder.snapshot.last, .stopped)
         assertWellFormed(recorder.snapshot)
     }
 
     func test_release_stopsTheExecutor_finishesItsStreams_andReleasesItsOperation() async throws {
         final class Canary: Sendable {}
-        let probe = SchedulingOverlapProbe()
+        let probe = SectionProbe()
         var canary: Canary? = Canary()
         weak let weakCanary = canary
         var executor: RecurringExecutor? = RecurringExecutor(policy: try .interval(seconds: 0.001)) {
@@ -503,7 +503,7 @@ final class RecurringExecutorTests: XCTestCase {
         canary = nil
         weak let weakExecutor = executor
         let stream = executor!.events()
-        let ran = await schedulingWait { probe.entries >= 2 }
+        let ran = await schedulingWait { probe.entryCount >= 2 }
         XCTAssertTrue(ran)
 
         executor = nil
@@ -511,12 +511,12 @@ final class RecurringExecutorTests: XCTestCase {
         let (events, finished) = await schedulingCollect(stream)
         XCTAssertTrue(finished, "releasing the executor finishes its streams")
         XCTAssertEqual(events.last, .stopped)
-        XCTAssertEqual(probe.inside, 0)
+        XCTAssertEqual(probe.insideCount, 0)
         let released = await schedulingWait { weakCanary == nil }
         XCTAssertTrue(released, "the loop, its tasks and the operation are released")
-        let entries = probe.entries
+        let entries = probe.entryCount
         try await Task.sleep(nanoseconds: 10_000_000)
-        XCTAssertEqual(probe.entries, entries)
+        XCTAssertEqual(probe.entryCount, entries)
     }
 
     func test_release_whileWaitingOnDemand_endsTheLoop() async {

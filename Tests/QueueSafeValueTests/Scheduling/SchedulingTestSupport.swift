@@ -29,36 +29,11 @@ struct SchedulingTestError: Error, Equatable {
     let id: Int
 }
 
-// MARK: - SchedulingLocked
-
-/// A value behind an `NSLock`.
-final class SchedulingLocked<Wrapped>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var wrapped: Wrapped
-
-    init(_ value: Wrapped) {
-        wrapped = value
-    }
-
-    var value: Wrapped {
-        lock.lock()
-        defer { lock.unlock() }
-        return wrapped
-    }
-
-    @discardableResult
-    func withLock<R>(_ body: (inout Wrapped) throws -> R) rethrows -> R {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body(&wrapped)
-    }
-}
-
 // MARK: - SchedulingTestRecorder
 
 /// Records the events of an executor in arrival order.
 final class SchedulingTestRecorder: @unchecked Sendable {
-    private let events = SchedulingLocked<[RecurringExecutorEvent]>([])
+    private let events = Locked<[RecurringExecutorEvent]>([])
 
     /// The handler to pass to an executor.
     var handler: @Sendable (RecurringExecutorEvent) -> Void {
@@ -104,7 +79,7 @@ final class SchedulingTestSleeper: RecurringSleeper, @unchecked Sendable {
     }
 
     private let honorsCancellation: Bool
-    private let state = SchedulingLocked<[Sleep]>([])
+    private let state = Locked<[Sleep]>([])
 
     init(honorsCancellation: Bool = true) {
         self.honorsCancellation = honorsCancellation
@@ -179,7 +154,7 @@ final class SchedulingTestSleeper: RecurringSleeper, @unchecked Sendable {
 /// Holds the tasks that wait on it until the test opens it. Waiting does not respond to
 /// cancellation, so an operation that waits here ignores cancellation.
 final class SchedulingTestGate: @unchecked Sendable {
-    private let state = SchedulingLocked<(isOpen: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+    private let state = Locked<(isOpen: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
 
     func wait() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
@@ -215,35 +190,12 @@ func schedulingWaitForCancellation(timeout: TimeInterval = schedulingHangTimeout
     return true
 }
 
-// MARK: - SchedulingOverlapProbe
-
-/// Counts how many operations are inside at once; above 1 breaks "one run at a time".
-final class SchedulingOverlapProbe: @unchecked Sendable {
-    private let state = SchedulingLocked<(inside: Int, maximum: Int, entries: Int)>((0, 0, 0))
-
-    func enter() {
-        state.withLock {
-            $0.inside += 1
-            $0.entries += 1
-            $0.maximum = max($0.maximum, $0.inside)
-        }
-    }
-
-    func leave() {
-        state.withLock { $0.inside -= 1 }
-    }
-
-    var maximumInside: Int { state.value.maximum }
-    var inside: Int { state.value.inside }
-    var entries: Int { state.value.entries }
-}
-
 /// Collects a stream to its end (or until `timeout`, a hang turned into a partial result).
 func schedulingCollect(
     _ stream: AsyncStream<RecurringExecutorEvent>,
     timeout: TimeInterval = schedulingHangTimeout
 ) async -> (events: [RecurringExecutorEvent], finished: Bool) {
-    let collected = SchedulingLocked<([RecurringExecutorEvent], Bool)>(([], false))
+    let collected = Locked<([RecurringExecutorEvent], Bool)>(([], false))
     let task = Task {
         for await event in stream { collected.withLock { $0.0.append(event) } }
         collected.withLock { $0.1 = true }

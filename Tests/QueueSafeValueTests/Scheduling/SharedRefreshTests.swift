@@ -14,7 +14,7 @@ private struct SchedulingToken: Sendable, Equatable {
 
 /// A completion-handler authentication API: every `refresh` call waits until the test answers it.
 private final class SchedulingTestAuthServer: @unchecked Sendable {
-    private let state = SchedulingLocked<(calls: Int, pending: [@Sendable (Result<String, any Error>) -> Void])>(
+    private let state = Locked<(calls: Int, pending: [@Sendable (Result<String, any Error>) -> Void])>(
         (0, []))
 
     func refresh(completion: @escaping @Sendable (Result<String, any Error>) -> Void) {
@@ -62,8 +62,8 @@ final class SharedRefreshTests: XCTestCase {
 
     func test_tokenStoreInQueueSafeValue_hundredConcurrentRequestsFindItExpired_refreshOnce() async throws {
         let store = QueueSafeValue(value: SchedulingToken.expired)
-        let refreshes = SchedulingLocked(0)
-        let othersQueuedDuringRefresh = SchedulingLocked(false)
+        let refreshes = Locked(0)
+        let othersQueuedDuringRefresh = Locked(false)
 
         @Sendable func validToken() async throws -> String {
             // One critical section: check, refresh across the `await`, and read.
@@ -146,7 +146,7 @@ final class SharedRefreshTests: XCTestCase {
     }
 
     func test_refreshingValue_cancelledRefresher_doesNotFailTheWaiters() async throws {
-        let attempts = SchedulingLocked(0)
+        let attempts = Locked(0)
         let tokens = RefreshingValue(
             value: SchedulingToken.expired, needsRefresh: { $0.isExpired },
             refresh: { _ in
@@ -176,7 +176,7 @@ final class SharedRefreshTests: XCTestCase {
     }
 
     func test_refreshingValue_completionHandlerCallers_getTheSharedValue() async {
-        let refreshes = SchedulingLocked(0)
+        let refreshes = Locked(0)
         let tokens = RefreshingValue(
             value: SchedulingToken.expired, needsRefresh: { $0.isExpired },
             refresh: { _ in
@@ -187,7 +187,7 @@ final class SharedRefreshTests: XCTestCase {
                 try await Task.sleep(nanoseconds: 1_000_000)
                 return SchedulingToken(value: "fresh-\(number)", isExpired: false)
             })
-        let received = SchedulingLocked<[String]>([])
+        let received = Locked<[String]>([])
         for _ in 0..<20 {
             tokens.get { result in
                 received.withLock { $0.append((try? result.get().value) ?? "error") }
@@ -200,7 +200,7 @@ final class SharedRefreshTests: XCTestCase {
     }
 
     func test_refreshingValue_invalidateIfStillEqual_refreshesOnceForManyRejections() async throws {
-        let refreshes = SchedulingLocked(0)
+        let refreshes = Locked(0)
         let tokens = RefreshingValue(
             value: SchedulingToken(value: "v0", isExpired: false), needsRefresh: { $0.isExpired },
             refresh: { _ in
