@@ -1,9 +1,10 @@
 // MARK: - AwaitingWaiter
 
-/// How a suspended task learns the outcome of its wait: resumed with `true` when its command was
-/// granted the critical section, `false` when it left the queue without running (cancelled).
+/// What a suspended task waits on. It is resumed when its command was granted the critical section
+/// or left the queue; the task then reads which under the engine lock (see
+/// ``CommandEngine/waitForTurn(_:isolation:)``).
 @usableFromInline
-typealias TurnContinuation = UnsafeContinuation<Bool, Never>
+typealias TurnContinuation = UnsafeContinuation<Void, Never>
 
 /// A Swift task's place in the queue. The place is taken when the command is issued (so the order
 /// is the order of the calls), and the task suspends on it only if it is not granted by then.
@@ -43,7 +44,7 @@ final class AwaitingWaiter: PendingCommand, @unchecked Sendable {
     override func start() {
         let continuation = grantedContinuation
         grantedContinuation = nil
-        continuation?.resume(returning: true)
+        continuation?.resume()
     }
 }
 

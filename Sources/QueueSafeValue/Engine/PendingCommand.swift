@@ -34,8 +34,7 @@ class PendingCommand: @unchecked Sendable {
     func didGrantLocked() -> Bool { false }
 
     /// Called under the engine lock when the command leaves the queue without running.
-    /// - Returns: a suspended task to resume (with `false`: it did not get the section) after the
-    ///   lock is released.
+    /// - Returns: a suspended task to resume after the lock is released.
     func didCancelLocked() -> TurnContinuation? { nil }
 
     /// Called under the engine lock by ``CommandEngine/cancelAll()``: the task to cancel, if any.
