@@ -1,2 +1,39 @@
-// The shims are header-only (static inline); SwiftPM needs one source file per C target.
+// Most shims are header-only (static inline). The sanitizer hooks live here, out of line, because
+// only this file is compiled by clang with the package's sanitizer flags: the header is also read
+// by the Swift compiler's importer, which does not see them.
 #include "QueueSafeValueShims.h"
+
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define QSV_THREAD_SANITIZER 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define QSV_THREAD_SANITIZER 1
+#endif
+
+#if QSV_THREAD_SANITIZER
+// ThreadSanitizer's runtime interface (compiler-rt's tsan_interface.h).
+void __tsan_ignore_thread_begin(void);
+void __tsan_ignore_thread_end(void);
+#endif
+
+void qsv_sanitizer_ignore_accesses_begin(void) {
+#if QSV_THREAD_SANITIZER
+    __tsan_ignore_thread_begin();
+#endif
+}
+
+void qsv_sanitizer_ignore_accesses_end(void) {
+#if QSV_THREAD_SANITIZER
+    __tsan_ignore_thread_end();
+#endif
+}
+
+int qsv_thread_sanitizer_enabled(void) {
+#if QSV_THREAD_SANITIZER
+    return 1;
+#else
+    return 0;
+#endif
+}

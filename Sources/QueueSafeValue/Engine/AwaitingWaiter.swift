@@ -1,3 +1,5 @@
+import QueueSafeValueShims
+
 // MARK: - AwaitingWaiter
 
 /// What a suspended task waits on. It is resumed when its command was granted the critical section
@@ -44,7 +46,27 @@ final class AwaitingWaiter: PendingCommand, @unchecked Sendable {
     override func start() {
         let continuation = grantedContinuation
         grantedContinuation = nil
-        continuation?.resume()
+        continuation?.resumeFromAnotherThread()
+    }
+}
+
+extension UnsafeContinuation where T == Void, E == Never {
+    /// Resumes the task waiting on this continuation from a thread other than its own: the
+    /// engine's grant, a cancellation, or `cancelAll()`.
+    ///
+    /// The task may not have finished suspending yet. Then the runtime lets it go on at once,
+    /// ordered by the runtime's own atomics, and ThreadSanitizer sees no ordering: the fast path of
+    /// `swift_continuation_await` has no sanitizer annotation (swiftlang/swift#57803). It would pair
+    /// this call's read of the task's continuation context with the task's next use of that memory
+    /// and report a race that cannot happen. So the sanitizer is told to ignore this call's own
+    /// memory accesses, and nothing else: what the resumed task does next is ordered by the engine
+    /// lock it takes after resuming (``CommandEngine/waitForTurn(_:isolation:)``). Outside
+    /// ThreadSanitizer builds the two hooks are empty.
+    @inline(__always)
+    func resumeFromAnotherThread() {
+        qsv_sanitizer_ignore_accesses_begin()
+        resume()
+        qsv_sanitizer_ignore_accesses_end()
     }
 }
 

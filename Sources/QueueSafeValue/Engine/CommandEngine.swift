@@ -391,7 +391,7 @@ final class CommandEngine: @unchecked Sendable {
         heap.noteRemoved()
         let continuation = command.didCancelLocked()
         lock.unlock()
-        continuation?.resume()
+        continuation?.resumeFromAnotherThread()
         return true
     }
 
@@ -418,7 +418,7 @@ final class CommandEngine: @unchecked Sendable {
             }
         }
         lock.unlock()
-        for continuation in continuations { continuation.resume() }
+        for continuation in continuations { continuation.resumeFromAnotherThread() }
         for task in tasks { task.cancel() }
     }
 

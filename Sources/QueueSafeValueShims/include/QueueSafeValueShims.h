@@ -46,6 +46,13 @@ static inline void qsv_cpu_relax(void) {
 }
 
 /// An identifier of the calling thread that is never 0.
+/// Under ThreadSanitizer, makes it ignore the calling thread's memory accesses until the matching
+/// `qsv_sanitizer_ignore_accesses_end()` (synchronization is still tracked); does nothing otherwise.
+void qsv_sanitizer_ignore_accesses_begin(void);
+void qsv_sanitizer_ignore_accesses_end(void);
+/// 1 when this package was built with ThreadSanitizer, else 0.
+int qsv_thread_sanitizer_enabled(void);
+
 static inline uintptr_t qsv_current_thread_id(void) {
     return (uintptr_t)pthread_self();
 }
