@@ -29,11 +29,3 @@ void qsv_sanitizer_ignore_accesses_end(void) {
     __tsan_ignore_thread_end();
 #endif
 }
-
-int qsv_thread_sanitizer_enabled(void) {
-#if QSV_THREAD_SANITIZER
-    return 1;
-#else
-    return 0;
-#endif
-}

@@ -64,10 +64,30 @@ extension UnsafeContinuation where T == Void, E == Never {
     /// ThreadSanitizer builds the two hooks are empty.
     @inline(__always)
     func resumeFromAnotherThread() {
-        qsv_sanitizer_ignore_accesses_begin()
-        resume()
-        qsv_sanitizer_ignore_accesses_end()
+        ignoringSanitizerAccesses { resume() }
     }
+}
+
+extension CheckedContinuation where T == Void, E == Never {
+    /// Resumes the task waiting on this continuation from a thread other than its own, hiding the
+    /// resume's own memory accesses from ThreadSanitizer: see
+    /// `UnsafeContinuation.resumeFromAnotherThread()`. Only the resume's own accesses are hidden:
+    /// anything else the resumed task shares with the resuming thread needs its own ordering (a
+    /// lock), and the sanitizer still checks it.
+    @inline(__always)
+    func resumeFromAnotherThread() {
+        ignoringSanitizerAccesses { resume() }
+    }
+}
+
+/// Runs `body` with ThreadSanitizer ignoring the calling thread's memory accesses (its
+/// synchronization is still tracked). Only for resuming continuations; see
+/// `UnsafeContinuation.resumeFromAnotherThread()`.
+@inline(__always)
+private func ignoringSanitizerAccesses(_ body: () -> Void) {
+    qsv_sanitizer_ignore_accesses_begin()
+    body()
+    qsv_sanitizer_ignore_accesses_end()
 }
 
 /// A task handle that can be cancelled without knowing its result type.

@@ -109,7 +109,7 @@ final class RecurringExecutorCore: @unchecked Sendable {
         func perform() {
             sleepTask?.cancel()
             runTask?.cancel()
-            continuation?.resume()
+            continuation?.resumeFromAnotherThread()
         }
 
         /// Ends the current wait, if any: its continuation is resumed and its sleep cancelled after
@@ -183,7 +183,7 @@ final class RecurringExecutorCore: @unchecked Sendable {
             lock.withLock {
                 if case .ended = state.phase {
                     // Behind every delivery already enqueued, the stream finishes included.
-                    deliveryQueue.async { continuation.resume() }
+                    deliveryQueue.async { continuation.resumeFromAnotherThread() }
                 } else {
                     state.stopWaiters.append(continuation)
                 }
@@ -370,7 +370,7 @@ final class RecurringExecutorCore: @unchecked Sendable {
         state.stopWaiters = []
         deliveryQueue.async {
             for subscriber in subscribers { subscriber.finish() }
-            for waiter in stopWaiters { waiter.resume() }
+            for waiter in stopWaiters { waiter.resumeFromAnotherThread() }
         }
     }
 }

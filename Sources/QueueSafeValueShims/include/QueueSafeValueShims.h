@@ -50,8 +50,6 @@ static inline void qsv_cpu_relax(void) {
 /// `qsv_sanitizer_ignore_accesses_end()` (synchronization is still tracked); does nothing otherwise.
 void qsv_sanitizer_ignore_accesses_begin(void);
 void qsv_sanitizer_ignore_accesses_end(void);
-/// 1 when this package was built with ThreadSanitizer, else 0.
-int qsv_thread_sanitizer_enabled(void);
 
 static inline uintptr_t qsv_current_thread_id(void) {
     return (uintptr_t)pthread_self();
