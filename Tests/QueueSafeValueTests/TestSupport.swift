@@ -184,11 +184,7 @@ func waitOrFail(
     file: StaticString = #filePath,
     line: UInt = #line
 ) -> Bool {
-    if semaphore.wait(timeout: .now() + timeout) == .timedOut {
-        XCTFail("Timed out after \(timeout) s waiting for: \(message())", file: file, line: line)
-        return false
-    }
-    return true
+    failOnTimeout(semaphore.wait(timeout: .now() + timeout), timeout, message(), file: file, line: line)
 }
 
 /// Waits for `group`, failing the test on a hang.
@@ -200,11 +196,21 @@ func waitOrFail(
     file: StaticString = #filePath,
     line: UInt = #line
 ) -> Bool {
-    if group.wait(timeout: .now() + timeout) == .timedOut {
-        XCTFail("Timed out after \(timeout) s waiting for: \(message())", file: file, line: line)
-        return false
-    }
-    return true
+    failOnTimeout(group.wait(timeout: .now() + timeout), timeout, message(), file: file, line: line)
+}
+
+/// Fails the test if a bounded dispatch wait timed out.
+/// - Returns: whether the wait succeeded.
+private func failOnTimeout(
+    _ result: DispatchTimeoutResult,
+    _ timeout: TimeInterval,
+    _ message: @autoclosure () -> String,
+    file: StaticString,
+    line: UInt
+) -> Bool {
+    guard result == .timedOut else { return true }
+    XCTFail("Timed out after \(timeout) s waiting for: \(message())", file: file, line: line)
+    return false
 }
 
 /// Waits until `engine` has exactly `count` live pending commands, failing the test on a hang.
