@@ -133,7 +133,7 @@ public final class CommandQueue: Sendable {
         _ operation: @escaping @Sendable () async throws -> T
     ) -> Task<T, any Error> {
         let engine = self.engine
-        let (waiter, grantedAtOnce) = engine.reserveWaiter(priority: priority)
+        let (waiter, grantedAtOnce) = engine.enqueueOperation(priority: priority)
         let task = Task<T, any Error> {
             // Everything below runs inline in the task: no intermediate async frames or executor
             // switches, and no suspension at all when the turn has come by the time the task starts.
@@ -142,12 +142,12 @@ public final class CommandQueue: Sendable {
             }
             if Task.isCancelled {
                 // Granted, but cancelled before the operation began: it never starts.
-                engine.release()
+                engine.release(.operation)
                 throw QueueSafeValueError.cancelled
             }
             defer {
                 engine.leaveTaskSection()
-                engine.release()
+                engine.release(.operation)
             }
             return try await CriticalSectionContext.sections.withValue(engine.enterTaskSection()) {
                 try await operation()

@@ -1,103 +1,73 @@
 // MARK: - CommandHeap
 
-/// A binary min-heap of pending commands ordered by a 64-bit key: priority descending in the top
-/// byte, arrival sequence ascending below it. Equal priorities therefore leave in FIFO order
-/// (the heap is stable by construction: no two keys are equal).
+/// A binary min-heap of `(key, slot)` entries: the order in which waiting commands get the
+/// critical section. The key puts priority (descending) in the top byte and the arrival sequence
+/// (ascending) below it, so no two keys are equal and equal priorities leave in FIFO order.
 ///
-/// Removal of a command that is not at the top (a timed-out or cancelled waiter) is lazy: the
-/// caller marks the command dead (its status leaves `.pending`) and calls ``noteRemoved()``; dead
-/// entries are skipped when they surface and are swept out in one O(n) pass once they outnumber the
-/// live ones, so memory stays proportional to the live count.
-///
-/// Entries hold their command as an `Unmanaged` reference (retained on insert, released when it
-/// leaves), so sifting moves plain words instead of retaining and releasing at every level.
-///
-/// Not thread-safe: the engine uses it under its lock. Its owner calls ``releaseAll()`` before
-/// dropping it.
-struct CommandHeap {
-    struct Entry {
+/// A plain value: entries are two integers, so sifting compares and moves words and never touches
+/// a command or a reference count. What a slot means (which command, whether it still waits) is the
+/// business of ``EngineStateMachine``, which also removes entries of commands that left the queue:
+/// lazily, when they surface, or all at once through ``removeAll(where:)``.
+struct CommandHeap: Hashable {
+    /// One waiting command: its order and where the state machine keeps its record.
+    struct Entry: Hashable {
         let key: UInt64
-        let reference: Unmanaged<PendingCommand>
-
-        /// The command, without touching its reference count.
-        var command: PendingCommand { reference.takeUnretainedValue() }
+        let slot: UInt32
     }
 
     private var entries: [Entry] = []
-    /// Entries whose command is dead but still in `entries`.
-    private var deadCount = 0
 
-    /// The number of live (still pending) commands.
+    /// The number of entries.
     /// - Complexity: O(1)
-    var count: Int { entries.count - deadCount }
+    var count: Int { entries.count }
 
-    /// `true` when no live command is pending.
+    /// Whether there are no entries.
     /// - Complexity: O(1)
-    var isEmpty: Bool { entries.count == deadCount }
+    var isEmpty: Bool { entries.isEmpty }
+
+    /// The entry with the smallest key.
+    /// - Complexity: O(1)
+    var first: Entry? { entries.first }
+
+    /// Every entry, in no particular order.
+    var unordered: [Entry] { entries }
 
     /// The key that orders a command of `priority` that arrived as number `sequence`.
     static func key(priority: CommandPriority, sequence: UInt64) -> UInt64 {
         (UInt64(255 &- priority.rawValue) << 56) | (sequence & 0x00FF_FFFF_FFFF_FFFF)
     }
 
-    /// Adds a pending command whose `key` is already set.
+    /// The priority encoded in `key`.
+    static func priority(of key: UInt64) -> CommandPriority {
+        CommandPriority(rawValue: 255 &- UInt8(truncatingIfNeeded: key >> 56))
+    }
+
+    /// Adds an entry.
     /// - Complexity: O(log n); O(1) on average when keys arrive in increasing order.
-    mutating func insert(_ command: PendingCommand) {
-        entries.append(Entry(key: command.key, reference: .passRetained(command)))
+    mutating func insert(_ entry: Entry) {
+        entries.append(entry)
         siftUp(entries.count - 1)
         checkInvariantsIfSmall()
     }
 
-    /// Removes and returns the live command with the smallest key, dropping dead entries on the way.
-    /// - Complexity: O(log n) amortized.
-    mutating func popFirst() -> PendingCommand? {
-        while let top = entries.first {
-            removeTop()
-            let command = top.reference.takeRetainedValue()
-            if command.status == .pending {
-                checkInvariantsIfSmall()
-                return command
-            }
-            deadCount -= 1
+    /// Removes and returns the entry with the smallest key.
+    /// - Complexity: O(log n)
+    mutating func popFirst() -> Entry? {
+        guard !entries.isEmpty else { return nil }
+        let top = entries[0]
+        let last = entries.removeLast()
+        if !entries.isEmpty {
+            entries[0] = last
+            siftDown(0)
         }
-        return nil
+        checkInvariantsIfSmall()
+        return top
     }
 
-    /// Removes and returns every live command, in key order.
-    /// - Complexity: O(n log n)
-    mutating func removeAll() -> [PendingCommand] {
-        var result: [PendingCommand] = []
-        result.reserveCapacity(count)
-        while let command = popFirst() { result.append(command) }
-        entries.removeAll()
-        deadCount = 0
-        return result
-    }
-
-    /// Records that a command still stored in the heap was marked dead by its owner.
-    /// - Complexity: O(1) amortized: a sweep of O(n) runs once dead entries outnumber live ones.
-    mutating func noteRemoved() {
-        deadCount += 1
-        if deadCount > 32 && deadCount > entries.count / 2 {
-            compact()
-        }
-    }
-
-    /// Drops every entry, live or dead, releasing the commands. The heap is empty afterwards.
+    /// Removes every entry for which `shouldRemove` is true and restores the heap order.
     /// - Complexity: O(n)
-    mutating func releaseAll() {
-        for entry in entries { entry.reference.release() }
-        entries.removeAll()
-        deadCount = 0
-    }
-
-    private mutating func compact() {
-        entries.removeAll { entry in
-            guard entry.command.status != .pending else { return false }
-            entry.reference.release()
-            return true
-        }
-        deadCount = 0
+    mutating func removeAll(where shouldRemove: (Entry) -> Bool) {
+        entries.removeAll(where: shouldRemove)
         // Floyd's bottom-up construction.
         var index = entries.count / 2
         while index > 0 {
@@ -107,12 +77,10 @@ struct CommandHeap {
         checkInvariantsIfSmall()
     }
 
-    private mutating func removeTop() {
-        let last = entries.removeLast()
-        if !entries.isEmpty {
-            entries[0] = last
-            siftDown(0)
-        }
+    /// Removes every entry.
+    /// - Complexity: O(n)
+    mutating func removeAll() {
+        entries.removeAll()
     }
 
     private mutating func siftUp(_ start: Int) {
@@ -144,17 +112,12 @@ struct CommandHeap {
 
     // MARK: Invariants
 
-    /// Checks the heap order and the dead-entry count; traps on a violation.
+    /// Checks that every parent's key is smaller than its children's; traps on a violation.
     /// - Complexity: O(n)
     func checkInvariants() {
-        var dead = 0
-        for index in entries.indices {
-            if entries[index].command.status != .pending { dead += 1 }
-            if index > 0 {
-                precondition(entries[(index - 1) / 2].key < entries[index].key, "CommandHeap order violated")
-            }
+        for index in entries.indices.dropFirst() {
+            precondition(entries[(index - 1) / 2].key < entries[index].key, "CommandHeap order violated")
         }
-        precondition(dead == deadCount, "CommandHeap dead count \(deadCount) but found \(dead)")
     }
 
     @inline(__always)

@@ -1,5 +1,3 @@
-import Dispatch
-
 // MARK: - CommandCompletionClosure
 
 /// The closure a manual-completion command hands to its command or access closure.
@@ -16,59 +14,45 @@ public typealias CommandCompletionClosure = @Sendable () -> Void
 
 // MARK: - CompletionToken
 
-/// Whoever is told that a manual completion arrived.
-protocol CompletionTarget: AnyObject, Sendable {
-    /// Called once: when the completion closure is called, or when it is released uncalled.
-    func completionArrived()
-}
-
-/// The object behind a ``CommandCompletionClosure``: the first call wins, and releasing it uncalled
-/// completes it too (and is counted as abandoned on the engine).
+/// The object behind a ``CommandCompletionClosure``. It tells the engine that the completion
+/// arrived exactly once: at the first call, or, if it is never called, when the last copy of the
+/// closure is released (a *dropped* completion, which the engine counts).
+///
+/// The token refers to the engine and the command's ticket, never to the value or the container,
+/// so a completion closure kept after its command ended keeps nothing alive but the engine.
+// @unchecked Sendable: `arrived` is atomic, the rest immutable
 final class CompletionToken: @unchecked Sendable {
-    private let called = AtomicWord(0)
-    private let target: any CompletionTarget
+    private let arrived = AtomicWord(0)
     private let engine: CommandEngine
+    private let ticket: CommandEngine.Ticket
 
-    init(target: any CompletionTarget, engine: CommandEngine) {
-        self.target = target
+    private init(engine: CommandEngine, ticket: CommandEngine.Ticket) {
         self.engine = engine
+        self.ticket = ticket
     }
 
     deinit {
-        if called.exchange(1) == 0 {
-            engine.recordAbandonedCompletion()
-            target.completionArrived()
+        if arrived.exchange(1) == 0 {
+            engine.manualCompletionArrived(ticket, dropped: true)
         }
-        called.deallocate()
     }
 
     func complete() {
-        if called.exchange(1) == 0 {
-            target.completionArrived()
+        if arrived.exchange(1) == 0 {
+            engine.manualCompletionArrived(ticket, dropped: false)
         }
     }
 
-    /// Makes a token for `target` and calls `body` with its closure. The token is referenced only by
-    /// that closure, so when `body` (and whatever it handed the closure to) lets go of it, it
-    /// completes itself.
+    /// Makes a token for the manual-completion command `ticket` and calls `body` with its closure.
+    /// The token is referenced only by that closure, so when `body` (and whatever it handed the
+    /// closure to) lets go of it, it completes itself.
     @inline(never)
     static func withCompletion(
-        target: any CompletionTarget,
         engine: CommandEngine,
+        ticket: CommandEngine.Ticket,
         _ body: (@escaping CommandCompletionClosure) -> Void
     ) {
-        let token = CompletionToken(target: target, engine: engine)
+        let token = CompletionToken(engine: engine, ticket: ticket)
         body(token.complete)
     }
-}
-
-// MARK: - Latches
-
-/// Blocks a thread until a manual completion arrives.
-final class BlockingLatch: CompletionTarget, @unchecked Sendable {
-    private let semaphore = DispatchSemaphore(value: 0)
-
-    func completionArrived() { semaphore.signal() }
-
-    func wait() { semaphore.wait() }
 }

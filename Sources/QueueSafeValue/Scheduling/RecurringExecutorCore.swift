@@ -16,6 +16,7 @@ import Dispatch
 ///
 /// The public executor owns the core; the driver task keeps it alive until the loop has ended, and
 /// the sleep tasks reference it weakly.
+// @unchecked Sendable: `state` is guarded by `lock`; the other stored properties are immutable
 final class RecurringExecutorCore: @unchecked Sendable {
     typealias Operation = @Sendable () async throws -> Void
     typealias EventHandler = @Sendable (RecurringExecutorEvent) -> Void
@@ -42,10 +43,6 @@ final class RecurringExecutorCore: @unchecked Sendable {
         self.sleeper = sleeper
         self.eventHandler = eventHandler
         self.operation = operation
-    }
-
-    deinit {
-        lock.deallocate()
     }
 
     // MARK: State

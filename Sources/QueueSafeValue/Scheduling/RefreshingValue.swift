@@ -26,7 +26,7 @@
 /// The value can also be read and written through ``store`` directly (for instance by a
 /// ``RecurringExecutor`` that refreshes it ahead of expiry); those commands take their turn in the
 /// same queue.
-public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {
+public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {  // `section`: in `store`'s section only
     /// The container of the value. Every command on it, including the ones of this type, runs one at
     /// a time in the container's priority order.
     public let store: QueueSafeValue<Value>
@@ -40,6 +40,7 @@ public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {
     /// Touched only inside `store`'s critical section.
     private let section = SectionState()
 
+    // @unchecked Sendable: touched only by the holder of `store`'s critical section
     private final class SectionState: @unchecked Sendable {
         var failure: (error: any Error, arrivalsBefore: Int)?
         var isInvalidated = false
@@ -76,10 +77,6 @@ public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {
         refresh: @escaping @Sendable (Value) async throws -> Value
     ) {
         self.init(store: QueueSafeValue(value: value), priority: priority, needsRefresh: needsRefresh, refresh: refresh)
-    }
-
-    deinit {
-        arrivals.deallocate()
     }
 
     /// Returns a value that does not need a refresh, refreshing it first if needed.

@@ -23,7 +23,7 @@ public final class QueueSafeAsyncedValue<Value> {
     }
 
     deinit {
-        storage.engine.close()
+        storage.close()
     }
 
     /// Commands that run before every other pending command (FIFO among themselves). Stored, so
@@ -42,8 +42,9 @@ public final class QueueSafeAsyncedValue<Value> {
     /// How many manual-completion closures of this value's commands were released without being
     /// called (each such command still ended).
     public var abandonedCompletionCount: Int {
-        storage.engine.abandonedCompletionCount
+        storage.droppedCompletionCount
     }
 }
 
+// @unchecked Sendable: the value is touched only by the command holding the critical section
 extension QueueSafeAsyncedValue: @unchecked Sendable where Value: Sendable {}

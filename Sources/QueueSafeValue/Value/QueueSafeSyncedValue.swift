@@ -31,7 +31,7 @@ public final class QueueSafeSyncedValue<Value> {
     }
 
     deinit {
-        storage.engine.close()
+        storage.close()
     }
 
     /// Commands that run before every other pending command (FIFO among themselves). Stored, so
@@ -50,8 +50,9 @@ public final class QueueSafeSyncedValue<Value> {
     /// How many manual-completion closures of this value's commands were released without being
     /// called (each such command still ended).
     public var abandonedCompletionCount: Int {
-        storage.engine.abandonedCompletionCount
+        storage.droppedCompletionCount
     }
 }
 
+// @unchecked Sendable: the value is touched only by the command holding the critical section
 extension QueueSafeSyncedValue: @unchecked Sendable where Value: Sendable {}

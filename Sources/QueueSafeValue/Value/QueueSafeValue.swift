@@ -43,7 +43,7 @@ public final class QueueSafeValue<Value> {
     }
 
     deinit {
-        storage.engine.close()
+        storage.close()
     }
 
     /// Blocking commands that give up with ``QueueSafeValueError/timedOut`` if they have not started
@@ -75,8 +75,9 @@ public final class QueueSafeValue<Value> {
     /// being called. Each such command still ended; a growing count points at a code path that
     /// forgets to call `done()`.
     public var abandonedCompletionCount: Int {
-        storage.engine.abandonedCompletionCount
+        storage.droppedCompletionCount
     }
 }
 
+// @unchecked Sendable: the value is touched only by the command holding the critical section
 extension QueueSafeValue: @unchecked Sendable where Value: Sendable {}

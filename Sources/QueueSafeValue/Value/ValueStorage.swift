@@ -5,25 +5,37 @@ import Dispatch
 /// The value and the engine that guards it, shared by a container and every scheduler and command
 /// made from it.
 ///
-/// Schedulers hold the storage, not the container, so they never keep the container alive; when the
-/// container is released it closes the engine and later commands fail with
-/// `.valueContainerDeinited`. The value lives in memory of its own and is touched only by the
-/// command that holds the critical section.
+/// Schedulers hold the storage, not the container, so they never keep the container alive. When
+/// the container is released it closes the engine: later commands fail with
+/// `.valueContainerDeinited`, and the value itself is freed as soon as no command holds or waits
+/// for it (commands queued before the release still run first). What a user may keep — a schedule,
+/// a commands value, a completion closure — keeps this storage alive, but never the value.
+// @unchecked Sendable: the value is touched only by the section's holder
 @usableFromInline
-final class ValueStorage<Value>: @unchecked Sendable {
-    @usableFromInline let engine: CommandEngine
+final class ValueStorage<Value>: CommandEngine, @unchecked Sendable {
+    /// The value's own memory. Initialized from `init` until the engine frees the value.
     @usableFromInline let pointer: UnsafeMutablePointer<Value>
 
     @usableFromInline
     init(value: Value) {
-        engine = CommandEngine()
         pointer = .allocate(capacity: 1)
         pointer.initialize(to: value)
+        super.init()
     }
 
     deinit {
-        pointer.deinitialize(count: 1)
+        // A container closes the engine before it lets go of the storage, so the value is normally
+        // freed by now; a storage dropped without its container (never, today) frees it here.
+        if !isValueFreed { pointer.deinitialize(count: 1) }
         pointer.deallocate()
+    }
+
+    /// The engine itself: the storage *is* the engine, with a value added.
+    @usableFromInline
+    var engine: CommandEngine { self }
+
+    override func freeValue() {
+        pointer.deinitialize(count: 1)
     }
 
     // MARK: Blocking access
@@ -35,16 +47,16 @@ final class ValueStorage<Value>: @unchecked Sendable {
         deadline: DispatchTime?,
         _ body: (inout Value) -> R
     ) -> Result<R, QueueSafeValueError> {
-        if let error = engine.acquireBlocking(priority: priority, deadline: deadline) {
+        if let error = acquireBlocking(priority: priority, deadline: deadline) {
             return .failure(error)
         }
         let result = body(&pointer.pointee)
-        engine.release()
+        release(.blocking)
         return .success(result)
     }
 
     /// Like ``withBlockingAccess(priority:deadline:_:)``, but the section stays held after `body`
-    /// returns until its completion closure is called (or released); then `result` reads the value
+    /// returns until its completion closure is called (or dropped); then `result` reads the value
     /// and the section is released.
     @inlinable
     func withBlockingManualAccess<R>(
@@ -53,12 +65,12 @@ final class ValueStorage<Value>: @unchecked Sendable {
         _ body: (inout Value, @escaping CommandCompletionClosure) -> Void,
         result: (Value) -> R
     ) -> Result<R, QueueSafeValueError> {
-        if let error = engine.acquireBlocking(priority: priority, deadline: deadline) {
+        if let error = acquireBlocking(priority: priority, deadline: deadline) {
             return .failure(error)
         }
-        engine.holdUntilCompleted { done in body(&pointer.pointee, done) }
+        holdUntilCompleted { done in body(&pointer.pointee, done) }
         let value = result(pointer.pointee)
-        engine.release()
+        release(.blocking)
         return .success(value)
     }
 
@@ -73,18 +85,18 @@ final class ValueStorage<Value>: @unchecked Sendable {
         _ body: nonisolated(nonsending) (inout Value) async -> R
     ) async throws(QueueSafeValueError) -> R {
         if Task.isCancelled { throw .cancelled }
-        if !engine.tryAcquireIdle() {
-            try await engine.acquireAwaitingSlow(priority: priority, isolation: isolation)
+        if !tryAcquireIdle(.awaiting) {
+            try await acquireAwaitingSlow(priority: priority, isolation: isolation)
         }
-        let sections = engine.enterTaskSection()
+        let sections = enterTaskSection()
         let result = await CriticalSectionContext.sections.withValue(sections) {
             // Capturing the isolated parameter keeps this closure on the caller's executor
             // (a closure that does not capture it is nonisolated and would hop off).
             _ = isolation
             return await body(&pointer.pointee)
         }
-        engine.leaveTaskSection()
-        engine.release()
+        leaveTaskSection()
+        release(.awaiting)
         return result
     }
 }

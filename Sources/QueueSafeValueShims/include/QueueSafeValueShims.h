@@ -36,6 +36,10 @@ static inline intptr_t qsv_atomic_fetch_add(intptr_t *word, intptr_t delta) {
     return __atomic_fetch_add(word, delta, __ATOMIC_ACQ_REL);
 }
 
+static inline intptr_t qsv_atomic_fetch_or(intptr_t *word, intptr_t bits) {
+    return __atomic_fetch_or(word, bits, __ATOMIC_ACQ_REL);
+}
+
 /// A hint to the CPU that the caller is spinning.
 static inline void qsv_cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -45,12 +49,12 @@ static inline void qsv_cpu_relax(void) {
 #endif
 }
 
-/// An identifier of the calling thread that is never 0.
 /// Under ThreadSanitizer, makes it ignore the calling thread's memory accesses until the matching
 /// `qsv_sanitizer_ignore_accesses_end()` (synchronization is still tracked); does nothing otherwise.
 void qsv_sanitizer_ignore_accesses_begin(void);
 void qsv_sanitizer_ignore_accesses_end(void);
 
+/// An identifier of the calling thread that is never 0.
 static inline uintptr_t qsv_current_thread_id(void) {
     return (uintptr_t)pthread_self();
 }

@@ -13,14 +13,16 @@ import Dispatch
 /// A thread that waits for its turn: it spins briefly, then parks on a semaphore until the engine
 /// grants it the critical section or its deadline passes.
 ///
-/// The hand-off word has three states: `waiting` (the waiter is spinning), `granted` and `parked`.
-/// The granting thread swaps in `granted` and signals the semaphore only when it finds `parked`, so a
-/// waiter that is still spinning is handed the section with one cache-line transfer and no system
-/// call.
+/// The hand-off word has three states: `waiting` (the thread is spinning), `granted` and `parked`.
+/// ``start()`` swaps in `granted` and signals the semaphore only when it finds `parked`, so a thread
+/// that is still spinning is handed the section with one cache-line transfer and no system call.
 ///
-/// Each thread keeps one waiter (and so one semaphore) and reuses it for every blocking command it
-/// waits on; a waiter that timed out may still sit, dead, in a heap, so it is replaced instead.
-final class BlockingWaiter: PendingCommand, @unchecked Sendable {
+/// Each thread keeps one waiter and reuses it for every blocking command it waits on: by the time a
+/// wait returns, nothing else refers to it (a timed-out waiter left the queue, or consumed the
+/// grant's signal). The same semaphore blocks the thread of a manual-completion command until its
+/// completion arrives.
+// @unchecked Sendable: its word is atomic, its semaphore thread-safe
+final class BlockingWaiter: Waiter, @unchecked Sendable {
     private static let waiting = 0
     private static let granted = 1
     private static let parked = 2
@@ -34,38 +36,21 @@ final class BlockingWaiter: PendingCommand, @unchecked Sendable {
 
     private let word = AtomicWord(BlockingWaiter.waiting)
     private let semaphore = DispatchSemaphore(value: 0)
-    private let thread: Int
 
-    private init(thread: Int) {
-        self.thread = thread
-    }
+    private override init() {}
 
-    deinit {
-        word.deallocate()
-    }
-
-    /// The calling thread's waiter, reset for a new wait.
-    static func forCurrentThread(_ thread: Int) -> BlockingWaiter {
+    /// The calling thread's waiter, ready for a new wait.
+    static func forCurrentThread() -> BlockingWaiter {
         if let raw = pthread_getspecific(waiterKey) {
             let waiter = Unmanaged<BlockingWaiter>.fromOpaque(raw).takeUnretainedValue()
             waiter.word.storeRelaxed(waiting)
-            waiter.status = .pending
             return waiter
         }
-        let waiter = BlockingWaiter(thread: thread)
-        pthread_setspecific(waiterKey, Unmanaged.passRetained(waiter).toOpaque())
+        let waiter = BlockingWaiter()
+        let status = pthread_setspecific(waiterKey, Unmanaged.passRetained(waiter).toOpaque())
+        precondition(status == 0, "pthread_setspecific failed: \(status)")
         return waiter
     }
-
-    /// Forgets the calling thread's waiter (it may still be referenced by a heap).
-    private static func discardCurrentThreadWaiter() {
-        if let raw = pthread_getspecific(waiterKey) {
-            pthread_setspecific(waiterKey, nil)
-            Unmanaged<BlockingWaiter>.fromOpaque(raw).release()
-        }
-    }
-
-    override var ownerThread: Int { thread }
 
     override func start() {
         if word.exchange(Self.granted) == Self.parked {
@@ -75,10 +60,14 @@ final class BlockingWaiter: PendingCommand, @unchecked Sendable {
 
     /// Blocks until the engine grants this waiter, or until `deadline`.
     ///
-    /// Exactly one of "granted" and "timed out" wins: the decision is made under the engine lock by
-    /// ``CommandEngine/abandon(_:)``.
+    /// Exactly one of "granted" and "timed out" wins: the state machine decides, under the engine
+    /// lock, in ``CommandEngine/leave(_:)``.
     /// - Returns: `nil` when granted, `.timedOut` when the deadline passed first.
-    func waitForGrant(engine: CommandEngine, deadline: DispatchTime?) -> QueueSafeValueError? {
+    func waitForGrant(
+        engine: CommandEngine,
+        ticket: CommandEngine.Ticket,
+        deadline: DispatchTime?
+    ) -> QueueSafeValueError? {
         for round in 1...Self.spinLimit {
             if word.loadAcquire() == Self.granted { return nil }
             if round % Self.yieldEvery == 0 {
@@ -96,13 +85,19 @@ final class BlockingWaiter: PendingCommand, @unchecked Sendable {
             return nil
         }
         if semaphore.wait(timeout: deadline) == .success { return nil }
-        if engine.abandon(self) {
-            Self.discardCurrentThreadWaiter()
-            return .timedOut
-        }
+        if engine.leave(ticket) != nil { return .timedOut }
         // Granted at the same instant: the grant's signal is on its way. Consume it.
         semaphore.wait()
         return nil
+    }
+
+    /// Blocks the holder's thread until ``finishManualCompletion()``.
+    func waitForManualCompletion() {
+        semaphore.wait()
+    }
+
+    override func finishManualCompletion() {
+        semaphore.signal()
     }
 }
 

@@ -5,11 +5,12 @@ import Dispatch
 /// A command whose closures run on a `DispatchQueue`.
 ///
 /// It takes its place in the engine at the moment of the call; only its execution is dispatched.
-/// While it waits it is an entry in the heap, not a blocked thread or a queued block. When granted it
-/// is dispatched onto its queue; when it finishes there and the next granted command targets the
+/// While it waits it is a record in the queue, not a blocked thread or a queued block. When granted
+/// it is dispatched onto its queue; when it finishes there and the next granted command targets the
 /// same queue, that command runs in the same block (up to ``batchLimit`` in a row), which saves a
 /// dispatch per command when a queue drains a backlog.
-final class DispatchedCommand<Value>: PendingCommand, CompletionTarget, @unchecked Sendable {
+// @unchecked Sendable: runs on one queue at a time; fields immutable
+final class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
     enum Operation {
         /// `get(completion:)`: the closure is the critical section.
         case read(@Sendable (Result<Value, QueueSafeValueError>) -> Void)
@@ -32,8 +33,6 @@ final class DispatchedCommand<Value>: PendingCommand, CompletionTarget, @uncheck
     private let queue: DispatchQueue
     private let operation: Operation
     private let completion: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)?
-    /// Manual completion: 2 parties (closure returned, completion called) still to arrive.
-    private var remainingParties: AtomicWord?
 
     private init(
         storage: ValueStorage<Value>,
@@ -47,10 +46,6 @@ final class DispatchedCommand<Value>: PendingCommand, CompletionTarget, @uncheck
         self.completion = completion
     }
 
-    deinit {
-        remainingParties?.deallocate()
-    }
-
     /// Places the command in the queue now and arranges for it to run on `queue`.
     /// If the container is gone, the failure is delivered on `queue` and nothing else runs.
     static func submit(
@@ -61,17 +56,12 @@ final class DispatchedCommand<Value>: PendingCommand, CompletionTarget, @uncheck
         completion: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)?
     ) {
         let command = DispatchedCommand(storage: storage, queue: queue, operation: operation, completion: completion)
-        switch storage.engine.submit(command, priority: priority) {
-        case .granted:
-            command.start()
-        case .queued:
-            break
-        case .refused:
-            queue.async { command.deliverFailure(.valueContainerDeinited) }
+        do {
+            if try storage.submit(command, priority: priority) { command.start() }
+        } catch {
+            queue.async { command.deliverFailure(error) }
         }
     }
-
-    override var targetQueue: DispatchQueue? { queue }
 
     override func start() {
         queue.async { self.runBatch() }
@@ -85,9 +75,9 @@ final class DispatchedCommand<Value>: PendingCommand, CompletionTarget, @uncheck
     /// value, or work on another queue), and on a concurrent queue running the successor behind the
     /// delivery on this thread would deadlock where a plain dispatch would not.
     private func runBatch() {
-        var current: PendingCommand = self
+        var command = self
         var budget = Self.batchLimit
-        while let command = current as? DispatchedCommand<Value> {
+        while true {
             let (next, delivery) = command.execute()
             budget -= 1
             if let delivery {
@@ -96,14 +86,12 @@ final class DispatchedCommand<Value>: PendingCommand, CompletionTarget, @uncheck
                 return
             }
             guard let next else { return }
-            guard budget > 0, next.targetQueue === queue else {
+            guard budget > 0, let successor = next as? DispatchedCommand<Value>, successor.queue === queue else {
                 next.start()
                 return
             }
-            current = next
+            command = successor
         }
-        // A granted successor of another value type on the same queue.
-        current.start()
     }
 
     /// What runs after the command released the value: its completion or `map` delivery.
@@ -112,9 +100,8 @@ final class DispatchedCommand<Value>: PendingCommand, CompletionTarget, @uncheck
     /// Runs the command on its queue while it holds the section.
     /// - Returns: the next granted command if this one released the section (`nil` if there is
     ///   none or the release is left to a manual completion), and the delivery to run after it.
-    private func execute() -> (next: PendingCommand?, delivery: Delivery?) {
-        let engine = storage.engine
-        engine.setOwnerThread(currentThreadID())
+    private func execute() -> (next: Waiter?, delivery: Delivery?) {
+        storage.setOwnerThread(currentThreadID())
         switch operation {
         case .read(let body):
             body(.success(storage.pointer.pointee))
@@ -124,42 +111,39 @@ final class DispatchedCommand<Value>: PendingCommand, CompletionTarget, @uncheck
             body(&storage.pointer.pointee)
         case .map(let transform):
             let deliver = transform(.success(storage.pointer.pointee))
-            engine.setOwnerThread(0)
-            return (engine.releaseReturningNext(), deliver)
+            return (storage.releaseReturningNext(.dispatched), deliver)
         case .readManual(let body):
             let value = storage.pointer.pointee
             return executeManual { done in body(.success(value), done) }
         case .accessManual(let body):
             return executeManual { done in body(&storage.pointer.pointee, done) }
         }
-        engine.setOwnerThread(0)
         return releaseAndPrepareDelivery()
     }
 
     private func executeManual(
         _ body: (@escaping CommandCompletionClosure) -> Void
-    ) -> (next: PendingCommand?, delivery: Delivery?) {
-        let parties = AtomicWord(2)
-        remainingParties = parties
-        CompletionToken.withCompletion(target: self, engine: storage.engine, body)
-        storage.engine.setOwnerThread(0)
-        guard parties.fetchAdd(-1) == 1 else { return (nil, nil) }  // the completion will finish
+    ) -> (next: Waiter?, delivery: Delivery?) {
+        let ticket = storage.beginManual(self, kind: .dispatched)
+        CompletionToken.withCompletion(engine: storage, ticket: ticket, body)
+        storage.setOwnerThread(0)
+        guard case .release = storage.manualClosureReturned(ticket) else {
+            return (nil, nil)  // the completion will finish the command
+        }
         return releaseAndPrepareDelivery()
     }
 
     /// Reads the result for the completion (while the section is still held), releases the section
     /// and returns the next granted command with the completion's delivery.
-    private func releaseAndPrepareDelivery() -> (next: PendingCommand?, delivery: Delivery?) {
-        guard let completion else { return (storage.engine.releaseReturningNext(), nil) }
+    private func releaseAndPrepareDelivery() -> (next: Waiter?, delivery: Delivery?) {
+        guard let completion else { return (storage.releaseReturningNext(.dispatched), nil) }
         let result = storage.pointer.pointee
-        return (storage.engine.releaseReturningNext(), { completion(.success(result)) })
+        return (storage.releaseReturningNext(.dispatched), { completion(.success(result)) })
     }
 
-    /// The manual completion arrived on some thread (possibly not `queue`): release, hand off, and
-    /// deliver the completion on `queue`.
-    func completionArrived() {
-        guard let parties = remainingParties, parties.fetchAdd(-1) == 1 else { return }
-        // The closure has returned already; we are on the completion caller's thread.
+    /// The manual completion arrived after the closure returned, on some thread (possibly not
+    /// `queue`): release, hand off, and deliver the completion on `queue`.
+    override func finishManualCompletion() {
         let (next, delivery) = releaseAndPrepareDelivery()
         next?.start()
         if let delivery {

@@ -1,0 +1,528 @@
+// MARK: - EngineWord
+
+/// The engine's state word: what the lock-free idle path reads and writes.
+///
+/// | bits | meaning |
+/// | --- | --- |
+/// | 0–1 | the kind of command holding the section (``CommandKind/wordBits``), 0 when it is free |
+/// | 2 | `slowRelease`: the holder must release under the lock (commands wait, or the state machine keeps a record of the holder) |
+/// | 3 | `closed`: the container was released; new commands are refused |
+///
+/// The idle path is exactly two compare-and-swaps: `0 → kind` to take a free section and
+/// `kind → 0` to release one that nobody waits for. Either fails as soon as any other bit is set,
+/// and every other change of the word happens under the engine lock. That gives the one invariant
+/// the idle path relies on:
+///
+/// > While no holder bits are set, no command waits in the queue and the state machine keeps no
+/// > holder record.
+///
+/// A locked transition that may race with the idle path first sets a bit with one atomic
+/// read-modify-write (`slowRelease` to enqueue, `closed` to close): from then on neither
+/// compare-and-swap can succeed, so the transition decides on the value it read and stores its
+/// result without a retry loop.
+enum EngineWord {
+    /// The bits that say which kind of command holds the section.
+    static let holderMask = 0b0011
+    /// The holder must release under the lock.
+    static let slowRelease = 0b0100
+    /// The container was released.
+    static let closed = 0b1000
+
+    /// Whether a command holds the section.
+    @inline(__always)
+    static func isHeld(_ word: Int) -> Bool { word & holderMask != 0 }
+}
+
+// MARK: - CommandKind
+
+/// How a command waits for its turn and where its closure runs.
+@usableFromInline
+enum CommandKind: UInt8, Hashable, Sendable, CustomStringConvertible {
+    /// `wait` / `wait(timeout:)`: a thread blocks; the closure runs on it.
+    case blocking
+    /// `async(performIn:)`: nothing waits; the closure runs on a dispatch queue.
+    case dispatched
+    /// `value.async`: a task suspends; the closure runs in the caller's isolation.
+    case awaiting
+    /// A ``CommandQueue`` operation: a task of its own, which ``CommandQueue/cancelAll()`` reaches.
+    case operation
+
+    /// The holder bits of ``EngineWord`` for a holder of this kind.
+    @inline(__always)
+    var wordBits: Int {
+        switch self {
+        case .blocking: return 1
+        case .dispatched: return 2
+        case .awaiting, .operation: return 3
+        }
+    }
+
+    @usableFromInline
+    var description: String {
+        switch self {
+        case .blocking: return "blocking"
+        case .dispatched: return "dispatch"
+        case .awaiting: return "awaiting"
+        case .operation: return "CommandQueue operation"
+        }
+    }
+}
+
+// MARK: - EngineStateMachine
+
+/// Every decision of the command engine, as a plain value: who holds the critical section, who
+/// waits and in which order, who left, when the value may be freed, and what ``CommandQueue``'s
+/// `cancelAll()` and manual completions do.
+///
+/// No locks, atomics, semaphores, continuations or dispatch live here. ``CommandEngine`` owns one
+/// machine, calls a transition with its lock held and performs the returned action after unlocking:
+/// wake a thread, dispatch a block, resume a task, cancel a task, free the value. `Waiter` is what
+/// the engine needs to start a command (its waiter object); the machine only stores and returns it,
+/// so the tests drive the very same transitions with plain integers.
+///
+/// Transitions that race with the lock-free idle path take the state word the engine observed
+/// (`observed`) and return the word to store; see ``EngineWord``.
+struct EngineStateMachine<Waiter> {
+    /// Identifies a command's record while it waits or holds the section. A ticket of a command
+    /// that has ended no longer matches its slot: the generation moved on.
+    struct Ticket: Hashable, Sendable {
+        let slot: UInt32
+        let generation: UInt32
+
+        /// A ticket that matches no command.
+        static var none: Ticket { Ticket(slot: .max, generation: 0) }
+    }
+
+    /// What ``enqueue(_:kind:priority:tracked:reentrant:observed:)`` decided.
+    enum Admission {
+        /// The section was free: the command holds it now. The ticket is its holder record, for a
+        /// tracked command.
+        case granted(Ticket?)
+        /// The command waits in the queue; it is started when its turn comes.
+        case queued(Ticket)
+        /// The command never runs.
+        case refused(QueueSafeValueError)
+    }
+
+    /// What a release decided.
+    struct Release {
+        /// The command granted the section, to be started by the releaser after unlocking.
+        var next: Waiter?
+        /// The kind of `next`.
+        var nextKind: CommandKind?
+        /// The released holder, when the machine kept a record of it (its task may be dropped).
+        var ended: Waiter?
+        /// The container is gone and nothing waits: free the value now.
+        var freeValue = false
+    }
+
+    /// What ``cancelAll()`` decided.
+    struct CancelAll {
+        /// Commands that left the queue: resume each with "cancelled", and cancel its task if it
+        /// has one.
+        var left: [Waiter] = []
+        /// The holder, if its task must be cancelled now.
+        var holder: Waiter?
+    }
+
+    /// What ``attach(_:)`` decided about the task of an operation.
+    enum Attachment: Equatable {
+        /// Keep the task: ``cancelAll()`` may need it.
+        case keep
+        /// `cancelAll()` ran before the task was attached: cancel it now.
+        case cancelNow
+        /// The operation ended already: drop the task.
+        case drop
+    }
+
+    /// What to do next in a manual-completion command.
+    enum ManualStep {
+        /// Both parties have arrived: the caller releases the section now.
+        case release
+        /// The closure returned first: wait until the completion arrives.
+        case waitForCompletion
+        /// The completion arrived after the closure returned: finish the command held by this
+        /// waiter (wake its blocked thread, or release and deliver its dispatch completion).
+        case finish(Waiter)
+        /// Nothing to do (the closure is still running; it will see the completion).
+        case none
+    }
+
+    /// The phases of a manual-completion command, between its two parties.
+    enum ManualPhase: UInt8, Hashable {
+        case notManual
+        /// The closure runs and `done` has not been called.
+        case running
+        /// The closure returned; the command waits for `done`.
+        case closureReturned
+        /// `done` was called (or dropped) while the closure still ran.
+        case completionArrived
+    }
+
+    enum RecordState: UInt8, Hashable {
+        case free
+        /// In the heap, waiting for its turn.
+        case waiting
+        /// Holds the section (tracked holders only).
+        case holding
+        /// Left the queue before its turn (timed out, cancelled); its heap entry may remain.
+        case left
+        /// Ended, kept only until its task is attached.
+        case ended
+    }
+
+    /// What the machine knows of one command.
+    struct Record {
+        var generation: UInt32 = 0
+        var state: RecordState = .free
+        var kind: CommandKind = .blocking
+        /// An operation whose task has not been attached yet: the record outlives the command
+        /// until it is, so ``attach(_:)`` can tell what happened.
+        var awaitingTask = false
+        var hasTask = false
+        /// Its entry is (still) in the heap.
+        var inHeap = false
+        var cancelRequested = false
+        var manual: ManualPhase = .notManual
+        var waiter: Waiter?
+    }
+
+    private var heap = CommandHeap()
+    private var records: [Record] = []
+    private var freeSlots: [UInt32] = []
+    private var sequence: UInt64 = 0
+    /// The slot of the holder's record, when the machine tracks the holder.
+    private var holderSlot: UInt32?
+    /// Heap entries whose command left the queue.
+    private var deadEntries = 0
+
+    /// Commands waiting for their turn.
+    private(set) var waitingCount = 0
+    /// The container was released.
+    private(set) var isClosed = false
+    /// The value was freed (or the machine guards no value and was closed).
+    private(set) var isValueFreed = false
+    /// Manual completions released without being called.
+    private(set) var droppedCompletions = 0
+
+    init() {}
+
+    // MARK: Enqueue
+
+    /// A command asks for the section.
+    ///
+    /// - Parameters:
+    ///   - tracked: keep a record of the command while it holds the section (operations, for
+    ///     `cancelAll()`); its release then goes through the lock.
+    ///   - reentrant: the caller is inside this section already, so waiting would wait for itself.
+    ///   - observed: the word before the engine set `slowRelease` on it.
+    /// - Returns: the decision and the word to store.
+    mutating func enqueue(
+        _ waiter: Waiter,
+        kind: CommandKind,
+        priority: CommandPriority,
+        tracked: Bool,
+        reentrant: Bool,
+        observed: Int
+    ) -> (Admission, word: Int) {
+        if isClosed { return (.refused(.valueContainerDeinited), observed) }
+        guard EngineWord.isHeld(observed) else {
+            assert(waitingCount == 0 && holderSlot == nil, "a free section with waiters or a holder record")
+            guard tracked else { return (.granted(nil), kind.wordBits) }
+            let ticket = allocate(waiter, kind: kind, state: .holding)
+            records[Int(ticket.slot)].awaitingTask = kind == .operation
+            holderSlot = ticket.slot
+            return (.granted(ticket), kind.wordBits | EngineWord.slowRelease)
+        }
+        if reentrant { return (.refused(.reentrantAccess), observed) }
+        let ticket = allocate(waiter, kind: kind, state: .waiting)
+        records[Int(ticket.slot)].awaitingTask = kind == .operation
+        records[Int(ticket.slot)].inHeap = true
+        heap.insert(.init(key: CommandHeap.key(priority: priority, sequence: sequence), slot: ticket.slot))
+        sequence &+= 1
+        waitingCount += 1
+        return (.queued(ticket), observed | EngineWord.slowRelease)
+    }
+
+    // MARK: Release
+
+    /// The holder ends its command: grant the next waiting command, or free the section.
+    /// - Parameter observed: the word (it has holder bits, and `slowRelease` or `closed`).
+    mutating func release(observed: Int) -> (Release, word: Int) {
+        assert(EngineWord.isHeld(observed), "release of a free section")
+        var release = Release()
+        if let slot = holderSlot {
+            holderSlot = nil
+            release.ended = records[Int(slot)].waiter
+            end(slot)
+        }
+        let closedBit = observed & EngineWord.closed
+        guard let (slot, kind) = popWaiting() else {
+            if isClosed && !isValueFreed {
+                isValueFreed = true
+                release.freeValue = true
+            }
+            return (release, closedBit)
+        }
+        release.next = records[Int(slot)].waiter
+        release.nextKind = kind
+        var word = closedBit | kind.wordBits
+        if kind == .operation {
+            records[Int(slot)].state = .holding
+            holderSlot = slot
+        } else {
+            free(slot)
+        }
+        if waitingCount > 0 || holderSlot != nil { word |= EngineWord.slowRelease }
+        return (release, word)
+    }
+
+    /// Pops the next command that still waits, dropping entries of commands that left.
+    private mutating func popWaiting() -> (slot: UInt32, kind: CommandKind)? {
+        while let entry = heap.popFirst() {
+            records[Int(entry.slot)].inHeap = false
+            if records[Int(entry.slot)].state == .waiting {
+                waitingCount -= 1
+                return (entry.slot, records[Int(entry.slot)].kind)
+            }
+            deadEntries -= 1
+            freeIfUnused(entry.slot)
+        }
+        return nil
+    }
+
+    // MARK: Leave
+
+    /// A waiting command leaves the queue (its deadline passed, or its task was cancelled).
+    /// - Returns: its waiter if it was still waiting (it never runs now), or `nil` if its turn came
+    ///   first (it holds the section, or is about to) or it already left.
+    /// - Complexity: O(1) amortized: the heap entry is dropped when it surfaces, or in one O(n)
+    ///   sweep once such entries outnumber the live ones.
+    mutating func leave(_ ticket: Ticket) -> Waiter? {
+        guard isCurrent(ticket), records[Int(ticket.slot)].state == .waiting else { return nil }
+        let waiter = markLeft(ticket.slot)
+        sweepIfMostlyDead()
+        return waiter
+    }
+
+    /// Whether the command is still waiting for its turn.
+    func isWaiting(_ ticket: Ticket) -> Bool {
+        isCurrent(ticket) && records[Int(ticket.slot)].state == .waiting
+    }
+
+    private mutating func markLeft(_ slot: UInt32) -> Waiter? {
+        let waiter = records[Int(slot)].waiter
+        records[Int(slot)].state = .left
+        records[Int(slot)].waiter = nil
+        waitingCount -= 1
+        deadEntries += 1
+        return waiter
+    }
+
+    private mutating func sweepIfMostlyDead() {
+        guard deadEntries > 32 && deadEntries > heap.count / 2 else { return }
+        var swept = heap
+        heap = CommandHeap()  // one owner while sweeping, so the sweep does not copy it
+        swept.removeAll { entry in
+            guard records[Int(entry.slot)].state == .left else { return false }
+            records[Int(entry.slot)].inHeap = false
+            freeIfUnused(entry.slot)
+            return true
+        }
+        heap = swept
+        deadEntries = 0
+    }
+
+    // MARK: Operations and cancelAll
+
+    /// Every waiting command leaves the queue, and the holder's task is cancelled (now, or as soon
+    /// as it is attached). All in one transition, so the holder's release cannot hand the section
+    /// to work that was meant to be cancelled.
+    mutating func cancelAll() -> CancelAll {
+        var result = CancelAll()
+        while let entry = heap.popFirst() {
+            let slot = entry.slot
+            records[Int(slot)].inHeap = false
+            if records[Int(slot)].state == .waiting {
+                waitingCount -= 1
+                if let waiter = records[Int(slot)].waiter { result.left.append(waiter) }
+                records[Int(slot)].waiter = nil
+                records[Int(slot)].state = .left
+                records[Int(slot)].cancelRequested = true
+            } else {
+                deadEntries -= 1
+            }
+            freeIfUnused(slot)
+        }
+        assert(deadEntries == 0 && waitingCount == 0)
+        if let slot = holderSlot, records[Int(slot)].kind == .operation {
+            if records[Int(slot)].hasTask {
+                result.holder = records[Int(slot)].waiter
+            } else {
+                records[Int(slot)].cancelRequested = true
+            }
+        }
+        return result
+    }
+
+    /// The task that runs an operation exists now (it is created after the operation took its
+    /// place, and may even have run to the end already).
+    mutating func attach(_ ticket: Ticket) -> Attachment {
+        guard isCurrent(ticket), records[Int(ticket.slot)].awaitingTask else { return .drop }
+        let slot = Int(ticket.slot)
+        records[slot].awaitingTask = false
+        switch records[slot].state {
+        case .waiting, .holding:
+            if records[slot].cancelRequested { return .cancelNow }
+            records[slot].hasTask = true
+            return .keep
+        case .left, .ended, .free:
+            let cancel = records[slot].cancelRequested
+            freeIfUnused(ticket.slot)
+            return cancel ? .cancelNow : .drop
+        }
+    }
+
+    // MARK: Manual completion
+
+    /// The holder starts a manual-completion command: the machine keeps a record of it until both
+    /// its closure has returned and its completion arrived. The holder's release then goes
+    /// through the lock.
+    /// - Parameter observed: the word (the caller holds the section).
+    mutating func beginManual(_ waiter: Waiter, kind: CommandKind, observed: Int) -> (Ticket, word: Int) {
+        assert(EngineWord.isHeld(observed) && holderSlot == nil, "manual completion without a plain holder")
+        let ticket = allocate(waiter, kind: kind, state: .holding)
+        records[Int(ticket.slot)].manual = .running
+        holderSlot = ticket.slot
+        return (ticket, observed | EngineWord.slowRelease)
+    }
+
+    /// The closure of a manual-completion command returned.
+    mutating func manualClosureReturned(_ ticket: Ticket) -> ManualStep {
+        guard isCurrent(ticket) else { return .none }
+        switch records[Int(ticket.slot)].manual {
+        case .running:
+            records[Int(ticket.slot)].manual = .closureReturned
+            return .waitForCompletion
+        case .completionArrived:
+            return .release
+        case .notManual, .closureReturned:
+            return .none
+        }
+    }
+
+    /// The completion of a manual-completion command was called, or dropped uncalled. Arrives once
+    /// per command (the completion closure lets only its first call through).
+    mutating func manualCompletionArrived(_ ticket: Ticket, dropped: Bool) -> ManualStep {
+        guard isCurrent(ticket) else { return .none }
+        if dropped { droppedCompletions += 1 }
+        switch records[Int(ticket.slot)].manual {
+        case .running:
+            records[Int(ticket.slot)].manual = .completionArrived
+            return .none
+        case .closureReturned:
+            records[Int(ticket.slot)].manual = .completionArrived
+            guard let waiter = records[Int(ticket.slot)].waiter else { return .none }
+            return .finish(waiter)
+        case .notManual, .completionArrived:
+            return .none
+        }
+    }
+
+    // MARK: Container release
+
+    /// The container was released: refuse every new command, and free the value as soon as nothing
+    /// holds or waits for it.
+    /// - Parameter observed: the word before the engine set `closed` on it.
+    /// - Returns: whether to free the value now, and the word to store.
+    mutating func close(observed: Int) -> (freeValue: Bool, word: Int) {
+        guard !isClosed else { return (false, observed | EngineWord.closed) }
+        isClosed = true
+        if EngineWord.isHeld(observed) { return (false, observed | EngineWord.closed) }
+        assert(waitingCount == 0)
+        isValueFreed = true
+        return (true, EngineWord.closed)
+    }
+
+    // MARK: Diagnostics
+
+    /// The kind of the tracked holder, if the machine tracks one.
+    var trackedHolderKind: CommandKind? {
+        holderSlot.map { records[Int($0)].kind }
+    }
+
+    /// Whether the tracked holder waits for its manual completion.
+    var holderAwaitsCompletion: Bool {
+        guard let slot = holderSlot else { return false }
+        let phase = records[Int(slot)].manual
+        return phase == .running || phase == .closureReturned
+    }
+
+    /// The waiting commands in the order they will get the section, with their priorities.
+    /// - Complexity: O(n log n)
+    func waitingInOrder() -> [(waiter: Waiter, priority: CommandPriority, kind: CommandKind)] {
+        heap.unordered.sorted { $0.key < $1.key }.compactMap { entry in
+            let record = records[Int(entry.slot)]
+            guard record.state == .waiting, let waiter = record.waiter else { return nil }
+            return (waiter, CommandHeap.priority(of: entry.key), record.kind)
+        }
+    }
+
+    /// Checks the machine's bookkeeping against itself and the word; traps on a violation.
+    /// - Complexity: O(n)
+    func checkInvariants(word: Int) {
+        heap.checkInvariants()
+        let waitingInHeap = heap.unordered.filter { records[Int($0.slot)].state == .waiting }.count
+        precondition(waitingInHeap == waitingCount, "waiting count \(waitingCount) but \(waitingInHeap) in the heap")
+        precondition(heap.count - waitingInHeap == deadEntries, "dead entry count is off")
+        if !EngineWord.isHeld(word) {
+            precondition(waitingCount == 0, "commands wait while the section is free")
+            precondition(holderSlot == nil, "a holder record while the section is free")
+        }
+        if waitingCount > 0 || holderSlot != nil {
+            precondition(word & EngineWord.slowRelease != 0, "the holder could release without the lock")
+        }
+        precondition((word & EngineWord.closed != 0) == isClosed, "closed bit and state disagree")
+    }
+
+    // MARK: Records
+
+    private func isCurrent(_ ticket: Ticket) -> Bool {
+        Int(ticket.slot) < records.count && records[Int(ticket.slot)].generation == ticket.generation
+            && records[Int(ticket.slot)].state != .free
+    }
+
+    private mutating func allocate(_ waiter: Waiter, kind: CommandKind, state: RecordState) -> Ticket {
+        let slot: UInt32
+        if let reused = freeSlots.popLast() {
+            slot = reused
+        } else {
+            slot = UInt32(records.count)
+            records.append(Record())
+        }
+        let generation = records[Int(slot)].generation &+ 1
+        records[Int(slot)] = Record(generation: generation, state: state, kind: kind, waiter: waiter)
+        return Ticket(slot: slot, generation: generation)
+    }
+
+    /// A tracked holder ended.
+    private mutating func end(_ slot: UInt32) {
+        records[Int(slot)].state = .ended
+        records[Int(slot)].waiter = nil
+        freeIfUnused(slot)
+    }
+
+    /// Frees the record of a command that left or ended once neither the heap nor an unattached
+    /// task can still refer to it.
+    private mutating func freeIfUnused(_ slot: UInt32) {
+        let record = records[Int(slot)]
+        guard record.state == .left || record.state == .ended, !record.inHeap, !record.awaitingTask else { return }
+        free(slot)
+    }
+
+    private mutating func free(_ slot: UInt32) {
+        records[Int(slot)].state = .free
+        records[Int(slot)].waiter = nil
+        freeSlots.append(slot)
+    }
+}

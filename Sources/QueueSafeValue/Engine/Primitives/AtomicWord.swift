@@ -1,0 +1,85 @@
+import QueueSafeValueShims
+
+// MARK: - AtomicWords
+
+/// A few machine words in one allocation, read and written with C11 atomics (through the C shim:
+/// Swift's `Synchronization.Atomic` needs macOS 15 / iOS 18, above the deployment floor).
+///
+/// The words are the buffer's tail elements, so their addresses never move while the buffer lives;
+/// the class owns that memory and needs no `deinit` of its own (the words are plain integers).
+/// (`ManagedBuffer` is not `Sendable`; ``AtomicWord`` is the `Sendable` handle.)
+final class AtomicWords: ManagedBuffer<Void, Int> {
+    /// Makes `count` words, each holding `initialValue`.
+    static func make(count: Int, initialValue: Int = 0) -> AtomicWords {
+        let buffer = create(minimumCapacity: count) { _ in () }
+        // `create` builds an instance of the class it is called on: this one.
+        let words = unsafeDowncast(buffer, to: AtomicWords.self)
+        words.withUnsafeMutablePointerToElements { $0.initialize(repeating: initialValue, count: count) }
+        return words
+    }
+
+    /// The address of word `index`, for one atomic operation.
+    @inline(__always)
+    func address(_ index: Int) -> UnsafeMutablePointer<Int> {
+        withUnsafeMutablePointerToElements { $0 + index }
+    }
+}
+
+// MARK: - AtomicWord
+
+/// One word of an ``AtomicWords`` buffer. A copy refers to the same word; the buffer lives as long
+/// as any copy does.
+// @unchecked Sendable: every access to the word is atomic
+struct AtomicWord: @unchecked Sendable {
+    private let words: AtomicWords
+    private let index: Int
+
+    /// A new word of its own, holding `value`.
+    init(_ value: Int) {
+        self.init(AtomicWords.make(count: 1, initialValue: value), index: 0)
+    }
+
+    /// Word `index` of `words`.
+    init(_ words: AtomicWords, index: Int) {
+        self.words = words
+        self.index = index
+    }
+
+    @inline(__always) func loadAcquire() -> Int { qsv_atomic_load_acquire(words.address(index)) }
+    @inline(__always) func loadRelaxed() -> Int { qsv_atomic_load_relaxed(words.address(index)) }
+    @inline(__always) func storeRelease(_ value: Int) { qsv_atomic_store_release(words.address(index), value) }
+    @inline(__always) func storeRelaxed(_ value: Int) { qsv_atomic_store_relaxed(words.address(index), value) }
+    @inline(__always) func exchange(_ value: Int) -> Int { qsv_atomic_exchange(words.address(index), value) }
+    @inline(__always) func fetchAdd(_ delta: Int) -> Int { qsv_atomic_fetch_add(words.address(index), delta) }
+    @inline(__always) func fetchOr(_ bits: Int) -> Int { qsv_atomic_fetch_or(words.address(index), bits) }
+
+    /// Stores `desired` if the word holds `expected`; returns whether it did.
+    @inline(__always) func compareExchange(expected: Int, desired: Int) -> Bool {
+        qsv_atomic_compare_exchange(words.address(index), expected, desired) != 0
+    }
+}
+
+// MARK: - Thread and CPU helpers
+
+/// A nonzero identifier of the calling thread.
+@inline(__always)
+func currentThreadID() -> Int {
+    Int(bitPattern: qsv_current_thread_id())
+}
+
+/// Tells the processor the caller is busy-waiting.
+@inline(__always)
+func cpuRelax() {
+    qsv_cpu_relax()
+}
+
+/// Carries a value across a `@Sendable` boundary that the engine has made safe by other means (it
+/// was copied out of the critical section, or it moves to the one queue that will use it).
+// @unchecked Sendable: only for values the caller has made unshared, as stated above
+struct UncheckedSendable<Wrapped>: @unchecked Sendable {
+    var value: Wrapped
+
+    init(_ value: Wrapped) {
+        self.value = value
+    }
+}

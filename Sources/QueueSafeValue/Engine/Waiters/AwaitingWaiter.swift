@@ -1,0 +1,84 @@
+import QueueSafeValueShims
+
+// MARK: - AwaitingWaiter
+
+/// What a suspended task waits on. It is resumed when its command was granted the critical section
+/// or left the queue; the task then reads which under the engine lock (see
+/// ``CommandEngine/waitForTurn(_:isolation:)``).
+@usableFromInline
+typealias TurnContinuation = UnsafeContinuation<Void, Never>
+
+/// A Swift task's place in the queue: an awaiting value command (`value.async`) or a
+/// ``CommandQueue`` operation. The place is taken when the command is issued (so the order is the
+/// order of the calls), and the task suspends on it only if it is not granted by then.
+///
+/// A task that is cancelled while its command still waits leaves the queue and is resumed at once;
+/// see ``CommandEngine/waitForTurn(_:isolation:)``.
+// @unchecked Sendable: its fields are touched under the engine lock
+@usableFromInline
+final class AwaitingWaiter: Waiter, @unchecked Sendable {
+    /// The suspended task, stored under the engine lock while the command waits. Resumed after the
+    /// lock is released by whichever transition ends the wait (grant or leave): that transition
+    /// happened under the lock after the store, so the read is ordered after it.
+    var continuation: TurnContinuation?
+    /// The task running an operation, for ``CommandQueue/cancelAll()``. Under the engine lock;
+    /// dropped after the lock is released once the operation ended.
+    var task: (any CancellableTask)?
+    /// The command's ticket, once it took its place.
+    var ticket = CommandEngine.Ticket.none
+
+    @usableFromInline
+    override init() {}
+
+    override func start() {
+        continuation?.resumeFromAnotherThread()
+    }
+}
+
+extension UnsafeContinuation where T == Void, E == Never {
+    /// Resumes the task waiting on this continuation from a thread other than its own: the
+    /// engine's grant, a cancellation, or `cancelAll()`.
+    ///
+    /// The task may not have finished suspending yet. Then the runtime lets it go on at once,
+    /// ordered by the runtime's own atomics, and ThreadSanitizer sees no ordering: the fast path of
+    /// `swift_continuation_await` has no sanitizer annotation (swiftlang/swift#57803). It would pair
+    /// this call's read of the task's continuation context with the task's next use of that memory
+    /// and report a race that cannot happen. So the sanitizer is told to ignore this call's own
+    /// memory accesses, and nothing else: what the resumed task does next is ordered by the engine
+    /// lock it takes after resuming (``CommandEngine/waitForTurn(_:isolation:)``). Outside
+    /// ThreadSanitizer builds the two hooks are empty.
+    @inline(__always)
+    func resumeFromAnotherThread() {
+        ignoringSanitizerAccesses { resume() }
+    }
+}
+
+extension CheckedContinuation where T == Void, E == Never {
+    /// Resumes the task waiting on this continuation from a thread other than its own, hiding the
+    /// resume's own memory accesses from ThreadSanitizer: see
+    /// `UnsafeContinuation.resumeFromAnotherThread()`. Only the resume's own accesses are hidden:
+    /// anything else the resumed task shares with the resuming thread needs its own ordering (a
+    /// lock), and the sanitizer still checks it.
+    @inline(__always)
+    func resumeFromAnotherThread() {
+        ignoringSanitizerAccesses { resume() }
+    }
+}
+
+/// Runs `body` with ThreadSanitizer ignoring the calling thread's memory accesses (its
+/// synchronization is still tracked). Only for resuming continuations; see
+/// `UnsafeContinuation.resumeFromAnotherThread()`.
+@inline(__always)
+private func ignoringSanitizerAccesses(_ body: () -> Void) {
+    qsv_sanitizer_ignore_accesses_begin()
+    body()
+    qsv_sanitizer_ignore_accesses_end()
+}
+
+/// A task handle that can be cancelled without knowing its result type.
+@usableFromInline
+protocol CancellableTask: Sendable {
+    func cancel()
+}
+
+extension Task: CancellableTask {}

@@ -1,0 +1,32 @@
+// MARK: - Waiter
+
+/// A command's representative in the engine: what ``CommandEngine`` starts when the command's
+/// turn comes. One kind per way of waiting, side by side in this folder:
+///
+/// | waiter | waits by | started by |
+/// | --- | --- | --- |
+/// | ``BlockingWaiter`` | its thread spinning, then parking on a semaphore | a store into its word, and a signal if it parked |
+/// | ``DispatchedCommand`` | nothing: it is a record in the queue | `queue.async` of its block |
+/// | ``AwaitingWaiter`` | its task suspending on a continuation | resuming the continuation |
+///
+/// The engine's state machine decides when a waiter starts; the waiter only knows how.
+// @unchecked Sendable: `isGranted` is touched only under the engine lock
+@usableFromInline
+class Waiter: @unchecked Sendable {
+    /// The engine's verdict for the waiting party, written under the engine lock when the state
+    /// machine grants the command. Read under the same lock (see
+    /// ``CommandEngine/waitForTurn(_:isolation:)``).
+    final var isGranted = false
+
+    /// Starts the command after the engine granted it the section. Called once per grant, by the
+    /// releasing thread, outside the engine lock.
+    func start() {
+        preconditionFailure("Waiter.start() must be overridden")
+    }
+
+    /// The manual completion of the command arrived after its closure had returned: finish the
+    /// command. Called outside the engine lock, on the thread that called (or dropped) `done`.
+    func finishManualCompletion() {
+        preconditionFailure("Waiter.finishManualCompletion() must be overridden by manual-completion waiters")
+    }
+}
