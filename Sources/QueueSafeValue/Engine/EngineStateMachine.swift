@@ -171,20 +171,52 @@ struct EngineStateMachine<Waiter> {
         case ended
     }
 
-    /// What the machine knows of one command.
+    /// What the machine knows of one command: 16 bytes, so a waiting command costs the machine 32
+    /// (this record and its heap entry).
     struct Record {
         var generation: UInt32 = 0
         var state: RecordState = .free
         var kind: CommandKind = .blocking
-        /// An operation whose task has not been attached yet: the record outlives the command
-        /// until it is, so ``attach(_:)`` can tell what happened.
-        var awaitingTask = false
-        var hasTask = false
-        /// Its entry is (still) in the heap.
-        var inHeap = false
-        var cancelRequested = false
+        private var flags: UInt8 = 0
         var manual: ManualPhase = .notManual
         var waiter: Waiter?
+
+        init() {}
+
+        init(generation: UInt32, state: RecordState, kind: CommandKind, waiter: Waiter) {
+            self.generation = generation
+            self.state = state
+            self.kind = kind
+            self.waiter = waiter
+        }
+
+        /// An operation whose task has not been attached yet: the record outlives the command
+        /// until it is, so ``attach(_:)`` can tell what happened.
+        var awaitingTask: Bool {
+            get { flag(0) }
+            set { setFlag(0, newValue) }
+        }
+        /// The operation's task is attached.
+        var hasTask: Bool {
+            get { flag(1) }
+            set { setFlag(1, newValue) }
+        }
+        /// Its entry is (still) in the heap.
+        var inHeap: Bool {
+            get { flag(2) }
+            set { setFlag(2, newValue) }
+        }
+        /// `cancelAll()` reached it before its task was attached.
+        var cancelRequested: Bool {
+            get { flag(3) }
+            set { setFlag(3, newValue) }
+        }
+
+        private func flag(_ bit: UInt8) -> Bool { flags & (1 << bit) != 0 }
+
+        private mutating func setFlag(_ bit: UInt8, _ value: Bool) {
+            if value { flags |= 1 << bit } else { flags &= ~(1 << bit) }
+        }
     }
 
     private var heap = CommandHeap()
@@ -458,6 +490,31 @@ struct EngineStateMachine<Waiter> {
         return phase == .running || phase == .closureReturned
     }
 
+    /// The ticket of the holder's record, if the machine tracks the holder.
+    var trackedHolder: Ticket? {
+        holderSlot.map { Ticket(slot: $0, generation: records[Int($0)].generation) }
+    }
+
+    /// What the machine knows of one command, for the interleaving explorer and diagnostics.
+    struct Summary: Hashable {
+        var state: RecordState
+        var kind: CommandKind
+        var manual: ManualPhase
+        var awaitingTask: Bool
+        var hasTask: Bool
+        var inHeap: Bool
+        var cancelRequested: Bool
+    }
+
+    /// What the machine knows of the command with `ticket`, or `nil` once its record is gone.
+    func summary(of ticket: Ticket) -> Summary? {
+        guard isCurrent(ticket) else { return nil }
+        let record = records[Int(ticket.slot)]
+        return Summary(
+            state: record.state, kind: record.kind, manual: record.manual, awaitingTask: record.awaitingTask,
+            hasTask: record.hasTask, inHeap: record.inHeap, cancelRequested: record.cancelRequested)
+    }
+
     /// The waiting commands in the order they will get the section, with their priorities.
     /// - Complexity: O(n log n)
     func waitingInOrder() -> [(waiter: Waiter, priority: CommandPriority, kind: CommandKind)] {
@@ -471,18 +528,26 @@ struct EngineStateMachine<Waiter> {
     /// Checks the machine's bookkeeping against itself and the word; traps on a violation.
     /// - Complexity: O(n)
     func checkInvariants(word: Int) {
+        if let violation = invariantViolation(word: word) { preconditionFailure(violation) }
+    }
+
+    /// What is wrong with the machine's bookkeeping, or with the word it left, if anything.
+    /// - Complexity: O(n)
+    func invariantViolation(word: Int) -> String? {
         heap.checkInvariants()
         let waitingInHeap = heap.unordered.filter { records[Int($0.slot)].state == .waiting }.count
-        precondition(waitingInHeap == waitingCount, "waiting count \(waitingCount) but \(waitingInHeap) in the heap")
-        precondition(heap.count - waitingInHeap == deadEntries, "dead entry count is off")
+        if waitingInHeap != waitingCount { return "waiting count \(waitingCount) but \(waitingInHeap) in the heap" }
+        if heap.count - waitingInHeap != deadEntries { return "dead entry count is off" }
         if !EngineWord.isHeld(word) {
-            precondition(waitingCount == 0, "commands wait while the section is free")
-            precondition(holderSlot == nil, "a holder record while the section is free")
+            if waitingCount != 0 { return "commands wait while the section is free" }
+            if holderSlot != nil { return "a holder record while the section is free" }
         }
-        if waitingCount > 0 || holderSlot != nil {
-            precondition(word & EngineWord.slowRelease != 0, "the holder could release without the lock")
+        if (waitingCount > 0 || holderSlot != nil) && word & EngineWord.slowRelease == 0 {
+            return "the holder could release without the lock while the machine needs it to"
         }
-        precondition((word & EngineWord.closed != 0) == isClosed, "closed bit and state disagree")
+        if (word & EngineWord.closed != 0) != isClosed { return "closed bit and state disagree" }
+        if isValueFreed && (EngineWord.isHeld(word) || waitingCount > 0) { return "value freed while in use" }
+        return nil
     }
 
     // MARK: Records

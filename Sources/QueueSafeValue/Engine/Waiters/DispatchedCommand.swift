@@ -63,6 +63,8 @@ final class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
         }
     }
 
+    override var targetQueue: DispatchQueue? { queue }
+
     override func start() {
         queue.async { self.runBatch() }
     }
@@ -86,11 +88,13 @@ final class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
                 return
             }
             guard let next else { return }
-            guard budget > 0, let successor = next as? DispatchedCommand<Value>, successor.queue === queue else {
+            guard budget > 0, next.targetQueue === queue else {
                 next.start()
                 return
             }
-            command = successor
+            // The engine of a value grants only commands of that value; only dispatched commands
+            // have a target queue.
+            command = unsafeDowncast(next, to: DispatchedCommand<Value>.self)
         }
     }
 

@@ -1,3 +1,5 @@
+import Dispatch
+
 // MARK: - Waiter
 
 /// A command's representative in the engine: what ``CommandEngine`` starts when the command's
@@ -17,6 +19,9 @@ class Waiter: @unchecked Sendable {
     /// machine grants the command. Read under the same lock (see
     /// ``CommandEngine/waitForTurn(_:isolation:)``).
     final var isGranted = false
+
+    /// The queue a dispatched command runs on; `nil` for the other kinds.
+    var targetQueue: DispatchQueue? { nil }
 
     /// Starts the command after the engine granted it the section. Called once per grant, by the
     /// releasing thread, outside the engine lock.
