@@ -16,6 +16,9 @@ let package = Package(
         // The benchmark uses the shim's atomics for its hand-off floor baseline.
         .executableTarget(
             name: "Benchmarks", dependencies: ["QueueSafeValue", "QueueSafeValueShims"], path: "Benchmarks"),
+        // A soak through the public API: every schedule, manual completion, timeouts, cancellation,
+        // cancelAll and container release at once, with a watchdog. `swift run -c release Stress`.
+        .executableTarget(name: "Stress", dependencies: ["QueueSafeValue", "QueueSafeValueShims"]),
         .testTarget(name: "QueueSafeValueTests", dependencies: ["QueueSafeValue"]),
     ],
     swiftLanguageModes: [.v6]

@@ -125,6 +125,12 @@ public final class CommandQueue: Sendable {
         engine.cancelAll()
     }
 
+    /// What holds the queue and what waits in it, right now: whether an operation runs, and how
+    /// many wait per priority. Never waits for the running operation.
+    public var diagnostics: QueueDiagnostics {
+        engine.diagnostics
+    }
+
     // MARK: Internals
 
     @inlinable

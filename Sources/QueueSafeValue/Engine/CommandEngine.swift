@@ -340,6 +340,11 @@ class CommandEngine: @unchecked Sendable {
 
     // MARK: Observation
 
+    /// Runs `body` with the machine and the state word, under the lock (for snapshots).
+    final func withMachine<R>(_ body: (Machine, Int) -> R) -> R {
+        machine.withLock { machine in body(machine, state.loadAcquire()) }
+    }
+
     /// How many manual completions were released without being called.
     @usableFromInline
     final var droppedCompletionCount: Int {

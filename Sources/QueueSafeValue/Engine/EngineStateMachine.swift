@@ -525,6 +525,16 @@ struct EngineStateMachine<Waiter> {
         }
     }
 
+    /// How many commands wait, per priority.
+    /// - Complexity: O(n)
+    func waitingCountsByPriority() -> [CommandPriority: Int] {
+        var counts: [CommandPriority: Int] = [:]
+        for entry in heap.unordered where records[Int(entry.slot)].state == .waiting {
+            counts[CommandHeap.priority(of: entry.key), default: 0] += 1
+        }
+        return counts
+    }
+
     /// Checks the machine's bookkeeping against itself and the word; traps on a violation.
     /// - Complexity: O(n)
     func checkInvariants(word: Int) {

@@ -52,6 +52,13 @@ public final class QueueSafeSyncedValue<Value> {
     public var abandonedCompletionCount: Int {
         storage.droppedCompletionCount
     }
+
+    /// What holds the value and what waits for it, right now: the kind of command in the critical
+    /// section, whether it waits for its `done()`, and how many commands wait per priority. Never
+    /// waits for the critical section, so it is safe to read while the value is stuck.
+    public var diagnostics: QueueDiagnostics {
+        storage.diagnostics
+    }
 }
 
 // @unchecked Sendable: the value is touched only by the command holding the critical section
