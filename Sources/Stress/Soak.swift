@@ -13,7 +13,8 @@ enum Stress {
 
 /// One container and everything issued to it. The soak replaces the current generation now and
 /// then and releases the old container while its commands still hold, wait and arrive.
-final class Generation: @unchecked Sendable {  // @unchecked Sendable: `container` is guarded by `lock`; the rest is immutable or atomic
+// @unchecked Sendable: `container` is guarded by `lock`; the rest is immutable or atomic
+final class Generation: @unchecked Sendable {
     let index: Int
     let book: Book
     private(set) weak var token: LifetimeToken?
@@ -67,7 +68,8 @@ final class Generation: @unchecked Sendable {  // @unchecked Sendable: `containe
 /// Drives every schedule and priority of one value at a time from threads and tasks at once, with
 /// manual completions (inside the closure, late from another thread, dropped), deadlines, task
 /// cancellation, `CommandQueue.cancelAll()` and container release; then audits what happened.
-final class Soak: @unchecked Sendable {  // @unchecked Sendable: mutable state is guarded by `lock` or atomic
+// @unchecked Sendable: mutable state is guarded by `lock` or atomic
+final class Soak: @unchecked Sendable {
     let options: Options
     let issuers: Int
     private let taskCount: Int
@@ -302,7 +304,8 @@ final class Soak: @unchecked Sendable {  // @unchecked Sendable: mutable state i
             case 0..<30:
                 do {
                     try await generation.async.priority(priority).set { ledger in
-                        ledger.increment(issuer: issuer, level: level, sequence: sequence, command: command, record: record)
+                        ledger.increment(
+                            issuer: issuer, level: level, sequence: sequence, command: command, record: record)
                         if roll < 8 { await Task.yield() }  // holds the value across a suspension
                     }
                     report(Result<Void, QueueSafeValueError>.success(()), command, generation)
@@ -312,7 +315,8 @@ final class Soak: @unchecked Sendable {  // @unchecked Sendable: mutable state i
             case 30..<45:
                 let child = Task {
                     try await generation.async.priority(priority).set { ledger in
-                        ledger.increment(issuer: issuer, level: level, sequence: sequence, command: command, record: record)
+                        ledger.increment(
+                            issuer: issuer, level: level, sequence: sequence, command: command, record: record)
                     }
                 }
                 if roll < 40 {
@@ -497,7 +501,8 @@ struct Audit {
 // MARK: - Watchdog
 
 /// Fails the run, with a dump of the queues, when no command reports for 10 s.
-final class Watchdog: @unchecked Sendable {  // @unchecked Sendable: `stopped` is atomic; the rest immutable
+// @unchecked Sendable: `stopped` is atomic; the rest immutable
+final class Watchdog: @unchecked Sendable {
     private let soak: Soak
     private let stopped = AtomicCounter()
 

@@ -5,7 +5,8 @@ import QueueSafeValueShims
 // MARK: - Atomics
 
 /// A counter shared by every thread and task of the soak.
-final class AtomicCounter: @unchecked Sendable {  // @unchecked Sendable: every access is a C11 atomic
+// @unchecked Sendable: every access is a C11 atomic
+final class AtomicCounter: @unchecked Sendable {
     private let word = UnsafeMutablePointer<Int>.allocate(capacity: 1)
 
     init(_ value: Int = 0) {
@@ -25,7 +26,8 @@ final class AtomicCounter: @unchecked Sendable {  // @unchecked Sendable: every 
 
 /// What happened to each command, by number: it ran, or it was reported as not run. The two are
 /// exclusive, and whichever comes second finds the first.
-final class CommandRecord: @unchecked Sendable {  // @unchecked Sendable: every access is a C11 atomic
+// @unchecked Sendable: every access is a C11 atomic
+final class CommandRecord: @unchecked Sendable {
     private static let ran = 1
     private static let failed = 2
     private let states: UnsafeMutablePointer<Int>
@@ -61,7 +63,8 @@ final class CommandRecord: @unchecked Sendable {  // @unchecked Sendable: every 
 
 /// The bookkeeping a value carries: touched only inside its critical section, read by the soak
 /// after every command of its generation has reported.
-final class Book: @unchecked Sendable {  // @unchecked Sendable: touched only by the section's holder, or after quiescence
+// @unchecked Sendable: touched only by the section's holder, or after every command reported
+final class Book: @unchecked Sendable {
     /// Increments that ran.
     var count = 0
     /// Sections that found the value's own counter different from the book's: an update was lost.
@@ -123,7 +126,8 @@ struct SplitMix64: RandomNumberGenerator {
 // MARK: - Late completions
 
 /// Manual completions handed over to be called a little later, from another thread.
-final class LateCompletions: @unchecked Sendable {  // @unchecked Sendable: `pending` is guarded by `lock`
+// @unchecked Sendable: `pending` is guarded by `lock`
+final class LateCompletions: @unchecked Sendable {
     private let lock = NSLock()
     private var pending: [CommandCompletionClosure] = []
 

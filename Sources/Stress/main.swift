@@ -41,7 +41,9 @@ struct Options {
             case "--ops": options.ops = number(for: argument)
             case "--threads": options.threads = number(for: argument)
             case "--seconds":
-                guard let seconds = Double(value(for: argument)), seconds > 0 else { fail("--seconds needs a positive number") }
+                guard let seconds = Double(value(for: argument)), seconds > 0 else {
+                    fail("--seconds needs a positive number")
+                }
                 options.seconds = seconds
             case "--seed":
                 let text = value(for: argument)
