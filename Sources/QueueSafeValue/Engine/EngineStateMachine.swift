@@ -36,26 +36,23 @@ enum EngineWord {
 // MARK: - CommandKind
 
 /// How a command waits for its turn and where its closure runs.
+///
+/// The raw values carry the holder bits of ``EngineWord`` in their low two bits, so the idle
+/// release's expected word is one mask away.
 @usableFromInline
 enum CommandKind: UInt8, Hashable, Sendable, CustomStringConvertible {
     /// `wait` / `wait(timeout:)`: a thread blocks; the closure runs on it.
-    case blocking
+    case blocking = 0b001
     /// `async(performIn:)`: nothing waits; the closure runs on a dispatch queue.
-    case dispatched
+    case dispatched = 0b010
     /// `value.async`: a task suspends; the closure runs in the caller's isolation.
-    case awaiting
+    case awaiting = 0b011
     /// A ``CommandQueue`` operation: a task of its own, which ``CommandQueue/cancelAll()`` reaches.
-    case operation
+    case operation = 0b111
 
     /// The holder bits of ``EngineWord`` for a holder of this kind.
     @inline(__always)
-    var wordBits: Int {
-        switch self {
-        case .blocking: return 1
-        case .dispatched: return 2
-        case .awaiting, .operation: return 3
-        }
-    }
+    var wordBits: Int { Int(rawValue) & EngineWord.holderMask }
 
     @usableFromInline
     var description: String {
