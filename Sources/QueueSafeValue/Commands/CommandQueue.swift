@@ -151,11 +151,7 @@ public final class CommandQueue: Sendable {
                 engine.release(.operation)
                 throw QueueSafeValueError.cancelled
             }
-            defer {
-                engine.leaveTaskSection()
-                engine.release(.operation)
-            }
-            return try await CriticalSectionContext.sections.withValue(engine.enterTaskSection()) {
+            return try await engine.runHeldTaskSection(.operation, isolation: nil) {
                 try await operation()
             }
         }

@@ -89,6 +89,28 @@ extension CommandEngine {
         taskSection.storeRelease(-taskSection.loadRelaxed())
     }
 
+    /// Runs `body` as the body of the section the current task holds (see ``enterTaskSection()``),
+    /// in the caller's isolation, then leaves the section and releases it (as a holder of `kind`),
+    /// whether `body` returns or throws. The one place where a task's section begins and ends.
+    @inlinable
+    final func runHeldTaskSection<R>(
+        _ kind: CommandKind,
+        isolation: isolated (any Actor)?,
+        _ body: nonisolated(nonsending) () async throws -> R
+    ) async rethrows -> R {
+        let sections = enterTaskSection()
+        defer {
+            leaveTaskSection()
+            release(kind)
+        }
+        return try await CriticalSectionContext.sections.withValue(sections) {
+            // Capturing the isolated parameter keeps this closure on the caller's executor
+            // (a closure that does not capture it is nonisolated and would hop off).
+            _ = isolation
+            return try await body()
+        }
+    }
+
     /// Whether the current task runs inside the section this engine has granted now. A task-local
     /// record of an ended section never matches: the engine's generation has moved on.
     @usableFromInline

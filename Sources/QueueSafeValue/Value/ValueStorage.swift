@@ -88,15 +88,8 @@ final class ValueStorage<Value>: CommandEngine, @unchecked Sendable {
         if !tryAcquireIdle(.awaiting) {
             try await acquireAwaitingSlow(priority: priority, isolation: isolation)
         }
-        let sections = enterTaskSection()
-        let result = await CriticalSectionContext.sections.withValue(sections) {
-            // Capturing the isolated parameter keeps this closure on the caller's executor
-            // (a closure that does not capture it is nonisolated and would hop off).
-            _ = isolation
-            return await body(&pointer.pointee)
+        return await runHeldTaskSection(.awaiting, isolation: isolation) {
+            await body(&pointer.pointee)
         }
-        leaveTaskSection()
-        release(.awaiting)
-        return result
     }
 }
