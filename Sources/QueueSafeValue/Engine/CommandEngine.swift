@@ -73,14 +73,13 @@ class CommandEngine: @unchecked Sendable {
         _ waiter: Waiter,
         kind: CommandKind,
         priority: CommandPriority,
-        tracked: Bool = false,
         reentrant: Bool = false
     ) -> Machine.Admission {
         machine.withLock { machine in
             // From here on neither idle compare-and-swap can succeed; see `EngineWord`.
             let observed = state.fetchOr(EngineWord.slowRelease)
             let (admission, word) = machine.enqueue(
-                waiter, kind: kind, priority: priority, tracked: tracked, reentrant: reentrant, observed: observed)
+                waiter, kind: kind, priority: priority, reentrant: reentrant, observed: observed)
             state.storeRelease(word)
             return admission
         }
@@ -261,7 +260,7 @@ class CommandEngine: @unchecked Sendable {
     @usableFromInline
     final func enqueueOperation(priority: CommandPriority) -> (waiter: AwaitingWaiter, granted: Bool) {
         let waiter = AwaitingWaiter()
-        switch enqueue(waiter, kind: .operation, priority: priority, tracked: true) {
+        switch enqueue(waiter, kind: .operation, priority: priority) {
         case .granted(let ticket?):
             waiter.ticket = ticket
             return (waiter, true)

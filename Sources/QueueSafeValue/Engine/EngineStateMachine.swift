@@ -90,10 +90,10 @@ struct EngineStateMachine<Waiter> {
         static var none: Ticket { Ticket(slot: .max, generation: 0) }
     }
 
-    /// What ``enqueue(_:kind:priority:tracked:reentrant:observed:)`` decided.
+    /// What ``enqueue(_:kind:priority:reentrant:observed:)`` decided.
     enum Admission {
-        /// The section was free: the command holds it now. The ticket is its holder record, for a
-        /// tracked command.
+        /// The section was free: the command holds it now. The ticket is its holder record, for an
+        /// operation.
         case granted(Ticket?)
         /// The command waits in the queue; it is started when its turn comes.
         case queued(Ticket)
@@ -238,11 +238,10 @@ struct EngineStateMachine<Waiter> {
 
     // MARK: Enqueue
 
-    /// A command asks for the section.
+    /// A command asks for the section. The machine keeps a record of an operation while it holds
+    /// the section (for `cancelAll()`), so an operation's release goes through the lock.
     ///
     /// - Parameters:
-    ///   - tracked: keep a record of the command while it holds the section (operations, for
-    ///     `cancelAll()`); its release then goes through the lock.
     ///   - reentrant: the caller is inside this section already, so waiting would wait for itself.
     ///   - observed: the word before the engine set `slowRelease` on it.
     /// - Returns: the decision and the word to store.
@@ -250,16 +249,15 @@ struct EngineStateMachine<Waiter> {
         _ waiter: Waiter,
         kind: CommandKind,
         priority: CommandPriority,
-        tracked: Bool,
         reentrant: Bool,
         observed: Int
     ) -> (Admission, word: Int) {
         if isClosed { return (.refused(.valueContainerDeinited), observed) }
         guard EngineWord.isHeld(observed) else {
             assert(waitingCount == 0 && holderSlot == nil, "a free section with waiters or a holder record")
-            guard tracked else { return (.granted(nil), kind.wordBits) }
+            guard kind == .operation else { return (.granted(nil), kind.wordBits) }
             let ticket = allocate(waiter, kind: kind, state: .holding)
-            records[Int(ticket.slot)].awaitingTask = kind == .operation
+            records[Int(ticket.slot)].awaitingTask = true
             holderSlot = ticket.slot
             return (.granted(ticket), kind.wordBits | EngineWord.slowRelease)
         }

@@ -43,7 +43,7 @@ import Testing
     @Test func freeSection_isGrantedAtOnce_andReleasesToFree() {
         var machine = Machine()
         let (admission, word) = machine.enqueue(
-            1, kind: .blocking, priority: .low, tracked: false, reentrant: false, observed: 0)
+            1, kind: .blocking, priority: .low, reentrant: false, observed: 0)
         guard case .granted(nil) = admission else {
             Issue.record("expected an untracked grant, got \(admission)")
             return
@@ -59,7 +59,7 @@ import Testing
         var word = CommandKind.blocking.wordBits  // someone holds the section
         for (index, priority) in priorities.enumerated() {
             let (admission, next) = machine.enqueue(
-                index, kind: kind, priority: priority, tracked: false, reentrant: false,
+                index, kind: kind, priority: priority, reentrant: false,
                 observed: word)
             guard case .queued = admission else {
                 Issue.record("expected queued, got \(admission)")
@@ -87,7 +87,7 @@ import Testing
         var machine = Machine()
         let held = CommandKind.blocking.wordBits
         let (admission, word) = machine.enqueue(
-            1, kind: .blocking, priority: .low, tracked: false, reentrant: true, observed: held)
+            1, kind: .blocking, priority: .low, reentrant: true, observed: held)
         guard case .refused(.reentrantAccess) = admission else {
             Issue.record("got \(admission)")
             return
@@ -96,7 +96,7 @@ import Testing
         #expect(machine.waitingCount == 0)
         // On a free section "reentrant" cannot be: the command is granted.
         let (free, _) = machine.enqueue(
-            2, kind: .blocking, priority: .low, tracked: false, reentrant: true, observed: 0)
+            2, kind: .blocking, priority: .low, reentrant: true, observed: 0)
         guard case .granted = free else {
             Issue.record("got \(free)")
             return
@@ -111,7 +111,7 @@ import Testing
         var tickets: [Machine.Ticket] = []
         for index in 0..<10 {
             let (admission, next) = machine.enqueue(
-                index, kind: .blocking, priority: .medium, tracked: false, reentrant: false, observed: word)
+                index, kind: .blocking, priority: .medium, reentrant: false, observed: word)
             guard case .queued(let ticket) = admission else {
                 Issue.record("got \(admission)")
                 return
@@ -142,7 +142,7 @@ import Testing
         var tickets: [Machine.Ticket] = []
         for index in 0..<200 {
             let (admission, next) = machine.enqueue(
-                index, kind: .dispatched, priority: allTestPriorities[index % 7], tracked: false, reentrant: false,
+                index, kind: .dispatched, priority: allTestPriorities[index % 7], reentrant: false,
                 observed: word)
             guard case .queued(let ticket) = admission else {
                 Issue.record("got \(admission)")
@@ -178,7 +178,7 @@ import Testing
                 if roll < enqueueBelow || model.isEmpty {
                     let priority = CommandPriority(rawValue: UInt8.random(in: 0...255, using: &random))
                     let (admission, next) = machine.enqueue(
-                        Int(sequence), kind: .blocking, priority: priority, tracked: false, reentrant: false,
+                        Int(sequence), kind: .blocking, priority: priority, reentrant: false,
                         observed: word)
                     guard case .queued(let ticket) = admission else {
                         Issue.record("got \(admission)")
@@ -209,7 +209,7 @@ import Testing
     @Test func cancelAll_takesEveryWaiterOut_andCancelsTheHoldersTask() {
         var machine = Machine()
         let (first, word0) = machine.enqueue(
-            0, kind: .operation, priority: .medium, tracked: true, reentrant: false, observed: 0)
+            0, kind: .operation, priority: .medium, reentrant: false, observed: 0)
         guard case .granted(let holder?) = first else {
             Issue.record("got \(first)")
             return
@@ -220,7 +220,7 @@ import Testing
         var waiting: [Machine.Ticket] = []
         for index in 1...3 {
             let (admission, next) = machine.enqueue(
-                index, kind: .operation, priority: .medium, tracked: true, reentrant: false, observed: word)
+                index, kind: .operation, priority: .medium, reentrant: false, observed: word)
             guard case .queued(let ticket) = admission else {
                 Issue.record("got \(admission)")
                 return
@@ -247,7 +247,7 @@ import Testing
     @Test func cancelAll_afterTheOperationEnded_cancelsNothing() {
         var machine = Machine()
         let (admission, word) = machine.enqueue(
-            0, kind: .operation, priority: .medium, tracked: true, reentrant: false, observed: 0)
+            0, kind: .operation, priority: .medium, reentrant: false, observed: 0)
         guard case .granted(let ticket?) = admission else {
             Issue.record("got \(admission)")
             return
@@ -262,7 +262,7 @@ import Testing
     @Test func cancelAll_beforeTheHoldersTaskIsAttached_cancelsItOnAttach() {
         var machine = Machine()
         let (admission, word) = machine.enqueue(
-            0, kind: .operation, priority: .medium, tracked: true, reentrant: false, observed: 0)
+            0, kind: .operation, priority: .medium, reentrant: false, observed: 0)
         guard case .granted(let ticket?) = admission else {
             Issue.record("got \(admission)")
             return
@@ -276,7 +276,7 @@ import Testing
     @Test func attach_afterTheOperationEnded_dropsTheTask() {
         var machine = Machine()
         let (admission, word) = machine.enqueue(
-            0, kind: .operation, priority: .medium, tracked: true, reentrant: false, observed: 0)
+            0, kind: .operation, priority: .medium, reentrant: false, observed: 0)
         guard case .granted(let ticket?) = admission else {
             Issue.record("got \(admission)")
             return
@@ -347,7 +347,7 @@ import Testing
         let (freeNow, word) = machine.close(observed: 0)
         #expect(freeNow && word == EngineWord.closed)
         let (admission, _) = machine.enqueue(
-            1, kind: .blocking, priority: .low, tracked: false, reentrant: false, observed: word)
+            1, kind: .blocking, priority: .low, reentrant: false, observed: word)
         guard case .refused(.valueContainerDeinited) = admission else {
             Issue.record("got \(admission)")
             return
@@ -360,7 +360,7 @@ import Testing
         var machine = Machine()
         var word = CommandKind.blocking.wordBits
         let (admission, next) = machine.enqueue(
-            1, kind: .dispatched, priority: .low, tracked: false, reentrant: false, observed: word)
+            1, kind: .dispatched, priority: .low, reentrant: false, observed: word)
         guard case .queued = admission else {
             Issue.record("got \(admission)")
             return

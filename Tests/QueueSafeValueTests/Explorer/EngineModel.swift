@@ -549,8 +549,7 @@ struct EngineWorld: ExplorableWorld {
             let observed = word
             word |= EngineWord.slowRelease
             let (admission, newWord) = machine.enqueue(
-                index, kind: spec.engineKind, priority: spec.priority, tracked: spec.kind == .operation,
-                reentrant: false, observed: observed)
+                index, kind: spec.engineKind, priority: spec.priority, reentrant: false, observed: observed)
             lock = .command(index)
             commands[index].phase = .enqueueStore(word: newWord)
             switch admission {
