@@ -29,3 +29,20 @@ void qsv_sanitizer_ignore_accesses_end(void) {
     __tsan_ignore_thread_end();
 #endif
 }
+
+#if defined(__APPLE__)
+int qsv_is_main_thread(void) {
+    return pthread_main_np();
+}
+#else
+static pthread_t qsv_main_thread;
+
+// Runs when the library is loaded, which happens on the main thread.
+__attribute__((constructor)) static void qsv_record_main_thread(void) {
+    qsv_main_thread = pthread_self();
+}
+
+int qsv_is_main_thread(void) {
+    return pthread_equal(pthread_self(), qsv_main_thread);
+}
+#endif

@@ -104,7 +104,7 @@ final class ManualCompletionTests: XCTestCase {
             returned.set(true)
         }
         waitOrFail(entered)
-        XCTAssertEqual(value.wait(timeout: .milliseconds(50)).highestPriority.get(), .failure(.timedOut))
+        XCTAssertEqual(value.wait(timeout: .milliseconds(50)).highestPriority.get(), .failure(.anyTimedOut))
         XCTAssertFalse(returned.value)
         storedDone.value?()
         threads.join()

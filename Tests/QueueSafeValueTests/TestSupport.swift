@@ -375,3 +375,19 @@ func expectedRunOrder(_ priorities: [CommandPriority]) -> [Int] {
 let allTestPriorities: [CommandPriority] = [
     .lowest, .low, .medium, .high, .highest, CommandPriority(rawValue: 1), CommandPriority(rawValue: 200),
 ]
+
+// MARK: - Errors to compare with
+
+extension QueueSafeValueError {
+    /// A `.timedOut` to compare results with: errors compare by case, not by the diagnostics they
+    /// carry.
+    static let anyTimedOut = QueueSafeValueError.timedOut(.placeholder)
+    /// A `.deadlock` to compare results with.
+    static let anyDeadlock = QueueSafeValueError.deadlock(
+        DeadlockReport(kind: .waitCycle, cycle: [], diagnostics: .placeholder, parkedPoolThreads: nil))
+}
+
+extension QueueDiagnostics {
+    /// An empty snapshot, for errors built in tests.
+    static let placeholder = QueueDiagnostics(name: "", holder: nil, waiting: [:], isContainerReleased: false)
+}

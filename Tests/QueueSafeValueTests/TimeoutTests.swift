@@ -10,22 +10,22 @@ final class TimeoutTests: XCTestCase {
         let holder = SectionHolder(value)
         let closureRan = Locked(false)
         let timed = value.wait(timeout: .milliseconds(30)).highestPriority
-        XCTAssertEqual(timed.set { _ in closureRan.set(true) }, .failure(.timedOut))
-        XCTAssertEqual(timed.get(), .failure(.timedOut))
-        XCTAssertEqual(timed.set(newValue: 5), .failure(.timedOut))
+        XCTAssertEqual(timed.set { _ in closureRan.set(true) }, .failure(.anyTimedOut))
+        XCTAssertEqual(timed.get(), .failure(.anyTimedOut))
+        XCTAssertEqual(timed.set(newValue: 5), .failure(.anyTimedOut))
         XCTAssertEqual(
             timed.set { _, done in
                 closureRan.set(true)
                 done()
-            }, .failure(.timedOut))
-        XCTAssertEqual(timed.map { _ in closureRan.set(true) }.map { _ in 0 }, .failure(.timedOut))
+            }, .failure(.anyTimedOut))
+        XCTAssertEqual(timed.map { _ in closureRan.set(true) }.map { _ in 0 }, .failure(.anyTimedOut))
         var received: [Result<Int, QueueSafeValueError>] = []
         timed.get { received.append($0) }
         timed.get { result, done in
             received.append(result)
             done()
         }
-        XCTAssertEqual(received, [.failure(.timedOut), .failure(.timedOut)])
+        XCTAssertEqual(received, [.failure(.anyTimedOut), .failure(.anyTimedOut)])
         XCTAssertEqual(value.storage.engine.pendingCount, 0, "a timed-out command is still pending")
 
         holder.release()
@@ -54,7 +54,7 @@ final class TimeoutTests: XCTestCase {
         expectEventually("the second waiter to queue") { engine.pendingCount + (timedResult.value == nil ? 0 : 1) == 3 }
         value.async(performIn: .global()).lowestPriority.set { $0.append("dispatch") }
         expectEventually("the timed command to give up") { timedResult.value != nil }
-        XCTAssertEqual(timedResult.value, .failure(.timedOut))
+        XCTAssertEqual(timedResult.value, .failure(.anyTimedOut))
         XCTAssertEqual(value.storage.engine.pendingCount, 3)
 
         holder.release()
@@ -75,8 +75,8 @@ final class TimeoutTests: XCTestCase {
         XCTAssertEqual(value.wait(timeout: .seconds(0)).lowestPriority.set { $0 += 1 }, .success(1))
         XCTAssertEqual(value.wait(timeout: .milliseconds(-5)).lowestPriority.set { $0 += 1 }, .success(2))
         let holder = SectionHolder(value)
-        XCTAssertEqual(value.wait(timeout: .seconds(0)).lowestPriority.get(), .failure(.timedOut))
-        XCTAssertEqual(value.wait(timeout: .milliseconds(-5)).lowestPriority.get(), .failure(.timedOut))
+        XCTAssertEqual(value.wait(timeout: .seconds(0)).lowestPriority.get(), .failure(.anyTimedOut))
+        XCTAssertEqual(value.wait(timeout: .milliseconds(-5)).lowestPriority.get(), .failure(.anyTimedOut))
         holder.release()
         XCTAssertEqual(value.waitBounded.lowestPriority.get(), .success(2))
     }
@@ -125,8 +125,8 @@ final class TimeoutTests: XCTestCase {
         }
         waitOrFail(entered)
         let closureRan = Locked(false)
-        XCTAssertEqual(synced.lowestPriority.set { _ in closureRan.set(true) }, .failure(.timedOut))
-        XCTAssertEqual(synced.highestPriority.get(), .failure(.timedOut))
+        XCTAssertEqual(synced.lowestPriority.set { _ in closureRan.set(true) }, .failure(.anyTimedOut))
+        XCTAssertEqual(synced.highestPriority.get(), .failure(.anyTimedOut))
         storedDone.value?()
         threads.join()
         XCTAssertEqual(synced.lowestPriority.set { $0 += 1 }, .success(1))

@@ -25,10 +25,13 @@
 /// `enqueue` returned cannot be detected: do not await, from inside an operation, a task enqueued on
 /// the same queue.)
 public final class CommandQueue: Sendable {
-    @usableFromInline let engine = CommandEngine()
+    @usableFromInline let engine: CommandEngine
 
     /// Creates an empty queue.
-    public init() {}
+    /// - Parameter label: a name for diagnostics and deadlock reports.
+    public init(label: String? = nil) {
+        engine = CommandEngine(label: label)
+    }
 
     // MARK: Enqueue from anywhere
 

@@ -1,4 +1,5 @@
 import Dispatch
+import QueueSafeValueShims
 
 // MARK: - CommandEngine
 
@@ -33,8 +34,24 @@ class CommandEngine: @unchecked Sendable {
     @inline(__always) final var ownerThread: AtomicWord { AtomicWord(words, index: 1) }
     @inline(__always) final var taskSection: AtomicWord { AtomicWord(words, index: 2) }
 
+    /// The name the user gave the container or queue, if any; see ``displayName``.
+    final let label: String?
+
     @usableFromInline
-    init() {}
+    init(label: String?) {
+        self.label = label
+    }
+
+    /// How diagnostics and deadlock reports name this engine: its label in quotes, or a short
+    /// identity (`CommandQueue #3fa0`).
+    var displayName: String {
+        label.map { "'\($0)'" } ?? "CommandQueue #\(shortIdentity)"
+    }
+
+    /// The low 16 bits of the engine's address, in hex: enough to tell two engines apart in a report.
+    final var shortIdentity: String {
+        String((UInt(bitPattern: ObjectIdentifier(self)) >> 4) & 0xFFFF, radix: 16)
+    }
 
     /// Frees the guarded value. Called once, outside the lock, when the state machine decides that
     /// the container is gone and nothing holds or waits for the value. The engine of a
@@ -79,7 +96,7 @@ class CommandEngine: @unchecked Sendable {
             // From here on neither idle compare-and-swap can succeed; see `EngineWord`.
             let observed = state.fetchOr(EngineWord.slowRelease)
             let (admission, word) = machine.enqueue(
-                waiter, kind: kind, priority: priority, reentrant: reentrant, observed: observed)
+                waiter, kind: kind, priority: priority, reentrant: reentrant, observed: observed, now: coarseNow())
             state.storeRelease(word)
             return admission
         }
@@ -89,7 +106,7 @@ class CommandEngine: @unchecked Sendable {
         let release = machine.withLock { machine in
             // The holder is the caller, and `slowRelease` or `closed` is set: only locked
             // transitions change the word now.
-            let (release, word) = machine.release(observed: state.loadAcquire())
+            let (release, word) = machine.release(observed: state.loadAcquire(), now: coarseNow())
             state.storeRelease(word)
             release.next?.isGranted = true
             return release
@@ -106,6 +123,16 @@ class CommandEngine: @unchecked Sendable {
     @discardableResult
     final func leave(_ ticket: Ticket) -> Waiter? {
         machine.withLock { $0.leave(ticket) }
+    }
+
+    /// A blocking command's deadline passed: it leaves the queue if it still waits.
+    /// - Returns: what held the value and what waited, if it left (it never runs now); `nil` if it
+    ///   was granted first (then it runs, once it has consumed the grant's signal).
+    final func leaveAfterDeadline(_ ticket: Ticket) -> QueueDiagnostics? {
+        machine.withLock { machine in
+            // The waiter stays alive in its thread: nothing is released here.
+            machine.leave(ticket).map { _ in snapshot(machine, word: state.loadAcquire()) }
+        }
     }
 
     /// Refuses every command issued from now on with `.valueContainerDeinited`, and frees the value
@@ -204,7 +231,8 @@ class CommandEngine: @unchecked Sendable {
     final func beginManual(_ waiter: Waiter, kind: CommandKind) -> Ticket {
         machine.withLock { machine in
             // The caller holds the section, so only locked transitions change the word.
-            let (ticket, word) = machine.beginManual(waiter, kind: kind, observed: state.loadAcquire())
+            let (ticket, word) = machine.beginManual(
+                waiter, kind: kind, observed: state.loadAcquire(), now: coarseNow())
             state.storeRelease(word)
             return ticket
         }
@@ -359,4 +387,11 @@ class CommandEngine: @unchecked Sendable {
     final var isValueFreed: Bool {
         machine.withLock { $0.isValueFreed }
     }
+}
+
+/// A cheap monotonic clock on the base of `DispatchTime.uptimeNanoseconds`, good to a few
+/// milliseconds: for the "since when" of diagnostics.
+@inline(__always)
+func coarseNow() -> UInt64 {
+    qsv_coarse_now_ns()
 }

@@ -233,6 +233,11 @@ struct EngineStateMachine<Waiter> {
     private(set) var isValueFreed = false
     /// Manual completions released without being called.
     private(set) var droppedCompletions = 0
+    /// When the holder got the section (`holderSinceIsExact`), or when the first command began to
+    /// wait for it, on the clock the storage passes in as `now`; 0 when unknown. Kept only while
+    /// `slowRelease` is set: a holder that may release on the idle path could end unseen.
+    private(set) var holderSince: UInt64 = 0
+    private(set) var holderSinceIsExact = false
 
     init() {}
 
@@ -244,13 +249,15 @@ struct EngineStateMachine<Waiter> {
     /// - Parameters:
     ///   - reentrant: the caller is inside this section already, so waiting would wait for itself.
     ///   - observed: the word before the engine set `slowRelease` on it.
+    ///   - now: the time, for ``holderSince``.
     /// - Returns: the decision and the word to store.
     mutating func enqueue(
         _ waiter: Waiter,
         kind: CommandKind,
         priority: CommandPriority,
         reentrant: Bool,
-        observed: Int
+        observed: Int,
+        now: UInt64 = 0
     ) -> (Admission, word: Int) {
         if isClosed { return (.refused(.valueContainerDeinited), observed) }
         guard EngineWord.isHeld(observed) else {
@@ -259,9 +266,14 @@ struct EngineStateMachine<Waiter> {
             let ticket = allocate(waiter, kind: kind, state: .holding)
             records[Int(ticket.slot)].awaitingTask = true
             holderSlot = ticket.slot
+            (holderSince, holderSinceIsExact) = (now, true)
             return (.granted(ticket), kind.wordBits | EngineWord.slowRelease)
         }
         if reentrant { return (.refused(.reentrantAccess), observed) }
+        if observed & EngineWord.slowRelease == 0 {
+            // The holder took a free section unseen: it has held it at least since now.
+            (holderSince, holderSinceIsExact) = (now, false)
+        }
         let ticket = allocate(waiter, kind: kind, state: .waiting)
         records[Int(ticket.slot)].awaitingTask = kind == .operation
         records[Int(ticket.slot)].inHeap = true
@@ -274,8 +286,10 @@ struct EngineStateMachine<Waiter> {
     // MARK: Release
 
     /// The holder ends its command: grant the next waiting command, or free the section.
-    /// - Parameter observed: the word (it has holder bits, and `slowRelease` or `closed`).
-    mutating func release(observed: Int) -> (Release, word: Int) {
+    /// - Parameters:
+    ///   - observed: the word (it has holder bits, and `slowRelease` or `closed`).
+    ///   - now: the time, for ``holderSince``.
+    mutating func release(observed: Int, now: UInt64 = 0) -> (Release, word: Int) {
         assert(EngineWord.isHeld(observed), "release of a free section")
         var release = Release()
         if let slot = holderSlot {
@@ -284,6 +298,7 @@ struct EngineStateMachine<Waiter> {
             end(slot)
         }
         let closedBit = observed & EngineWord.closed
+        (holderSince, holderSinceIsExact) = (0, false)
         guard let (slot, kind) = popWaiting() else {
             if isClosed && !isValueFreed {
                 isValueFreed = true
@@ -300,7 +315,10 @@ struct EngineStateMachine<Waiter> {
         } else {
             free(slot)
         }
-        if waitingCount > 0 || holderSlot != nil { word |= EngineWord.slowRelease }
+        if waitingCount > 0 || holderSlot != nil {
+            word |= EngineWord.slowRelease
+            (holderSince, holderSinceIsExact) = (now, true)
+        }
         return (release, word)
     }
 
@@ -416,11 +434,17 @@ struct EngineStateMachine<Waiter> {
     /// its closure has returned and its completion arrived. The holder's release then goes
     /// through the lock.
     /// - Parameter observed: the word (the caller holds the section).
-    mutating func beginManual(_ waiter: Waiter, kind: CommandKind, observed: Int) -> (Ticket, word: Int) {
+    mutating func beginManual(
+        _ waiter: Waiter,
+        kind: CommandKind,
+        observed: Int,
+        now: UInt64 = 0
+    ) -> (Ticket, word: Int) {
         assert(EngineWord.isHeld(observed) && holderSlot == nil, "manual completion without a plain holder")
         let ticket = allocate(waiter, kind: kind, state: .holding)
         records[Int(ticket.slot)].manual = .running
         holderSlot = ticket.slot
+        if observed & EngineWord.slowRelease == 0 { (holderSince, holderSinceIsExact) = (now, false) }
         return (ticket, observed | EngineWord.slowRelease)
     }
 

@@ -26,18 +26,38 @@ public struct QueueDiagnostics: Sendable, CustomStringConvertible {
     public struct Holder: Sendable, CustomStringConvertible {
         /// How it waits and runs.
         public let kind: HolderKind
-        /// Whether it is a manual-completion command whose closure has run but whose `done()` has
-        /// not been called yet: nothing else can run until it is.
+        /// Whether it is a manual-completion command whose `done()` has not been called yet:
+        /// nothing else can run until it is.
         public let awaitsCompletion: Bool
+        /// Since when it holds the section, to a few milliseconds: the moment it was granted
+        /// (`sinceIsExact`), or — for a command that took a free section, which costs no clock
+        /// read — the moment the first command began to wait for it, so it has held the section at
+        /// least that long. `nil` when nothing has waited for it since it took the section.
+        public let since: DispatchTime?
+        /// Whether ``since`` is the moment of the grant rather than a lower bound.
+        public let sinceIsExact: Bool
 
-        /// "a blocking command", "a dispatch command waiting for done()", …
+        /// "a blocking command for at least 2.5 s", "a dispatch command waiting for done() for 0.1 s", …
         public var description: String {
             let article = kind == .awaiting || kind == .operation ? "an" : "a"
             let noun = kind == .operation ? "CommandQueue operation" : "\(kind.rawValue) command"
-            return "\(article) \(noun)" + (awaitsCompletion ? " waiting for done()" : "")
+            var text = "\(article) \(noun)" + (awaitsCompletion ? " waiting for done()" : "")
+            if let since {
+                let seconds = Double(DispatchTime.now().uptimeNanoseconds &- since.uptimeNanoseconds) / 1e9
+                text += " for \(sinceIsExact ? "" : "at least ")\(Self.format(max(0, seconds))) s"
+            }
+            return text
+        }
+
+        private static func format(_ seconds: Double) -> String {
+            let hundredths = Int((seconds * 100).rounded())
+            let fraction = hundredths % 100
+            return "\(hundredths / 100).\(fraction < 10 ? "0" : "")\(fraction)"
         }
     }
 
+    /// How the value or queue is named: its label in quotes, or its type and a short identity.
+    public let name: String
     /// The command holding the critical section, or `nil` when it is free.
     public let holder: Holder?
     /// How many commands wait for the critical section, per priority (priorities with none are
@@ -49,9 +69,9 @@ public struct QueueDiagnostics: Sendable, CustomStringConvertible {
     /// How many commands wait, over all priorities.
     public var waitingCount: Int { waiting.values.reduce(0, +) }
 
-    /// One line: "held by a blocking command; 3 waiting (highest: 1, low: 2)".
+    /// One line: "'balance': held by a blocking command for 0.25 s; 3 waiting (highest: 1, low: 2)".
     public var description: String {
-        var text = holder.map { "held by \($0)" } ?? "free"
+        var text = "\(name): " + (holder.map { "held by \($0)" } ?? "free")
         if waitingCount == 0 {
             text += "; nothing waiting"
         } else {
@@ -69,21 +89,26 @@ extension CommandEngine {
     /// The section's holder and waiters now, read under the lock.
     @usableFromInline
     final var diagnostics: QueueDiagnostics {
-        withMachine { machine, word in
-            let holder: QueueDiagnostics.Holder?
-            switch word & EngineWord.holderMask {
-            case 0:
-                holder = nil
-            case CommandKind.blocking.wordBits:
-                holder = .init(kind: .blocking, awaitsCompletion: machine.holderAwaitsCompletion)
-            case CommandKind.dispatched.wordBits:
-                holder = .init(kind: .dispatch, awaitsCompletion: machine.holderAwaitsCompletion)
-            default:
-                let kind: QueueDiagnostics.HolderKind = machine.trackedHolderKind == .operation ? .operation : .awaiting
-                holder = .init(kind: kind, awaitsCompletion: machine.holderAwaitsCompletion)
-            }
-            return QueueDiagnostics(
-                holder: holder, waiting: machine.waitingCountsByPriority(), isContainerReleased: machine.isClosed)
+        withMachine { machine, word in snapshot(machine, word: word) }
+    }
+
+    /// The snapshot of `machine` and `word`, taken by a caller that holds the lock.
+    final func snapshot(_ machine: Machine, word: Int) -> QueueDiagnostics {
+        let kind: QueueDiagnostics.HolderKind?
+        switch word & EngineWord.holderMask {
+        case 0: kind = nil
+        case CommandKind.blocking.wordBits: kind = .blocking
+        case CommandKind.dispatched.wordBits: kind = .dispatch
+        default: kind = machine.trackedHolderKind == .operation ? .operation : .awaiting
         }
+        let holder = kind.map { kind in
+            QueueDiagnostics.Holder(
+                kind: kind, awaitsCompletion: machine.holderAwaitsCompletion,
+                since: machine.holderSince == 0 ? nil : DispatchTime(uptimeNanoseconds: machine.holderSince),
+                sinceIsExact: machine.holderSinceIsExact)
+        }
+        return QueueDiagnostics(
+            name: displayName, holder: holder, waiting: machine.waitingCountsByPriority(),
+            isContainerReleased: machine.isClosed)
     }
 }

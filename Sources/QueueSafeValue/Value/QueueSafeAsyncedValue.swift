@@ -14,8 +14,9 @@ public final class QueueSafeAsyncedValue<Value> {
     public let queue: DispatchQueue
 
     /// Wraps `value`; commands run their closures on `queue`.
-    public init(value: Value, queue: DispatchQueue) {
-        let storage = ValueStorage(value: value)
+    /// - Parameter label: a name for diagnostics and deadlock reports.
+    public init(value: Value, queue: DispatchQueue, label: String? = nil) {
+        let storage = ValueStorage(value: value, label: label)
         self.storage = storage
         self.queue = queue
         highestPriority = DispatchCommands(storage: storage, queue: queue, priority: .highest)

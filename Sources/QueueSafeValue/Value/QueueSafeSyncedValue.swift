@@ -12,18 +12,20 @@ public final class QueueSafeSyncedValue<Value> {
     @usableFromInline let timeout: DispatchTimeInterval?
 
     /// Wraps `value`. Commands wait for their turn as long as it takes.
-    public init(value: Value) {
-        let storage = ValueStorage(value: value)
+    /// - Parameter label: a name for diagnostics and deadlock reports.
+    public init(value: Value, label: String? = nil) {
+        let storage = ValueStorage(value: value, label: label)
         self.storage = storage
         timeout = nil
         highestPriority = WaitCommands(storage: storage, priority: .highest, timeout: nil)
         lowestPriority = WaitCommands(storage: storage, priority: .lowest, timeout: nil)
     }
 
-    /// Wraps `value`. Every command gives up with ``QueueSafeValueError/timedOut`` if it has not
+    /// Wraps `value`. Every command gives up with ``QueueSafeValueError/timedOut(_:)`` if it has not
     /// started within `timeout` (and then never runs).
-    public init(value: Value, timeout: DispatchTimeInterval) {
-        let storage = ValueStorage(value: value)
+    /// - Parameter label: a name for diagnostics and deadlock reports.
+    public init(value: Value, timeout: DispatchTimeInterval, label: String? = nil) {
+        let storage = ValueStorage(value: value, label: label)
         self.storage = storage
         self.timeout = timeout
         highestPriority = WaitCommands(storage: storage, priority: .highest, timeout: timeout)

@@ -36,8 +36,12 @@ public final class QueueSafeValue<Value> {
     public let wait: WaitSchedule<Value>
 
     /// Wraps `value`. The container owns it from now on; read and change it only through commands.
-    public init(value: Value) {
-        storage = ValueStorage(value: value)
+    /// - Parameters:
+    ///   - value: the value to guard.
+    ///   - label: a name for diagnostics and deadlock reports (`"balance"`); without one they show
+    ///     the value's type and a short identity.
+    public init(value: Value, label: String? = nil) {
+        storage = ValueStorage(value: value, label: label)
         wait = WaitSchedule(storage: storage, timeout: nil)
         async = AwaitSchedule(storage: storage)
     }

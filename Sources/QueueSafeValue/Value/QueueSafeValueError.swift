@@ -4,6 +4,10 @@
 ///
 /// Every command reports failure through this type (in a `Result`, or as the typed error of an
 /// awaiting command) instead of trapping, hanging or returning an optional.
+///
+/// Two errors are equal when they are the same case (and, for ``invalidArgument(_:)``, name the
+/// same argument): the diagnostics that ``timedOut(_:)`` and ``deadlock(_:)`` carry are context,
+/// not identity. Match those cases with a pattern, such as `if case .timedOut = error`.
 public enum QueueSafeValueError: Error, Equatable, Hashable, Sendable, CustomStringConvertible {
     /// The `QueueSafeValue` (or synced / asynced value) behind the scheduler was released before
     /// the command was issued. The command did not run. Commands queued before the release still run.
@@ -13,13 +17,19 @@ public enum QueueSafeValueError: Error, Equatable, Hashable, Sendable, CustomStr
     /// The command was issued from inside a critical section of the same queue and would have waited
     /// for itself forever. It failed at once and did not run.
     case reentrantAccess
-    /// A `wait(timeout:)` command did not get the critical section in time. It will never run.
-    case timedOut
+    /// A `wait(timeout:)` command did not get the critical section in time. It will never run. The
+    /// payload says what held the value and what waited for it at that moment.
+    case timedOut(QueueDiagnostics)
     /// The task that issued (or was created for) the command was cancelled before the command
     /// started. It will never run.
     case cancelled
     /// An argument is out of range (for example a negative interval). The text names it.
     case invalidArgument(String)
+    /// Waiting would never end: the command would have closed a cycle of threads and tasks that
+    /// each wait for a value the next one holds, or parked the last free thread of Swift's
+    /// cooperative pool while a task holds the value. It failed at once and did not run; the
+    /// report names the cycle.
+    case deadlock(DeadlockReport)
 
     /// A sentence that explains the failure.
     public var description: String {
@@ -32,12 +42,45 @@ public enum QueueSafeValueError: Error, Equatable, Hashable, Sendable, CustomStr
         case .reentrantAccess:
             return
                 "QueueSafeValueError.reentrantAccess: a command waited on the queue whose critical section it is already inside"
-        case .timedOut:
-            return "QueueSafeValueError.timedOut: the command did not get the critical section before its timeout"
+        case .timedOut(let diagnostics):
+            return
+                "QueueSafeValueError.timedOut: the command did not get the critical section before its timeout. \(diagnostics)"
         case .cancelled:
             return "QueueSafeValueError.cancelled: the command was cancelled before it started"
         case .invalidArgument(let what):
             return "QueueSafeValueError.invalidArgument: \(what)"
+        case .deadlock(let report):
+            return "QueueSafeValueError.deadlock: \(report)"
+        }
+    }
+
+    /// Compares the cases (and the argument of ``invalidArgument(_:)``), not the diagnostics.
+    public static func == (lhs: QueueSafeValueError, rhs: QueueSafeValueError) -> Bool {
+        switch (lhs, rhs) {
+        case (.valueContainerDeinited, .valueContainerDeinited),
+            (.commandClosureDeallocated, .commandClosureDeallocated),
+            (.reentrantAccess, .reentrantAccess), (.timedOut, .timedOut), (.cancelled, .cancelled),
+            (.deadlock, .deadlock):
+            return true
+        case (.invalidArgument(let left), .invalidArgument(let right)):
+            return left == right
+        default:
+            return false
+        }
+    }
+
+    /// Hashes what ``==(_:_:)`` compares.
+    public func hash(into hasher: inout Hasher) {
+        switch self {
+        case .valueContainerDeinited: hasher.combine(0)
+        case .commandClosureDeallocated: hasher.combine(1)
+        case .reentrantAccess: hasher.combine(2)
+        case .timedOut: hasher.combine(3)
+        case .cancelled: hasher.combine(4)
+        case .invalidArgument(let what):
+            hasher.combine(5)
+            hasher.combine(what)
+        case .deadlock: hasher.combine(6)
         }
     }
 }

@@ -17,10 +17,10 @@ final class ValueStorage<Value>: CommandEngine, @unchecked Sendable {
     @usableFromInline let pointer: UnsafeMutablePointer<Value>
 
     @usableFromInline
-    init(value: Value) {
+    init(value: Value, label: String?) {
         pointer = .allocate(capacity: 1)
         pointer.initialize(to: value)
-        super.init()
+        super.init(label: label)
     }
 
     deinit {
@@ -33,6 +33,10 @@ final class ValueStorage<Value>: CommandEngine, @unchecked Sendable {
     /// The engine itself: the storage *is* the engine, with a value added.
     @usableFromInline
     var engine: CommandEngine { self }
+
+    override var displayName: String {
+        label.map { "'\($0)'" } ?? "QueueSafeValue<\(Value.self)> #\(shortIdentity)"
+    }
 
     override func freeValue() {
         pointer.deinitialize(count: 1)

@@ -3,6 +3,7 @@
 
 #include <stdint.h>
 #include <pthread.h>
+#include <time.h>
 
 /// Atomic operations on a word that Swift allocated (`UnsafeMutablePointer<Int>`).
 /// Swift's own `Atomic` type needs macOS 15 / iOS 18; these builtins work on every platform we support.
@@ -48,6 +49,22 @@ static inline void qsv_cpu_relax(void) {
     __asm__ __volatile__("yield");
 #endif
 }
+
+/// A cheap monotonic clock in nanoseconds, on the same base as `DispatchTime.uptimeNanoseconds` but
+/// with a resolution of a few milliseconds: for "since when" in diagnostics, read on slow paths.
+static inline uint64_t qsv_coarse_now_ns(void) {
+#if defined(__APPLE__)
+    return clock_gettime_nsec_np(CLOCK_UPTIME_RAW_APPROX);
+#else
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+    return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+#endif
+}
+
+/// Whether the caller runs on the process's main thread (cheap: the main thread's id is recorded
+/// when the library loads; `Thread.isMainThread` costs hundreds of nanoseconds on Linux).
+int qsv_is_main_thread(void);
 
 /// Under ThreadSanitizer, makes it ignore the calling thread's memory accesses until the matching
 /// `qsv_sanitizer_ignore_accesses_end()` (synchronization is still tracked); does nothing otherwise.

@@ -61,7 +61,7 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     /// Blocks until the engine grants this waiter, or until `deadline`.
     ///
     /// Exactly one of "granted" and "timed out" wins: the state machine decides, under the engine
-    /// lock, in ``CommandEngine/leave(_:)``.
+    /// lock, in ``CommandEngine/leaveAfterDeadline(_:)``.
     /// - Returns: `nil` when granted, `.timedOut` when the deadline passed first.
     func waitForGrant(
         engine: CommandEngine,
@@ -85,7 +85,7 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
             return nil
         }
         if semaphore.wait(timeout: deadline) == .success { return nil }
-        if engine.leave(ticket) != nil { return .timedOut }
+        if let diagnostics = engine.leaveAfterDeadline(ticket) { return .timedOut(diagnostics) }
         // Granted at the same instant: the grant's signal is on its way. Consume it.
         semaphore.wait()
         return nil
