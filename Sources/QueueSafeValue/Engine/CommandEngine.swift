@@ -1,6 +1,14 @@
 import Dispatch
 import QueueSafeValueShims
 
+#if canImport(Darwin)
+    import Darwin
+#elseif canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#endif
+
 // MARK: - CommandEngine
 
 /// The priority command queue behind every value container and ``CommandQueue``: the storage half
@@ -25,14 +33,18 @@ class CommandEngine: @unchecked Sendable {
     typealias Ticket = Machine.Ticket
 
     /// Word 0: the state word (``EngineWord``). Word 1: the thread running a synchronous closure in
-    /// the section, or 0. Word 2: the generation of the task section being held (see
-    /// `Reentrancy.swift`).
-    private let words = AtomicWords.make(count: 3)
+    /// the section (or waiting for its `done()`), or 0. Word 2: the generation of the task section
+    /// being held (see `Reentrancy.swift`). Word 3: the task holding the section, or 0 (for
+    /// deadlock detection). Word 4: the dispatched holder's slot for helping (see
+    /// ``publishPendingDispatch(_:)``).
+    private let words = AtomicWords.make(count: 5)
     private let machine = LockedState.make(Machine())
 
     @inline(__always) final var state: AtomicWord { AtomicWord(words, index: 0) }
     @inline(__always) final var ownerThread: AtomicWord { AtomicWord(words, index: 1) }
     @inline(__always) final var taskSection: AtomicWord { AtomicWord(words, index: 2) }
+    @inline(__always) final var ownerTask: AtomicWord { AtomicWord(words, index: 3) }
+    @inline(__always) final var pendingDispatch: AtomicWord { AtomicWord(words, index: 4) }
 
     /// The name the user gave the container or queue, if any; see ``displayName``.
     final let label: String?
@@ -77,8 +89,9 @@ class CommandEngine: @unchecked Sendable {
     /// must call its `start()` (outside any lock).
     @inline(__always)
     final func releaseReturningNext(_ kind: CommandKind) -> Waiter? {
-        // Cleared first: once the word says free, another thread may take the section and set it.
+        // Cleared first: once the word says free, another thread may take the section and set them.
         ownerThread.storeRelaxed(0)
+        if kind == .dispatched { pendingDispatch.storeRelaxed(0) }
         if state.compareExchange(expected: kind.wordBits, desired: 0) { return nil }
         return releaseSlow()
     }
@@ -103,17 +116,118 @@ class CommandEngine: @unchecked Sendable {
     }
 
     private func releaseSlow() -> Waiter? {
-        let release = machine.withLock { machine in
+        let (release, helper) = machine.withLock { machine -> (Machine.Release, BlockingWaiter?) in
             // The holder is the caller, and `slowRelease` or `closed` is set: only locked
             // transitions change the word now.
             let (release, word) = machine.release(observed: state.loadAcquire(), now: coarseNow())
             state.storeRelease(word)
-            release.next?.isGranted = true
-            return release
+            guard let next = release.next else { return (release, nil) }
+            next.isGranted = true
+            guard release.nextKind == .dispatched else { return (release, nil) }
+            // A dispatched command for a queue whose thread waits here: that thread runs it.
+            // Otherwise it is published, in this same lock section, for a waiter that comes later.
+            if machine.hasHelpers, let helper = machine.helper(forQueue: next.targetQueueID) as? BlockingWaiter {
+                pendingDispatch.storeRelease(Self.dispatchStarted)
+                helper.job = next
+                return (release, helper)
+            }
+            publishPendingDispatch(next)
+            return (release, nil)
         }
         if release.freeValue { freeValue() }
         if let ended = release.ended as? AwaitingWaiter { ended.task = nil }
+        if let helper {
+            helper.postJob()
+            return nil
+        }
         return release.next
+    }
+
+    // MARK: Helping
+
+    /// The dispatched holder's slot (word 4): 0 while no dispatched command holds the section (or
+    /// one took a free section and is about to publish itself), its retained address while it is
+    /// granted and its block has not started, and `dispatchStarted` once its block or a waiter
+    /// runs it (or it was handed to a waiter). A dispatched command granted by the machine is
+    /// published in the same lock section as its grant; one that took a free section publishes
+    /// itself right after. A blocking waiter that runs on the command's queue, where the block
+    /// could never run while the waiter blocks the queue, takes it over.
+    static let dispatchStarted = 1
+
+    /// Publishes `command`, just granted, as the dispatched holder whose block has not started.
+    final func publishPendingDispatch(_ command: Waiter) {
+        pendingDispatch.storeRelease(Int(bitPattern: Unmanaged.passRetained(command).toOpaque()))
+    }
+
+    /// The block of `command`, or its predecessor's block running it inline, claims it: `true` if
+    /// it was still published, `false` if a waiter took it over. Only `command` itself.
+    final func claimPendingDispatch(_ command: Waiter) -> Bool {
+        let raw = Int(bitPattern: Unmanaged.passUnretained(command).toOpaque())
+        guard pendingDispatch.compareExchange(expected: raw, desired: Self.dispatchStarted) else { return false }
+        Unmanaged.passUnretained(command).release()  // the reference the slot held
+        return true
+    }
+
+    /// Takes over the published dispatched holder, if the holder is one and its block has not
+    /// started: the taker runs it, and its block, which finds it gone, does not. Waits the moment
+    /// it takes a command that took a free section to publish itself.
+    final func takePendingDispatch() -> Waiter? {
+        while state.loadAcquire() & EngineWord.holderMask == CommandKind.dispatched.wordBits {
+            let raw = pendingDispatch.loadAcquire()
+            if raw == Self.dispatchStarted { return nil }
+            if raw == 0 {
+                sched_yield()  // granted on the idle path, publishing itself
+                continue
+            }
+            guard pendingDispatch.compareExchange(expected: raw, desired: Self.dispatchStarted),
+                let pointer = UnsafeRawPointer(bitPattern: raw)
+            else { continue }
+            return Unmanaged<Waiter>.fromOpaque(pointer).takeRetainedValue()
+        }
+        return nil
+    }
+
+    /// A blocking waiter just joined the queue. A dispatched command that must run before it, for a
+    /// queue this thread runs on, could never run its block while this thread waits. So this thread
+    /// takes over the holder if it is such a command, and registers for the ones granted while it
+    /// waits (they are handed to it as jobs). The holder is checked again after registering: a
+    /// command granted in between was published, not handed over. A thread that runs on no tagged
+    /// queue (every queue a dispatched command targets is tagged when the command is submitted)
+    /// blocks no such command, and does none of this.
+    private func becomeHelper(_ ticket: Ticket) {
+        let queues = QueueTag.currentIdentities
+        guard !queues.isEmpty else { return }
+        takeOverPendingDispatch(runningOn: queues)
+        machine.withLock { $0.registerHelper(ticket, queues: queues) }
+        takeOverPendingDispatch(runningOn: queues)
+    }
+
+    /// If the holder is a dispatched command whose block has not started, takes it over: runs it
+    /// here if this thread runs on its queue; otherwise puts it back (see ``republish(_:)``).
+    private func takeOverPendingDispatch(runningOn queues: [Int]) {
+        guard let command = takePendingDispatch() else { return }
+        if queues.contains(command.targetQueueID) {
+            BlockingWaiter.withoutThreadWaiter { command.runOnHelper() }
+        } else {
+            republish(command)
+        }
+    }
+
+    /// Puts back a dispatched holder taken over by a thread that does not run on its queue. Under
+    /// the lock, as a release does: a waiter running on its queue that registered meanwhile (and
+    /// saw the slot taken) gets it as a job; otherwise it is published again, for such a waiter to
+    /// take over, and given a block that claims it (its first block may have run and found the
+    /// slot taken; whichever block claims it first runs it).
+    private func republish(_ command: Waiter) {
+        let helper = machine.withLock { machine -> BlockingWaiter? in
+            if machine.hasHelpers, let helper = machine.helper(forQueue: command.targetQueueID) as? BlockingWaiter {
+                helper.job = command
+                return helper
+            }
+            publishPendingDispatch(command)
+            return nil
+        }
+        if let helper { helper.postJob() } else { command.start() }
     }
 
     /// Takes a waiting command out of the queue (timeout or cancellation).
@@ -125,10 +239,11 @@ class CommandEngine: @unchecked Sendable {
         machine.withLock { $0.leave(ticket) }
     }
 
-    /// A blocking command's deadline passed: it leaves the queue if it still waits.
+    /// A waiting command gives up (its deadline passed, or waiting would deadlock): it leaves the
+    /// queue if it still waits.
     /// - Returns: what held the value and what waited, if it left (it never runs now); `nil` if it
-    ///   was granted first (then it runs, once it has consumed the grant's signal).
-    final func leaveAfterDeadline(_ ticket: Ticket) -> QueueDiagnostics? {
+    ///   was granted first (then it runs).
+    final func leaveWithSnapshot(_ ticket: Ticket) -> QueueDiagnostics? {
         machine.withLock { machine in
             // The waiter stays alive in its thread: nothing is released here.
             machine.leave(ticket).map { _ in snapshot(machine, word: state.loadAcquire()) }
@@ -182,6 +297,7 @@ class CommandEngine: @unchecked Sendable {
         case .refused(let error):
             return error
         case .queued(let ticket):
+            becomeHelper(ticket)
             if let error = waiter.waitForGrant(engine: self, ticket: ticket, deadline: deadline) { return error }
         }
         ownerThread.storeRelaxed(thread)
@@ -217,6 +333,11 @@ class CommandEngine: @unchecked Sendable {
     /// - Complexity: O(log n)
     final func submit(_ command: Waiter, priority: CommandPriority) throws(QueueSafeValueError) -> Bool {
         if tryAcquireIdle(.dispatched) { return true }
+        return try enqueueDispatched(command, priority: priority)
+    }
+
+    /// The slow half of ``submit(_:priority:)``.
+    final func enqueueDispatched(_ command: Waiter, priority: CommandPriority) throws(QueueSafeValueError) -> Bool {
         switch enqueue(command, kind: .dispatched, priority: priority) {
         case .granted: return true
         case .queued: return false
@@ -314,7 +435,8 @@ class CommandEngine: @unchecked Sendable {
     }
 
     /// Suspends the current task until `waiter` is granted, or until it leaves the queue because the
-    /// task was cancelled (then it throws `.cancelled`). Does not suspend if that happened already.
+    /// task was cancelled (then it throws `.cancelled`) or because suspending would close a wait
+    /// cycle (then it throws `.deadlock`). Does not suspend if the wait is over already.
     ///
     /// The verdict is read under the lock after the resumption, not passed through the
     /// continuation: a continuation resumed before its task finished suspending lets the task go on
@@ -327,22 +449,36 @@ class CommandEngine: @unchecked Sendable {
         isolation: isolated (any Actor)?
     ) async throws(QueueSafeValueError) {
         let ticket = waiter.ticket
+        let nodes: [DeadlockDetector.Node] = [.task(currentTaskID())]
         await withTaskCancellationHandler {
             await withUnsafeContinuation(isolation: isolation) { (continuation: TurnContinuation) in
+                // Registered before the continuation is stored, so that a cancellation (which
+                // unregisters, then leaves) never leaves a stale registration behind.
+                let verdict = DeadlockDetector.shared.register(nodes, waitingFor: self, poolThread: false)
                 let waiting = machine.withLock { machine in
-                    guard machine.isWaiting(ticket) else { return false }
+                    guard verdict == .wait, machine.isWaiting(ticket) else { return false }
                     waiter.continuation = continuation
                     return true
                 }
-                // Granted or left before it could suspend.
-                if !waiting { continuation.resume() }
+                if waiting { return }
+                DeadlockDetector.shared.unregister(nodes)
+                // Granted or left before it could suspend, or suspending would close a cycle.
+                if verdict != .wait, let diagnostics = leaveWithSnapshot(ticket) {
+                    waiter.refusal = .deadlock(
+                        DeadlockDetector.report(
+                            verdict, diagnostics: diagnostics, waiterDescription: DeadlockDetector.describe(nodes[0])))
+                }
+                continuation.resume()
             }
         } onCancel: {
-            // Stored before `leave` (both under the lock), if the task suspended at all.
+            // No longer a waiter for deadlock detection, then out of the queue; the continuation
+            // was stored before `leave` (both under the lock), if the task suspended at all.
+            DeadlockDetector.shared.unregister(nodes)
             leave(ticket).map { ($0 as? AwaitingWaiter)?.continuation?.resumeFromAnotherThread() }
         }
-        let granted = machine.withLock { _ in waiter.isGranted }
-        if !granted { throw .cancelled }
+        DeadlockDetector.shared.unregister(nodes)
+        let (granted, refusal) = machine.withLock { _ in (waiter.isGranted, waiter.refusal) }
+        if !granted { throw refusal ?? .cancelled }
     }
 
     /// Every waiting operation leaves the queue (its task is resumed, cancelled and throws

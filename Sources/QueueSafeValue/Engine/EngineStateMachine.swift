@@ -224,6 +224,9 @@ struct EngineStateMachine<Waiter> {
     private var holderSlot: UInt32?
     /// Heap entries whose command left the queue.
     private var deadEntries = 0
+    /// Waiting blocking commands whose threads run on dispatch queues, by slot: the identities of
+    /// those queues. A dispatched command granted for one of them is handed to that thread.
+    private var helpers: [UInt32: [Int]] = [:]
 
     /// Commands waiting for their turn.
     private(set) var waitingCount = 0
@@ -355,10 +358,33 @@ struct EngineStateMachine<Waiter> {
         isCurrent(ticket) && records[Int(ticket.slot)].state == .waiting
     }
 
+    // MARK: Helpers
+
+    /// The waiting command `ticket` runs on these dispatch queues: dispatched commands granted for
+    /// them while it waits go to it (see ``helper(forQueue:)``).
+    mutating func registerHelper(_ ticket: Ticket, queues: [Int]) {
+        guard isWaiting(ticket) else { return }
+        helpers[ticket.slot] = queues
+    }
+
+    /// Whether any waiting command helps with dispatched commands.
+    var hasHelpers: Bool { !helpers.isEmpty }
+
+    /// The waiting command that runs on the queue `queue`, if any: it runs a dispatched command
+    /// granted for that queue, which could not run its block while that command waits.
+    func helper(forQueue queue: Int) -> Waiter? {
+        guard queue != 0 else { return nil }
+        for (slot, queues) in helpers where queues.contains(queue) && records[Int(slot)].state == .waiting {
+            return records[Int(slot)].waiter
+        }
+        return nil
+    }
+
     private mutating func markLeft(_ slot: UInt32) -> Waiter? {
         let waiter = records[Int(slot)].waiter
         records[Int(slot)].state = .left
         records[Int(slot)].waiter = nil
+        if !helpers.isEmpty { helpers[slot] = nil }
         waitingCount -= 1
         deadEntries += 1
         return waiter
@@ -615,6 +641,7 @@ struct EngineStateMachine<Waiter> {
     }
 
     private mutating func free(_ slot: UInt32) {
+        if !helpers.isEmpty { helpers[slot] = nil }
         records[Int(slot)].state = .free
         records[Int(slot)].waiter = nil
         freeSlots.append(slot)

@@ -79,6 +79,7 @@ extension CommandEngine {
         // Only the holder writes `taskSection`, so a load and a store do.
         let generation = -taskSection.loadRelaxed() + 1
         taskSection.storeRelease(generation)
+        ownerTask.storeRelease(currentTaskID())
         return CriticalSectionContext.sections.get().pushing(
             SectionEntry(engine: ObjectIdentifier(self), generation: generation))
     }
@@ -86,6 +87,7 @@ extension CommandEngine {
     /// Ends the task section begun by ``enterTaskSection()``.
     @usableFromInline
     final func leaveTaskSection() {
+        ownerTask.storeRelaxed(0)
         taskSection.storeRelease(-taskSection.loadRelaxed())
     }
 

@@ -41,6 +41,10 @@ static inline intptr_t qsv_atomic_fetch_or(intptr_t *word, intptr_t bits) {
     return __atomic_fetch_or(word, bits, __ATOMIC_ACQ_REL);
 }
 
+static inline intptr_t qsv_atomic_fetch_and(intptr_t *word, intptr_t bits) {
+    return __atomic_fetch_and(word, bits, __ATOMIC_ACQ_REL);
+}
+
 /// A hint to the CPU that the caller is spinning.
 static inline void qsv_cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)

@@ -52,6 +52,7 @@ struct AtomicWord: @unchecked Sendable {
     @inline(__always) func exchange(_ value: Int) -> Int { qsv_atomic_exchange(words.address(index), value) }
     @inline(__always) func fetchAdd(_ delta: Int) -> Int { qsv_atomic_fetch_add(words.address(index), delta) }
     @inline(__always) func fetchOr(_ bits: Int) -> Int { qsv_atomic_fetch_or(words.address(index), bits) }
+    @inline(__always) func fetchAnd(_ bits: Int) -> Int { qsv_atomic_fetch_and(words.address(index), bits) }
 
     /// Stores `desired` if the word holds `expected`; returns whether it did.
     @inline(__always) func compareExchange(expected: Int, desired: Int) -> Bool {

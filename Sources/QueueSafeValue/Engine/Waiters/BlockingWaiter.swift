@@ -1,4 +1,5 @@
 import Dispatch
+import QueueSafeValueShims
 
 #if canImport(Darwin)
     import Darwin
@@ -13,19 +14,27 @@ import Dispatch
 /// A thread that waits for its turn: it spins briefly, then parks on a semaphore until the engine
 /// grants it the critical section or its deadline passes.
 ///
-/// The hand-off word has three states: `waiting` (the thread is spinning), `granted` and `parked`.
-/// ``start()`` swaps in `granted` and signals the semaphore only when it finds `parked`, so a thread
-/// that is still spinning is handed the section with one cache-line transfer and no system call.
+/// The hand-off word has three bits: `granted`, `job` (a dispatch command for a queue this thread
+/// runs on was handed to it: see *helping* below) and `parked`. Whoever sets `granted` or `job`
+/// also clears `parked` in the same compare-and-swap, and signals the semaphore only if it found
+/// `parked` set: so a thread that is still spinning is handed the section with one cache-line
+/// transfer and no system call, and a park is signalled exactly once.
+///
+/// **Helping.** A thread that waits while running on a dispatch queue Q (the main queue, or a queue
+/// dispatch commands target) blocks Q: a dispatch command for Q that must run before it could never
+/// run its block. So such a thread runs those commands itself, on its own thread — which is running
+/// on Q. It takes over a granted command whose block has not started, and the engine hands it the
+/// ones granted while it waits (``job``).
 ///
 /// Each thread keeps one waiter and reuses it for every blocking command it waits on: by the time a
 /// wait returns, nothing else refers to it (a timed-out waiter left the queue, or consumed the
-/// grant's signal). The same semaphore blocks the thread of a manual-completion command until its
-/// completion arrives.
-// @unchecked Sendable: its word is atomic, its semaphore thread-safe
+/// grant's signal). A command run while helping gets a waiter of its own for its own waits. The same
+/// semaphore blocks the thread of a manual-completion command until its completion arrives.
+// @unchecked Sendable: its word is atomic, its semaphore thread-safe; `job` is handed over through the word
 final class BlockingWaiter: Waiter, @unchecked Sendable {
-    private static let waiting = 0
     private static let granted = 1
     private static let parked = 2
+    private static let jobBit = 4
 
     /// How many times a waiter polls before it parks: a few microseconds, longer than a typical
     /// short critical section and shorter than a futex sleep and wake-up.
@@ -34,8 +43,11 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     /// was descheduled on the same CPU gets to finish instead of waiting for the spin to run out.
     static let yieldEvery = 16
 
-    private let word = AtomicWord(BlockingWaiter.waiting)
+    private let word = AtomicWord(0)
     private let semaphore = DispatchSemaphore(value: 0)
+    /// A granted dispatch command to run on this thread: written by the granting thread under the
+    /// engine lock before it sets `job` in the word, read by this thread after it saw `job`.
+    var job: Waiter?
 
     private override init() {}
 
@@ -43,7 +55,7 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     static func forCurrentThread() -> BlockingWaiter {
         if let raw = pthread_getspecific(waiterKey) {
             let waiter = Unmanaged<BlockingWaiter>.fromOpaque(raw).takeUnretainedValue()
-            waiter.word.storeRelaxed(waiting)
+            waiter.word.storeRelaxed(0)
             return waiter
         }
         let waiter = BlockingWaiter()
@@ -53,23 +65,39 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     }
 
     override func start() {
-        if word.exchange(Self.granted) == Self.parked {
-            semaphore.signal()
-        }
+        post(Self.granted)
     }
 
-    /// Blocks until the engine grants this waiter, or until `deadline`.
+    /// Hands this waiting thread the granted dispatch command stored in ``job``.
+    func postJob() {
+        post(Self.jobBit)
+    }
+
+    /// Sets `bit` and clears `parked`; signals if it found the thread parked.
+    private func post(_ bit: Int) {
+        var current = word.loadAcquire()
+        while !word.compareExchange(expected: current, desired: (current | bit) & ~Self.parked) {
+            current = word.loadAcquire()
+        }
+        if current & Self.parked != 0 { semaphore.signal() }
+    }
+
+    /// Blocks until the engine grants this waiter, or until `deadline`; meanwhile runs the dispatch
+    /// commands handed to it (see *helping*).
     ///
-    /// Exactly one of "granted" and "timed out" wins: the state machine decides, under the engine
-    /// lock, in ``CommandEngine/leaveAfterDeadline(_:)``.
-    /// - Returns: `nil` when granted, `.timedOut` when the deadline passed first.
+    /// Exactly one of "granted" and "gave up" wins: the state machine decides, under the engine
+    /// lock, in ``CommandEngine/leaveWithSnapshot(_:)``.
+    /// - Returns: `nil` when granted; `.timedOut` when the deadline passed first; `.deadlock` when
+    ///   parking would have closed a wait cycle or starved the cooperative pool.
     func waitForGrant(
         engine: CommandEngine,
         ticket: CommandEngine.Ticket,
         deadline: DispatchTime?
     ) -> QueueSafeValueError? {
         for round in 1...Self.spinLimit {
-            if word.loadAcquire() == Self.granted { return nil }
+            let current = word.loadAcquire()
+            if current & Self.granted != 0 { return nil }
+            if current & Self.jobBit != 0 { runJob() }
             if round % Self.yieldEvery == 0 {
                 // The holder may be waiting for this CPU: let it run rather than burn the slice.
                 sched_yield()
@@ -77,18 +105,126 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
                 cpuRelax()
             }
         }
-        guard word.compareExchange(expected: Self.waiting, desired: Self.parked) else {
-            return nil  // granted while we were about to park
+        return park(engine: engine, ticket: ticket, deadline: deadline)
+    }
+
+    /// The parking half of ``waitForGrant(engine:ticket:deadline:)``: registered for deadlock
+    /// detection while parked, unregistered before it does anything else.
+    private func park(
+        engine: CommandEngine,
+        ticket: CommandEngine.Ticket,
+        deadline: DispatchTime?
+    ) -> QueueSafeValueError? {
+        let nodes = DeadlockDetector.currentNodes()
+        let poolThread = nodes.count > 1 && qsv_is_main_thread() == 0
+        while true {
+            // About to park: would that close a cycle, or starve the cooperative pool?
+            let verdict = DeadlockDetector.shared.register(nodes, waitingFor: engine, poolThread: poolThread)
+            guard verdict == .wait else { return refuse(verdict, engine: engine, ticket: ticket) }
+            let outcome = parkOnce(deadline: deadline)
+            // Unregistered before anything else, and before leaving the queue: a party that gave
+            // up must not look like a waiter to another thread's walk.
+            DeadlockDetector.shared.unregister(nodes)
+            switch outcome {
+            case .granted:
+                return nil
+            case .job:
+                runJob()
+            case .deadlinePassed:
+                if let diagnostics = engine.leaveWithSnapshot(ticket) {
+                    runJobHandedBeforeLeaving()
+                    return .timedOut(diagnostics)
+                }
+                // Granted at the same instant: its start() sets `granted` without a signal (not parked).
+                awaitGrantWithoutParking()
+                return nil
+            }
         }
-        guard let deadline else {
-            semaphore.wait()
-            return nil
+    }
+
+    private enum ParkOutcome {
+        case granted
+        case job
+        case deadlinePassed
+    }
+
+    /// Parks until a grant, a job or the deadline.
+    private func parkOnce(deadline: DispatchTime?) -> ParkOutcome {
+        while true {
+            let current = word.loadAcquire()
+            if current & Self.granted != 0 { return .granted }
+            if current & Self.jobBit != 0 { return .job }
+            guard word.compareExchange(expected: current, desired: current | Self.parked) else { continue }
+            guard let deadline else {
+                semaphore.wait()
+                continue
+            }
+            if semaphore.wait(timeout: deadline) == .success { continue }
+            // The deadline passed. Unless a grant or a job cleared `parked` (its signal is on its
+            // way: consume it), the command gives up.
+            guard word.compareExchange(expected: Self.parked, desired: 0) else {
+                semaphore.wait()
+                continue
+            }
+            return .deadlinePassed
         }
-        if semaphore.wait(timeout: deadline) == .success { return nil }
-        if let diagnostics = engine.leaveAfterDeadline(ticket) { return .timedOut(diagnostics) }
-        // Granted at the same instant: the grant's signal is on its way. Consume it.
-        semaphore.wait()
+    }
+
+    /// Waiting would deadlock: leave the queue and report why, unless the grant came first.
+    private func refuse(
+        _ verdict: DeadlockDetector.Graph.Verdict,
+        engine: CommandEngine,
+        ticket: CommandEngine.Ticket
+    ) -> QueueSafeValueError? {
+        if let diagnostics = engine.leaveWithSnapshot(ticket) {
+            runJobHandedBeforeLeaving()
+            return .deadlock(
+                DeadlockDetector.report(
+                    verdict, diagnostics: diagnostics, waiterDescription: DeadlockDetector.describeCurrent()))
+        }
+        awaitGrantWithoutParking()
         return nil
+    }
+
+    /// A waiter that left the queue may have been handed a job just before: the granting thread
+    /// chose it as a helper under the engine lock, before the leave took that lock (so `job` is
+    /// visible here), and posts `job` after unlocking. The job's command holds the section and
+    /// nothing else will run it: this thread runs it before it reports why it gave up.
+    private func runJobHandedBeforeLeaving() {
+        guard job != nil else { return }
+        while word.loadAcquire() & Self.jobBit == 0 { sched_yield() }
+        runJob()
+    }
+
+    /// The machine granted this waiter; its start() is on its way (briefly: the granting thread is
+    /// between unlocking and starting it).
+    private func awaitGrantWithoutParking() {
+        while word.loadAcquire() & Self.granted == 0 { sched_yield() }
+    }
+
+    /// Runs the dispatch command handed to this thread, with a waiter of its own for its own waits.
+    private func runJob() {
+        let command = job
+        job = nil
+        _ = word.fetchAnd(~Self.jobBit)
+        guard let command else { return }
+        Self.withoutThreadWaiter { command.runOnHelper() }
+    }
+
+    /// Runs `body` with the thread's waiter put aside, so waits inside `body` use another one.
+    static func withoutThreadWaiter(_ body: () -> Void) {
+        let saved = pthread_getspecific(waiterKey)
+        if saved != nil {
+            let status = pthread_setspecific(waiterKey, nil)
+            precondition(status == 0, "pthread_setspecific failed: \(status)")
+        }
+        body()
+        if saved != nil {
+            // The waiter created by `body`'s waits, if any, goes; the saved one comes back.
+            if let raw = pthread_getspecific(waiterKey) { Unmanaged<BlockingWaiter>.fromOpaque(raw).release() }
+            let status = pthread_setspecific(waiterKey, saved)
+            precondition(status == 0, "pthread_setspecific failed: \(status)")
+        }
     }
 
     /// Blocks the holder's thread until ``finishManualCompletion()``.

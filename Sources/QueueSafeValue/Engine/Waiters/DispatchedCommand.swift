@@ -33,6 +33,8 @@ final class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
     private let queue: DispatchQueue
     private let operation: Operation
     private let completion: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)?
+    /// The queue's identity (see `QueueTag`): a waiter running on the queue compares it with its own.
+    private let queueID: Int
 
     private init(
         storage: ValueStorage<Value>,
@@ -44,6 +46,9 @@ final class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
         self.queue = queue
         self.operation = operation
         self.completion = completion
+        // Tagged now, so that a waiter running on the queue knows it does, even if this command
+        // takes a free section: that waiter may block the queue before this command's block runs.
+        self.queueID = QueueTag.identity(of: queue)
     }
 
     /// Places the command in the queue now and arranges for it to run on `queue`.
@@ -56,17 +61,43 @@ final class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
         completion: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)?
     ) {
         let command = DispatchedCommand(storage: storage, queue: queue, operation: operation, completion: completion)
+        if storage.tryAcquireIdle(.dispatched) { return command.publishAndStart() }
         do {
-            if try storage.submit(command, priority: priority) { command.start() }
+            if try storage.enqueueDispatched(command, priority: priority) { command.publishAndStart() }
         } catch {
             queue.async { command.deliverFailure(error) }
         }
     }
 
+    /// Starts a command that took a free section (not through a release, which publishes it).
+    private func publishAndStart() {
+        storage.publishPendingDispatch(self)
+        start()
+    }
+
     override var targetQueue: DispatchQueue? { queue }
 
+    override var targetQueueID: Int { queueID }
+
+    /// Dispatches the block of the granted (and published) command. Until the block claims it, a
+    /// blocking waiter that runs on `queue` may take it over (see
+    /// ``CommandEngine/publishPendingDispatch(_:)``).
     override func start() {
-        queue.async { self.runBatch() }
+        queue.async {
+            guard self.storage.claimPendingDispatch(self) else { return }  // taken over
+            self.runBatch()
+        }
+    }
+
+    /// Runs on a waiting thread that runs on `queue`: this command only; its completion is
+    /// delivered in a block of its own, after the thread's current block (the waiter) ends.
+    override func runOnHelper() {
+        let (next, delivery) = execute()
+        next?.start()
+        if let delivery {
+            let box = UncheckedSendable(delivery)
+            queue.async { box.value() }
+        }
     }
 
     /// Runs on `queue`: this command, then any granted successors for the same queue.
@@ -92,6 +123,8 @@ final class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
                 next.start()
                 return
             }
+            // Run inline, unless a waiter took it over since its grant published it.
+            guard storage.claimPendingDispatch(next) else { return }
             // The engine of a value grants only commands of that value; only dispatched commands
             // have a target queue.
             command = unsafeDowncast(next, to: DispatchedCommand<Value>.self)

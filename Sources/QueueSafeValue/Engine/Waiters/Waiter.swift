@@ -23,6 +23,15 @@ class Waiter: @unchecked Sendable {
     /// The queue a dispatched command runs on; `nil` for the other kinds.
     var targetQueue: DispatchQueue? { nil }
 
+    /// The identity of ``targetQueue`` (see `QueueTag`) for a dispatched command; 0 otherwise.
+    var targetQueueID: Int { 0 }
+
+    /// Runs a granted dispatched command on the calling thread, which runs on its queue and waits
+    /// for the same section (see *helping* in ``BlockingWaiter``): the command's block is not run.
+    func runOnHelper() {
+        preconditionFailure("only dispatched commands run on a helper")
+    }
+
     /// Starts the command after the engine granted it the section. Called once per grant, by the
     /// releasing thread, outside the engine lock.
     func start() {

@@ -1,0 +1,128 @@
+import Dispatch
+import QueueSafeValueShims
+
+#if canImport(Darwin)
+    import Darwin
+#elseif canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#endif
+
+// MARK: - DeadlockDetector
+
+/// The process-wide storage of the ``WaitForGraph``: one lock, taken only by threads about to park
+/// and tasks about to suspend (never on the idle path, never while an engine lock is held by the
+/// same call), and the reading of who holds an engine.
+///
+/// Engines are identified by their address; an engine stays alive while anything waits for it (the
+/// waiter's frame holds it), and a party always unregisters before its wait returns.
+// @unchecked Sendable: the graph is only touched under its lock; `poolWidth` is immutable
+final class DeadlockDetector: @unchecked Sendable {
+    /// An engine, by identity, without keeping it alive: while registered, its waiter keeps it.
+    // @unchecked Sendable: only compared, or read while a waiter keeps the engine alive
+    struct EngineHandle: Hashable, @unchecked Sendable {
+        let engine: Unmanaged<CommandEngine>
+
+        static func == (lhs: EngineHandle, rhs: EngineHandle) -> Bool { lhs.engine.toOpaque() == rhs.engine.toOpaque() }
+        func hash(into hasher: inout Hasher) { hasher.combine(engine.toOpaque()) }
+    }
+
+    typealias Graph = WaitForGraph<EngineHandle>
+    typealias Node = Graph.Node
+
+    static let shared = DeadlockDetector()
+
+    private let graph = LockedState.make(Graph())
+    /// How many threads Swift's cooperative pool runs tasks on: one per processor. (Not
+    /// `ProcessInfo`: the library does not import Foundation.)
+    let poolWidth = max(1, sysconf(Int32(_SC_NPROCESSORS_ONLN)))
+
+    /// Registers a party about to block for `engine`; see ``WaitForGraph/register(_:waitingFor:poolThread:poolWidth:holder:)``.
+    func register(_ nodes: [Node], waitingFor engine: CommandEngine, poolThread: Bool) -> Graph.Verdict {
+        let handle = EngineHandle(engine: .passUnretained(engine))
+        return graph.withLock { graph in
+            graph.register(nodes, waitingFor: handle, poolThread: poolThread, poolWidth: poolWidth) { handle in
+                handle.engine.takeUnretainedValue().holderNode
+            }
+        }
+    }
+
+    /// The party's wait ended; call before it does anything else.
+    func unregister(_ nodes: [Node]) {
+        graph.withLock { $0.unregister(nodes) }
+    }
+
+    /// The nodes of the calling thread: its thread, and its task if it runs inside one.
+    static func currentNodes() -> [Node] {
+        let task = currentTaskID()
+        return task == 0 ? [.thread(currentThreadID())] : [.thread(currentThreadID()), .task(task)]
+    }
+
+    /// What to tell the user about a refused wait.
+    static func report(
+        _ verdict: Graph.Verdict,
+        diagnostics: QueueDiagnostics,
+        waiterDescription: String
+    ) -> DeadlockReport {
+        switch verdict {
+        case .cycle(let links):
+            let cycle = links.enumerated().map { index, link in
+                DeadlockReport.Link(
+                    waiter: index == 0 ? waiterDescription : describe(link.waiter),
+                    value: link.engine.engine.takeUnretainedValue().displayName,
+                    holder: describe(link.holder))
+            }
+            return DeadlockReport(kind: .waitCycle, cycle: cycle, diagnostics: diagnostics, parkedPoolThreads: nil)
+        case .poolExhausted(let parked, let width):
+            return DeadlockReport(
+                kind: .cooperativePoolExhausted, cycle: [], diagnostics: diagnostics,
+                parkedPoolThreads: (parked, width))
+        case .wait:
+            preconditionFailure("a wait is not a deadlock")
+        }
+    }
+
+    /// "thread 0x7f3a1c", "task 0x55d2a0".
+    static func describe(_ node: Node) -> String {
+        switch node {
+        case .thread(let id): return "thread 0x" + String(UInt(bitPattern: id), radix: 16)
+        case .task(let id): return "task 0x" + String(UInt(bitPattern: id), radix: 16)
+        }
+    }
+
+    /// "thread 0x7f3a1c (main thread)", or "… (queue 'db')", or "… in task 0x55d2a0": the caller.
+    static func describeCurrent() -> String {
+        var text = describe(.thread(currentThreadID()))
+        if qsv_is_main_thread() != 0 {
+            text += " (main thread)"
+        } else if let queue = QueueTag.current {
+            text += " (queue '\(queue.label)')"
+        }
+        let task = currentTaskID()
+        if task != 0 { text += " in " + describe(.task(task)) }
+        return text
+    }
+}
+
+// MARK: - Holders
+
+extension CommandEngine {
+    /// Who holds the section now, as far as deadlock detection can follow it: the thread running a
+    /// synchronous closure in it (or waiting for its `done()`), else the task whose awaiting
+    /// closure or operation holds it; `nil` otherwise.
+    final var holderNode: WaitForGraph<DeadlockDetector.EngineHandle>.Node? {
+        let thread = ownerThread.loadAcquire()
+        if thread != 0 { return .thread(thread) }
+        let task = ownerTask.loadAcquire()
+        if task != 0 { return .task(task) }
+        return nil
+    }
+}
+
+/// The identity of the task the caller runs in, or 0 outside any task.
+@inline(__always)
+func currentTaskID() -> Int {
+    // `UnsafeCurrentTask` wraps the task's reference: one word, the task's address.
+    withUnsafeCurrentTask { task in task.map { unsafeBitCast($0, to: Int.self) } ?? 0 }
+}

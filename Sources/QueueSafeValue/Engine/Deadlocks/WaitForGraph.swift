@@ -1,0 +1,115 @@
+// MARK: - WaitForGraph
+
+/// Which thread or task waits for which engine, across the process: the decisions of deadlock
+/// detection, as a plain value (``DeadlockDetector`` keeps it behind a lock).
+///
+/// A party registers when it is about to block — a thread about to park, a task about to suspend —
+/// and the graph decides at that moment whether blocking would close a cycle: the engine it waits
+/// for is held by a party that waits for an engine held by a party … that waits for an engine the
+/// caller holds. Who holds an engine is read by the caller from the engine's words (`holder`),
+/// because the idle path takes sections without any lock.
+///
+/// Why a cycle found here is real: a party deregisters, under the same lock, before it does
+/// anything else after its wait ends, so a registered party runs no code and releases nothing
+/// while a walk looks at it; the engine it holds stays held by it. The caller holds what it holds.
+/// Every link of a cycle found is therefore stable for as long as the walk runs. And no cycle is
+/// missed: the last party of a cycle to register sees every other one registered, holding.
+///
+/// It also counts the threads of Swift's cooperative pool parked in blocking commands, to refuse
+/// the one that would park the last of them while a task (which needs the pool to resume) holds
+/// the value.
+struct WaitForGraph<Engine: Hashable> {
+    /// A party that can hold sections and wait for them.
+    enum Node: Hashable {
+        case thread(Int)
+        case task(Int)
+    }
+
+    /// One party of a cycle: the node that waits, the engine it waits for, and that engine's holder.
+    struct Link: Hashable {
+        let waiter: Node
+        let engine: Engine
+        let holder: Node
+    }
+
+    /// What ``register(_:waitingFor:poolThread:poolWidth:holder:)`` decided.
+    enum Verdict: Hashable {
+        /// Blocking closes no cycle: the party is registered and may block.
+        case wait
+        /// Blocking would close this cycle (the caller's link first): the party was not registered.
+        case cycle([Link])
+        /// Parking would leave no free thread in the cooperative pool while a task holds the
+        /// section: the party was not registered.
+        case poolExhausted(parked: Int, width: Int)
+    }
+
+    struct Wait: Hashable {
+        let engine: Engine
+        /// The other node of the same party (a blocking command inside a task is both).
+        let alias: Node?
+        let poolThread: Bool
+    }
+
+    private(set) var waits: [Node: Wait] = [:]
+    /// Threads of the cooperative pool parked in blocking commands.
+    private(set) var parkedPoolThreads = 0
+
+    init() {}
+
+    /// A party is about to block until it gets `engine`.
+    ///
+    /// - Parameters:
+    ///   - nodes: the party: its thread, and its task if it runs inside one (one or two nodes).
+    ///   - poolThread: it is a thread of the cooperative pool (a blocking command inside a task,
+    ///     off the main thread).
+    ///   - poolWidth: how many threads the cooperative pool has.
+    ///   - holder: who holds an engine now, read from its words; `nil` for nobody, or a holder that
+    ///     is neither a thread running a closure nor a task (a dispatch command between its grant
+    ///     and its block, or waiting for `done()`).
+    mutating func register(
+        _ nodes: [Node],
+        waitingFor engine: Engine,
+        poolThread: Bool = false,
+        poolWidth: Int = 0,
+        holder: (Engine) -> Node?
+    ) -> Verdict {
+        if let cycle = cycle(from: nodes, waitingFor: engine, holder: holder) { return .cycle(cycle) }
+        if poolThread {
+            if case .task? = holder(engine), parkedPoolThreads + 1 >= poolWidth {
+                return .poolExhausted(parked: parkedPoolThreads, width: poolWidth)
+            }
+            parkedPoolThreads += 1
+        }
+        for (index, node) in nodes.enumerated() {
+            waits[node] = Wait(engine: engine, alias: nodes.count > 1 ? nodes[1 - index] : nil, poolThread: poolThread)
+        }
+        return .wait
+    }
+
+    /// The party's wait ended (granted, timed out, cancelled). Call it before the party does
+    /// anything else.
+    mutating func unregister(_ nodes: [Node]) {
+        var wasPoolThread = false
+        for node in nodes {
+            if let wait = waits.removeValue(forKey: node) { wasPoolThread = wasPoolThread || wait.poolThread }
+        }
+        if wasPoolThread { parkedPoolThreads -= 1 }
+    }
+
+    /// The cycle that `nodes` waiting for `engine` would close, if any.
+    private func cycle(from nodes: [Node], waitingFor engine: Engine, holder: (Engine) -> Node?) -> [Link]? {
+        var links: [Link] = []
+        var waiter = nodes[0]
+        var current = engine
+        var visited: Set<Engine> = []
+        while let owner = holder(current) {
+            links.append(Link(waiter: waiter, engine: current, holder: owner))
+            if nodes.contains(owner) { return links }
+            // A cycle that does not pass through the caller is not the caller's to break.
+            guard visited.insert(current).inserted, let next = waits[owner] else { return nil }
+            waiter = owner
+            current = next.engine
+        }
+        return nil
+    }
+}
