@@ -50,6 +50,8 @@ extension AwaitSchedule: Sendable where Value: Sendable {}
 ///   the queue at once). Cancellation after the closure started is the closure's business: it sees
 ///   `Task.isCancelled`.
 /// - `.reentrantAccess`: the task (or a parent task) is inside a critical section of this value.
+/// - `.deadlock(_:)`: suspending would never end: the value's holder waits, directly or through a
+///   chain of holders, for a value this task holds. The report names the cycle.
 /// - `.valueContainerDeinited`: the container was released before the call.
 public struct AwaitCommands<Value> {
     @usableFromInline let storage: ValueStorage<Value>

@@ -51,6 +51,12 @@ extension DispatchSchedule: Sendable where Value: Sendable {}
 /// Failures are delivered on the queue too, and then no access closure has run:
 /// `.valueContainerDeinited` if the container was released before the call,
 /// `.commandClosureDeallocated` if the closure passed was `nil`.
+///
+/// If a thread running on the schedule's queue blocks in a `wait` command of the same value while
+/// such a command must run first, that thread runs the command's closures itself (it is running on
+/// the queue, so they still run "on the queue"), and the command's block then does nothing: the
+/// queue never waits for a block it is blocking. Each command runs exactly once either way; its
+/// completion is then delivered in a block of its own on the queue.
 public struct DispatchCommands<Value> {
     @usableFromInline let storage: ValueStorage<Value>
     @usableFromInline let queue: DispatchQueue

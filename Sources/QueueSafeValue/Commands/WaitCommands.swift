@@ -53,8 +53,18 @@ extension WaitSchedule: Sendable where Value: Sendable {}
 /// - `.valueContainerDeinited`: the container was released before the call;
 /// - `.reentrantAccess`: the calling thread (or task) is inside a critical section of this same
 ///   value, where waiting would deadlock;
-/// - `.timedOut`: issued through `wait(timeout:)` and not started in time (it never runs later);
+/// - `.timedOut(_:)`: issued through `wait(timeout:)` and not started in time (it never runs later);
+///   the diagnostics say what held the value and what waited for it;
+/// - `.deadlock(_:)`: waiting would never end, and the command failed at once instead of parking
+///   the thread: the value's holder waits (directly or through a chain of holders) for a value this
+///   thread or task holds, or parking would leave Swift's cooperative pool no thread to resume the
+///   task that holds the value. The report names the cycle;
 /// - `.commandClosureDeallocated`: the closure passed was `nil`.
+///
+/// A command issued from a block running on a dispatch queue never waits forever for a dispatch
+/// command that targets that queue and runs before it: the waiting thread runs that command itself
+/// (it is running on the queue), and the command's own block then does nothing. See the Deadlocks
+/// section of `docs/GettingStarted.md` for what is and is not detected.
 public struct WaitCommands<Value> {
     @usableFromInline let storage: ValueStorage<Value>
     @usableFromInline let priority: CommandPriority
