@@ -91,7 +91,6 @@ class CommandEngine: @unchecked Sendable {
     final func releaseReturningNext(_ kind: CommandKind) -> Waiter? {
         // Cleared first: once the word says free, another thread may take the section and set them.
         ownerThread.storeRelaxed(0)
-        if kind == .dispatched { pendingDispatch.storeRelaxed(0) }
         if state.compareExchange(expected: kind.wordBits, desired: 0) { return nil }
         return releaseSlow()
     }
@@ -113,6 +112,14 @@ class CommandEngine: @unchecked Sendable {
             state.storeRelease(word)
             return admission
         }
+    }
+
+    /// ``releaseReturningNext(_:)`` for a dispatched command: clears the dispatched holder's slot
+    /// first (while the word still says held), so the blocking release pays nothing for helping.
+    @inline(__always)
+    final func releaseDispatched() -> Waiter? {
+        pendingDispatch.storeRelaxed(0)
+        return releaseReturningNext(.dispatched)
     }
 
     private func releaseSlow() -> Waiter? {
@@ -187,14 +194,17 @@ class CommandEngine: @unchecked Sendable {
         return nil
     }
 
-    /// A blocking waiter just joined the queue. A dispatched command that must run before it, for a
+    /// A blocking waiter is about to park. A dispatched command that must run before it, for a
     /// queue this thread runs on, could never run its block while this thread waits. So this thread
     /// takes over the holder if it is such a command, and registers for the ones granted while it
     /// waits (they are handed to it as jobs). The holder is checked again after registering: a
     /// command granted in between was published, not handed over. A thread that runs on no tagged
     /// queue (every queue a dispatched command targets is tagged when the command is submitted)
     /// blocks no such command, and does none of this.
-    private func becomeHelper(_ ticket: Ticket) {
+    ///
+    /// Called when the waiter is about to park, not when it joins the queue: a hand-off that the
+    /// spin catches pays nothing for helping, and a command of its queue waits at most one spin.
+    final func becomeHelper(_ ticket: Ticket) {
         let queues = QueueTag.currentIdentities
         guard !queues.isEmpty else { return }
         takeOverPendingDispatch(runningOn: queues)
@@ -297,7 +307,6 @@ class CommandEngine: @unchecked Sendable {
         case .refused(let error):
             return error
         case .queued(let ticket):
-            becomeHelper(ticket)
             if let error = waiter.waitForGrant(engine: self, ticket: ticket, deadline: deadline) { return error }
         }
         ownerThread.storeRelaxed(thread)

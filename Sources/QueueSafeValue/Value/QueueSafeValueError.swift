@@ -19,7 +19,9 @@ public enum QueueSafeValueError: Error, Equatable, Hashable, Sendable, CustomStr
     case reentrantAccess
     /// A `wait(timeout:)` command did not get the critical section in time. It will never run. The
     /// payload says what held the value and what waited for it at that moment.
-    case timedOut(QueueDiagnostics)
+    // Indirect: the payloads are large, and an inline payload would make every `Result` and every
+    // `QueueSafeValueError?` that the idle path returns as large (a measurable cost per command).
+    indirect case timedOut(QueueDiagnostics)
     /// The task that issued (or was created for) the command was cancelled before the command
     /// started. It will never run.
     case cancelled
@@ -29,7 +31,7 @@ public enum QueueSafeValueError: Error, Equatable, Hashable, Sendable, CustomStr
     /// each wait for a value the next one holds, or parked the last free thread of Swift's
     /// cooperative pool while a task holds the value. It failed at once and did not run; the
     /// report names the cycle.
-    case deadlock(DeadlockReport)
+    indirect case deadlock(DeadlockReport)
 
     /// A sentence that explains the failure.
     public var description: String {

@@ -115,6 +115,8 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
         ticket: CommandEngine.Ticket,
         deadline: DispatchTime?
     ) -> QueueSafeValueError? {
+        // Before it blocks its queue for longer than a spin: see *helping*.
+        engine.becomeHelper(ticket)
         let nodes = DeadlockDetector.currentNodes()
         let poolThread = nodes.count > 1 && qsv_is_main_thread() == 0
         while true {

@@ -148,7 +148,7 @@ final class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
             body(&storage.pointer.pointee)
         case .map(let transform):
             let deliver = transform(.success(storage.pointer.pointee))
-            return (storage.releaseReturningNext(.dispatched), deliver)
+            return (storage.releaseDispatched(), deliver)
         case .readManual(let body):
             let value = storage.pointer.pointee
             return executeManual { done in body(.success(value), done) }
@@ -173,9 +173,9 @@ final class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
     /// Reads the result for the completion (while the section is still held), releases the section
     /// and returns the next granted command with the completion's delivery.
     private func releaseAndPrepareDelivery() -> (next: Waiter?, delivery: Delivery?) {
-        guard let completion else { return (storage.releaseReturningNext(.dispatched), nil) }
+        guard let completion else { return (storage.releaseDispatched(), nil) }
         let result = storage.pointer.pointee
-        return (storage.releaseReturningNext(.dispatched), { completion(.success(result)) })
+        return (storage.releaseDispatched(), { completion(.success(result)) })
     }
 
     /// The manual completion arrived after the closure returned, on some thread (possibly not
