@@ -120,9 +120,10 @@ extension CommandEngine {
     }
 }
 
-/// The identity of the task the caller runs in, or 0 outside any task.
+/// The identity of the task the caller runs in (its address, the same one `UnsafeCurrentTask`
+/// wraps), or 0 outside any task. About 2 ns, where `withUnsafeCurrentTask` costs about 35 ns: an
+/// awaiting command's idle path records its task with it.
 @inline(__always)
 func currentTaskID() -> Int {
-    // `UnsafeCurrentTask` wraps the task's reference: one word, the task's address.
-    withUnsafeCurrentTask { task in task.map { unsafeBitCast($0, to: Int.self) } ?? 0 }
+    Int(bitPattern: qsv_current_task())
 }
