@@ -562,19 +562,7 @@ struct HelpingWorld: ExplorableWorld {
 
     // MARK: Fingerprint
 
-    struct Fingerprint: Hashable {
-        let first: Int
-        let second: Int
-    }
-
-    var fingerprint: Fingerprint {
-        var first = Hasher()
-        var second = Hasher()
-        second.combine(0x5EED)
-        feed(&first)
-        feed(&second)
-        return Fingerprint(first: first.finalize(), second: second.finalize())
-    }
+    var fingerprint: StateFingerprint { StateFingerprint(feed) }
 
     private func feed(_ hasher: inout Hasher) {
         hasher.combine(word)

@@ -1,3 +1,6 @@
+import Foundation
+import Testing
+
 // MARK: - InterleavingExplorer
 
 /// A world whose every interleaving can be explored: a value that lists the steps enabled in it,
@@ -18,6 +21,24 @@ protocol ExplorableWorld {
     var fingerprint: Fingerprint { get }
     /// Says what `step` does in this world, for the trace of a violation.
     func describe(_ step: Step) -> String
+}
+
+/// A state's identity for the explorer's visited set: two differently seeded hashes of the same
+/// fields (128 bits), so that two distinct states practically never collide. `feed` combines every
+/// field that can change a world's future.
+struct StateFingerprint: Hashable {
+    let first: Int
+    let second: Int
+
+    init(_ feed: (inout Hasher) -> Void) {
+        var first = Hasher()
+        var second = Hasher()
+        second.combine(0x5EED)
+        feed(&first)
+        feed(&second)
+        self.first = first.finalize()
+        self.second = second.finalize()
+    }
 }
 
 /// What an exploration found.
@@ -83,5 +104,28 @@ enum InterleavingExplorer {
         -> [String]
     {
         stack.dropLast().map { $0.world.describe($0.steps[$0.next - 1]) }
+    }
+}
+
+extension InterleavingExplorer {
+    /// Explores `world` as a test: prints how many states it explored, records the first violation
+    /// (with the steps that led to it) as a test issue, and expects the exploration to reach an end.
+    static func expectEveryInterleavingHolds<World: ExplorableWorld>(
+        _ world: World,
+        scenario name: String,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) {
+        let started = Date()
+        let report = explore(world)
+        let seconds = Date().timeIntervalSince(started)
+        print(
+            "Explorer: \(name): \(report.states) states explored, \(report.transitions) transitions, "
+                + "\(report.terminals) terminal states, \(String(format: "%.1f", seconds)) s")
+        if let (message, trace) = report.violation {
+            Issue.record(
+                "\(name): \(message)\n  after: \(trace.joined(separator: "\n         "))",
+                sourceLocation: sourceLocation)
+        }
+        #expect(report.terminals > 0, "the exploration never reached an end", sourceLocation: sourceLocation)
     }
 }
