@@ -6,7 +6,7 @@ import QueueSafeValue
 /// `try await value.async...` from tasks, and `CommandQueue.enqueue` from synchronous code.
 enum AsyncScenarios {
     static var all: [Scenario] {
-        [awaitSetUncontended, awaitSetContended(tasks: 8), commandQueueEnqueue]
+        [awaitSetUncontended, awaitSetContended(tasks: 8), commandQueueEnqueue, commandQueuePerform]
     }
 
     static var awaitSetUncontended: Scenario {
@@ -78,6 +78,26 @@ enum AsyncScenarios {
                     }
                 }
                 allDone.wait()
+            }
+            return Sample(measured: Double(elapsed))
+        }
+    }
+
+    static var commandQueuePerform: Scenario {
+        Scenario(
+            name: "CommandQueue.perform",
+            summary: "try await queue.perform { ... } one after another from a task"
+        ) { operations in
+            let queue = CommandQueue()
+            let elapsed = Concurrency.blockingAwait {
+                var sum = 0
+                let start = Clock.now()
+                for index in 0..<operations {
+                    sum &+= try! await queue.perform { index }
+                }
+                let elapsed = Clock.now() - start
+                check(sum == operations * (operations - 1) / 2, "CommandQueue.perform summed \(sum)")
+                return elapsed
             }
             return Sample(measured: Double(elapsed))
         }

@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import Synchronization
 
 // MARK: - Baselines
 
@@ -7,10 +8,59 @@ import Foundation
 /// Every library scenario is compared with one of these.
 enum Baselines {
     static var all: [Scenario] {
-        [
-            lockUncontended, lockContended, syncUncontended, syncContended, HandOffFloor.scenario, asyncSerial,
-            actorCall, taskCreateAwait,
-        ]
+        var all = [lockUncontended]
+        // `Synchronization` needs macOS 15 / iOS 18 on Apple platforms: there the floors are left out
+        // where the benchmark runs on an older system.
+        if #available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *) { all.append(mutexUncontended) }
+        all += [lockContended(threads: 2), lockContended(threads: 4)]
+        if #available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *) {
+            all.append(fairLockContended(threads: 4))
+        }
+        all += [syncUncontended, syncContended, HandOffFloor.scenario, asyncSerial, actorCall, taskCreateAwait]
+        return all
+    }
+
+    /// The uncontended floor: `Synchronization.Mutex` around the counter, in a heap object as shared
+    /// state always is.
+    @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
+    static var mutexUncontended: Scenario {
+        Scenario(
+            name: "mutex uncontended",
+            summary: "Synchronization.Mutex withLock { $0 += 1 }, one thread"
+        ) { operations in
+            let shared = MutexCounter()
+            let elapsed = Clock.time {
+                for _ in 0..<operations {
+                    shared.mutex.withLock { $0 += 1 }
+                }
+            }
+            let final = shared.mutex.withLock { $0 }
+            check(final == operations, "mutex uncontended counted \(final) of \(operations)")
+            return Sample(measured: Double(elapsed))
+        }
+    }
+
+    /// The fair floor: a first-come-first-served ticket lock that parks (see `FairTicketLock`).
+    @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
+    static func fairLockContended(threads: Int) -> Scenario {
+        Scenario(
+            name: "fair lock contended \(threads) threads",
+            summary: "a strict first-come-first-served ticket lock that parks, increment, unlock, "
+                + "from \(threads) threads at once",
+            timeWindowed: true
+        ) { window in
+            let lock = FairTicketLock()
+            let counter = Counter()
+            let (elapsed, operations) = Concurrency.runThreads(threads, for: UInt64(window)) { _, deadline in
+                Concurrency.repeatUntil(deadline) {
+                    lock.lock()
+                    counter.value += 1
+                    lock.unlock()
+                }
+            }
+            check(counter.value == operations, "fair lock counted \(counter.value) of \(operations)")
+            return Sample(measured: Double(elapsed), operations: operations)
+        }
     }
 
     static var lockUncontended: Scenario {
@@ -32,15 +82,16 @@ enum Baselines {
         }
     }
 
-    static var lockContended: Scenario {
+    /// An unfair lock: a thread that unlocks may take the lock again before a woken waiter runs.
+    static func lockContended(threads: Int) -> Scenario {
         Scenario(
-            name: "lock contended 2 threads",
-            summary: "NSLock lock, increment, unlock, from 2 threads at once",
+            name: "lock contended \(threads) threads",
+            summary: "NSLock lock, increment, unlock, from \(threads) threads at once",
             timeWindowed: true
         ) { window in
             let lock = NSLock()
             let counter = Counter()
-            let (elapsed, operations) = Concurrency.runThreads(2, for: UInt64(window)) { _, deadline in
+            let (elapsed, operations) = Concurrency.runThreads(threads, for: UInt64(window)) { _, deadline in
                 Concurrency.repeatUntil(deadline) {
                     lock.lock()
                     counter.value += 1
@@ -156,4 +207,10 @@ actor CountingActor {
     func increment() {
         count += 1
     }
+}
+
+/// The state of the `mutex uncontended` baseline.
+@available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
+final class MutexCounter: Sendable {
+    let mutex = Mutex(0)
 }

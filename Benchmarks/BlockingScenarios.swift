@@ -5,7 +5,7 @@ import QueueSafeValue
 /// `value.wait...`: the calling thread blocks for its turn and runs the closure itself.
 enum BlockingScenarios {
     static var all: [Scenario] {
-        [getUncontended, setUncontended, setContended(threads: 2), setContended(threads: 8)]
+        [getUncontended, setUncontended, setContended(threads: 2), setContended(threads: 4)]
     }
 
     /// The priorities the contended scenarios cycle through, each thread from its own offset.

@@ -9,18 +9,25 @@ struct Options {
     var filter: String?
     var jsonPath: String?
     var svgPath: String?
+    var check = false
 
     static let usage = """
-        Usage: Benchmarks [--quick] [--filter TEXT] [--json PATH] [--svg PATH] [--help]
+        Usage: Benchmarks [--quick] [--filter TEXT] [--json PATH] [--svg PATH] [--check] [--help]
 
-        Measures QueueSafeValue against a lock, dispatch queues, an actor and plain tasks.
-        Each scenario runs a warm-up, then timed samples; the table reports the median ns/op,
-        ops/s and the min-max spread, and compares each library scenario with its baseline.
+        Measures QueueSafeValue against a lock, a mutex, dispatch queues, an actor and plain tasks.
+        Every scenario is calibrated and warmed up, then the samples are taken in rounds: each round
+        takes one sample of every scenario, and for each comparison one sample of the library
+        scenario and one of its baseline back to back (in alternating order), so that a slow
+        stretch of the machine falls on both. The ratio library ÷ baseline is computed per round;
+        the table reports its median over the rounds and its min–max. Lower ratios are better.
 
-          --quick        short samples, for CI (whole run under 30 s)
-          --filter TEXT  run only the scenarios whose name contains TEXT (case-insensitive)
-          --json PATH    write the results as JSON to PATH
-          --svg PATH     write a bar chart of the ratios to their baselines as SVG to PATH
+          --quick        short samples and 5 rounds, for CI (whole run well under a minute)
+          --filter TEXT  run only the scenarios whose name contains TEXT (case-insensitive), plus
+                         the baseline of every library scenario selected, so that a comparison
+                         can be run on its own: --filter "wait.set contended 4 threads"
+          --json PATH    write the results and the comparisons as JSON to PATH
+          --svg PATH     write a bar chart of the comparisons' median ratios as SVG to PATH
+          --check        exit with status 3 when a comparison misses its target (for local use)
           --help         print this text
 
         Build for release to get representative numbers: swift run -c release Benchmarks
@@ -41,6 +48,7 @@ struct Options {
             case "--filter": options.filter = value(for: argument)
             case "--json": options.jsonPath = value(for: argument)
             case "--svg": options.svgPath = value(for: argument)
+            case "--check": options.check = true
             case "--help", "-h":
                 print(usage)
                 exit(0)
@@ -60,13 +68,14 @@ struct Options {
 struct RunConfiguration {
     /// Wall time one sample aims for.
     let sampleNanoseconds: UInt64
-    /// Timed samples per scenario (at least 5).
-    let samples: Int
+    /// Rounds of samples: each round takes one sample of every scenario (one of each member of a
+    /// comparison, back to back). At least 5.
+    let rounds: Int
     /// Untimed runs at the final sample size, after calibration.
     let warmUps: Int
 
-    static let full = RunConfiguration(sampleNanoseconds: 25_000_000, samples: 21, warmUps: 2)
-    static let quick = RunConfiguration(sampleNanoseconds: 8_000_000, samples: 5, warmUps: 1)
+    static let full = RunConfiguration(sampleNanoseconds: 25_000_000, rounds: 21, warmUps: 2)
+    static let quick = RunConfiguration(sampleNanoseconds: 8_000_000, rounds: 5, warmUps: 1)
 }
 
 // MARK: - Scenarios and samples
@@ -139,45 +148,67 @@ enum Statistics {
 
 // MARK: - Measuring
 
-enum Harness {
-    /// Calibrates, warms up and samples one scenario.
-    static func measure(_ scenario: Scenario, configuration: RunConfiguration) -> ScenarioResult {
+/// A scenario after calibration and warm-up, collecting its samples as the rounds take them.
+final class PreparedScenario {
+    let scenario: Scenario
+    /// The operation count of every sample (for a time-windowed scenario, the window in ns).
+    let operations: Int
+    /// How many rounds this scenario takes part in (its `maximumSamples`, or every round).
+    let rounds: Int
+    private(set) var values: [Double] = []
+    private var counts: [Double] = []
+    private var extras: [String: [Double]] = [:]
+    private var nanoseconds: UInt64
+
+    /// Calibrates `scenario` to the configuration's sample length and runs its warm-ups.
+    init(_ scenario: Scenario, configuration: RunConfiguration) {
         let started = Clock.now()
+        self.scenario = scenario
         var operations = scenario.fixedOperations ?? scenario.granularity
         if scenario.timeWindowed {
             operations = Int(configuration.sampleNanoseconds)
         } else if scenario.fixedOperations == nil {
-            operations = calibrate(scenario, target: Double(configuration.sampleNanoseconds))
+            operations = Harness.calibrate(scenario, target: Double(configuration.sampleNanoseconds))
         }
+        self.operations = operations
         let warmUpOperations = scenario.warmUpOperations ?? operations
         for _ in 0..<configuration.warmUps { _ = scenario.run(warmUpOperations) }
-        var values: [Double] = []
-        var counts: [Double] = []
-        var extras: [String: [Double]] = [:]
-        let sampleCount = max(5, min(configuration.samples, scenario.maximumSamples ?? .max))
-        for _ in 0..<sampleCount {
-            let sample = scenario.run(operations)
-            let count = sample.operations ?? operations
-            values.append(sample.measured / Double(max(count, 1)))
-            counts.append(Double(count))
-            for (key, value) in sample.extras { extras[key, default: []].append(value) }
-        }
-        return ScenarioResult(
+        rounds = max(5, min(configuration.rounds, scenario.maximumSamples ?? .max))
+        nanoseconds = Clock.now() - started
+    }
+
+    /// Takes one timed sample and returns its per-operation value (ns/op, or bytes/command).
+    func sample() -> Double {
+        let started = Clock.now()
+        let sample = scenario.run(operations)
+        let count = sample.operations ?? operations
+        let value = sample.measured / Double(max(count, 1))
+        values.append(value)
+        counts.append(Double(count))
+        for (key, extra) in sample.extras { extras[key, default: []].append(extra) }
+        nanoseconds += Clock.now() - started
+        return value
+    }
+
+    var result: ScenarioResult {
+        ScenarioResult(
             name: scenario.name,
             summary: scenario.summary,
             unit: scenario.unit,
             operationsPerSample: Int(Statistics.median(counts)),
             values: values,
             extras: extras.mapValues(Statistics.median),
-            seconds: Double(Clock.now() - started) / 1e9
+            seconds: Double(nanoseconds) / 1e9
         )
     }
+}
 
+enum Harness {
     /// Finds the operation count whose sample takes about `target` nanoseconds. Grows the count
     /// until a run takes a quarter of the target, then re-estimates at the estimated size until the
     /// estimate settles, so one slow first run (thread pool start-up) does not fix a tiny count.
     /// These runs double as the first warm-up.
-    private static func calibrate(_ scenario: Scenario, target: Double) -> Int {
+    static func calibrate(_ scenario: Scenario, target: Double) -> Int {
         let granularity = scenario.granularity
         let limit = 1 << 30
         var operations = granularity

@@ -1,89 +1,5 @@
 import Foundation
 
-// MARK: - Comparisons
-
-/// A library scenario, the baseline it is read against, and the target it should meet.
-struct Comparison: Sendable {
-    enum Target: Sendable {
-        /// The library's ns/op divided by the baseline's must not exceed this.
-        case ratioAtMost(Double)
-        /// The library's value (in its own unit) must not exceed this.
-        case valueAtMost(Double)
-    }
-
-    let library: String
-    let baseline: String?
-    let target: Target?
-
-    static let all: [Comparison] = [
-        Comparison(library: "wait.get uncontended", baseline: "lock uncontended", target: nil),
-        Comparison(library: "wait.set uncontended", baseline: "lock uncontended", target: .ratioAtMost(4)),
-        Comparison(
-            library: "wait.set contended 2 threads",
-            baseline: "DispatchQueue.sync contended 2 threads",
-            target: .ratioAtMost(0.5)
-        ),
-        // No target: the floor says how much of the hand-off is the hardware's (see HandOffFloor).
-        Comparison(library: "wait.set contended 2 threads", baseline: "hand-off floor 2 threads", target: nil),
-        Comparison(library: "wait.set contended 8 threads", baseline: "lock contended 2 threads", target: nil),
-        Comparison(library: "async(performIn:).set", baseline: "DispatchQueue.async serial", target: .ratioAtMost(3)),
-        Comparison(library: "await set uncontended", baseline: "actor call", target: .ratioAtMost(3)),
-        Comparison(library: "await set contended 8 tasks", baseline: "actor call", target: nil),
-        Comparison(library: "CommandQueue.enqueue", baseline: "Task create+await", target: .ratioAtMost(2)),
-        Comparison(library: "pending 100k drain", baseline: "pending 1k drain", target: .ratioAtMost(3)),
-        Comparison(library: "memory per pending command", baseline: nil, target: .valueAtMost(256)),
-    ]
-}
-
-/// A comparison filled in with measured results (the baseline may not have run under `--filter`).
-struct ComparisonRow {
-    let comparison: Comparison
-    let library: ScenarioResult
-    let baseline: ScenarioResult?
-
-    var ratio: Double? {
-        guard let baseline, baseline.median > 0 else { return nil }
-        return library.median / baseline.median
-    }
-
-    /// `true` when the target is met, `false` when missed, `nil` without a target or a baseline.
-    var passed: Bool? {
-        switch comparison.target {
-        case .none: return nil
-        case .ratioAtMost(let limit): return ratio.map { $0 <= limit }
-        case .valueAtMost(let limit): return library.median <= limit
-        }
-    }
-
-    var targetText: String {
-        switch comparison.target {
-        case .none: return "-"
-        case .ratioAtMost(let limit): return "≤ \(Format.ratio(limit))"
-        case .valueAtMost(let limit): return "≤ \(Format.number(limit)) B"
-        }
-    }
-
-    var resultText: String {
-        switch passed {
-        case .none: return "-"
-        case .some(true): return "pass"
-        case .some(false): return "MISS"
-        }
-    }
-
-    static func rows(for results: [ScenarioResult]) -> [ComparisonRow] {
-        let byName = Dictionary(results.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
-        return Comparison.all.compactMap { comparison in
-            guard let library = byName[comparison.library] else { return nil }
-            return ComparisonRow(
-                comparison: comparison,
-                library: library,
-                baseline: comparison.baseline.flatMap { byName[$0] }
-            )
-        }
-    }
-}
-
 // MARK: - Formatting
 
 enum Format {
@@ -148,7 +64,7 @@ enum Format {
 
 enum Report {
     /// The results table and the library-versus-baseline table, as printed at the end of a run.
-    static func text(_ results: [ScenarioResult]) -> String {
+    static func text(_ results: [ScenarioResult], _ comparisons: [ComparisonResult]) -> String {
         let resultRows = results.map { result in
             [
                 result.name,
@@ -159,24 +75,43 @@ enum Report {
             ]
         }
         var text = Format.table(["Scenario", "median ns/op", "ops/s", "min–max", "samples × ops"], resultRows)
-        let comparisons = ComparisonRow.rows(for: results)
         if !comparisons.isEmpty {
-            let rows = comparisons.map { row in
-                [
-                    row.library.name,
-                    Format.value(row.library),
-                    row.baseline?.name ?? (row.comparison.baseline.map { "\($0) (not run)" } ?? "absolute"),
-                    row.baseline.map(Format.value) ?? "-",
-                    row.ratio.map(Format.ratio) ?? "-",
-                    row.targetText,
-                    row.resultText,
+            let rows = comparisons.map { row -> [String] in
+                let baselineName: String
+                if let baseline = row.baseline {
+                    baselineName = baseline.name
+                } else if let name = row.comparison.baseline {
+                    baselineName = "\(name) (not run)"
+                } else {
+                    baselineName = "absolute"
+                }
+                var spread = "-"
+                if let low = row.minimumRatio, let high = row.maximumRatio {
+                    spread = Format.ratio(low) + "–" + Format.ratio(high)
+                }
+                let median: String = row.medianRatio.map(Format.ratio) ?? "-"
+                let baselineValue: String = row.baseline.map(Format.value) ?? "-"
+                return [
+                    row.library.name, Format.value(row.library), baselineName, baselineValue, median, spread,
+                    row.targetText, row.resultText,
                 ]
             }
             text += "\n\n"
-            text += Format.table(["Library scenario", "ns/op", "Baseline", "ns/op", "ratio", "target", "result"], rows)
+            text += Format.table(
+                ["Library scenario", "ns/op", "Baseline", "ns/op", "ratio", "min–max", "target", "result"], rows)
+            text += "\n\n" + legend
         }
         return text
     }
+
+    /// How to read the comparison table.
+    static let legend = """
+        ratio: library ns/op ÷ baseline ns/op, computed in every round from two samples taken back to
+        back, median over the rounds (min–max: the lowest and highest round). Lower is better; below
+        1.00× the library is faster than its baseline. target: the highest median ratio (or, for an
+        absolute row, the highest value) the project accepts. pass: the median meets the target in
+        this run. MISS: it does not (the run exits with status 3 under --check).
+        """
 
     // MARK: JSON
 
@@ -200,8 +135,41 @@ enum Report {
         let pass: Bool?
     }
 
+    struct JSONComparison: Encodable {
+        let library: String
+        let baseline: String?
+        let medianRatio: Double?
+        let minRatio: Double?
+        let maxRatio: Double?
+        /// For a ratio target the highest median ratio, for an absolute one the highest value.
+        let target: Double?
+        let pass: Bool?
+        /// The library's median in its unit (the value an absolute target is checked against).
+        let libraryValue: Double
+        let rounds: Int
+
+        private enum CodingKeys: String, CodingKey {
+            case library, baseline, medianRatio, minRatio, maxRatio, target, pass, libraryValue, rounds
+        }
+
+        /// Writes every key, with `null` where there is no value, so that readers need no defaults.
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(library, forKey: .library)
+            try container.encode(baseline, forKey: .baseline)
+            try container.encode(medianRatio, forKey: .medianRatio)
+            try container.encode(minRatio, forKey: .minRatio)
+            try container.encode(maxRatio, forKey: .maxRatio)
+            try container.encode(target, forKey: .target)
+            try container.encode(pass, forKey: .pass)
+            try container.encode(libraryValue, forKey: .libraryValue)
+            try container.encode(rounds, forKey: .rounds)
+        }
+    }
+
     struct JSONDocument: Encodable {
         let results: [JSONResult]
+        let comparisons: [JSONComparison]
         let build: String
         let quick: Bool
         let processorCount: Int
@@ -213,12 +181,15 @@ enum Report {
 
     static func json(
         _ results: [ScenarioResult],
+        _ comparisons: [ComparisonResult],
         quick: Bool,
         totalSeconds: Double,
         loadAverages: [Double]
     ) throws -> Data {
+        // A result's own baseline fields describe its first comparison with a target (or its first).
         let rows = Dictionary(
-            ComparisonRow.rows(for: results).map { ($0.library.name, $0) },
+            comparisons.sorted { ($0.comparison.target != nil ? 0 : 1) < ($1.comparison.target != nil ? 0 : 1) }
+                .map { ($0.library.name, $0) },
             uniquingKeysWith: { first, _ in first }
         )
         let entries = results.map { result in
@@ -249,7 +220,7 @@ enum Report {
                 extras: result.extras.isEmpty ? nil : result.extras,
                 baseline: row?.comparison.baseline,
                 baselineNsPerOp: row?.baseline?.median,
-                ratio: row?.ratio,
+                ratio: row?.medianRatio,
                 target: target,
                 targetKind: targetKind,
                 pass: row?.passed
@@ -262,6 +233,19 @@ enum Report {
         #endif
         let document = JSONDocument(
             results: entries,
+            comparisons: comparisons.map { row in
+                JSONComparison(
+                    library: row.library.name,
+                    baseline: row.comparison.baseline,
+                    medianRatio: row.medianRatio,
+                    minRatio: row.minimumRatio,
+                    maxRatio: row.maximumRatio,
+                    target: row.targetValue,
+                    pass: row.passed,
+                    libraryValue: row.library.median,
+                    rounds: row.ratios.count
+                )
+            },
             build: build,
             quick: quick,
             processorCount: ProcessInfo.processInfo.activeProcessorCount,
@@ -278,14 +262,14 @@ enum Report {
 
     /// A horizontal bar chart of each library scenario's ratio to its baseline, on a log scale
     /// centred on 1×, with each target marked. Lower is better.
-    static func svg(_ results: [ScenarioResult]) -> String {
-        let allRows = ComparisonRow.rows(for: results)
-        let rows = allRows.filter { $0.ratio != nil }
+    static func svg(_ allRows: [ComparisonResult]) -> String {
+        let rows = allRows.filter { $0.medianRatio != nil }
         let absolute = allRows.filter { $0.comparison.baseline == nil }
 
         var extremes: [Double] = [0.5, 2]
         for row in rows {
-            extremes.append(row.ratio!)
+            extremes.append(row.minimumRatio!)
+            extremes.append(row.maximumRatio!)
             if case .ratioAtMost(let limit)? = row.comparison.target { extremes.append(limit) }
         }
         let lowExponent = Int(floor(log2(extremes.min()!)))
@@ -319,7 +303,7 @@ enum Report {
         )
         svg.append(
             "<text x=\"12\" y=\"44\" fill=\"#555\">Ratio library ns/op ÷ baseline ns/op, log scale, lower is "
-                + "better. Black tick: target. Green: target met; red: missed; grey: no target.</text>"
+                + "better. Bar: median over the rounds; thin line: min–max. Black tick: target. Green: met; red: missed.</text>"
         )
         for exponent in lowExponent...highExponent {
             let ratio = pow(2, Double(exponent))
@@ -335,7 +319,7 @@ enum Report {
             )
         }
         for (index, row) in rows.enumerated() {
-            let ratio = row.ratio!
+            let ratio = row.medianRatio!
             let middle = top + rowHeight * Double(index) + rowHeight / 2
             let color: String
             switch row.passed {
@@ -357,6 +341,11 @@ enum Report {
                 "<rect x=\"\(n(barStart))\" y=\"\(n(middle - 9))\" width=\"\(n(barWidth))\" height=\"18\" "
                     + "fill=\"\(color)\"/>"
             )
+            // The spread of the per-round ratios.
+            svg.append(
+                "<line x1=\"\(n(x(row.minimumRatio!)))\" y1=\"\(n(middle))\" x2=\"\(n(x(row.maximumRatio!)))\" "
+                    + "y2=\"\(n(middle))\" stroke=\"#222\" stroke-width=\"1.5\"/>"
+            )
             var label = Format.ratio(ratio)
             if case .ratioAtMost(let limit)? = row.comparison.target {
                 let position = x(limit)
@@ -372,7 +361,8 @@ enum Report {
         var lineY = chartBottom + 44
         for row in absolute {
             let text =
-                "\(row.library.name): \(Format.value(row.library)) per command "
+                "\(row.library.name): \(Format.value(row.library))"
+                + (row.library.unit == .bytes ? " per command " : " ns/op ")
                 + "(target \(row.targetText), \(row.resultText))"
             svg.append("<text x=\"12\" y=\"\(n(lineY))\">\(escape(text))</text>")
             lineY += 22
@@ -381,7 +371,7 @@ enum Report {
         return svg.joined(separator: "\n") + "\n"
     }
 
-    private static func targetRatio(_ row: ComparisonRow) -> Double {
+    private static func targetRatio(_ row: ComparisonResult) -> Double {
         if case .ratioAtMost(let limit)? = row.comparison.target { return limit }
         return 1
     }

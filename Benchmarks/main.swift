@@ -21,10 +21,7 @@ let options = Options.parse(Array(CommandLine.arguments.dropFirst()))
 let configuration = options.quick ? RunConfiguration.quick : RunConfiguration.full
 let allScenarios =
     Baselines.all + BlockingScenarios.all + DispatchScenarios.all + AsyncScenarios.all + QueueDepthScenarios.all
-let scenarios = allScenarios.filter { scenario in
-    guard let filter = options.filter else { return true }
-    return scenario.name.localizedCaseInsensitiveContains(filter)
-}
+let scenarios = Comparison.select(allScenarios, filter: options.filter)
 if scenarios.isEmpty {
     printError("Benchmarks: no scenario name contains '\(options.filter ?? "")'. Scenarios:")
     for scenario in allScenarios { printError("  \(scenario.name)") }
@@ -33,21 +30,11 @@ if scenarios.isEmpty {
 
 let loadBefore = Machine.loadAverage
 let runStarted = Clock.now()
-var results: [ScenarioResult] = []
-for (index, scenario) in scenarios.enumerated() {
-    let result = Harness.measure(scenario, configuration: configuration)
-    results.append(result)
-    printError(
-        "[\(index + 1)/\(scenarios.count)] \(result.name): \(Format.value(result)) "
-            + "\(result.unit == .bytes ? "per command" : "ns/op") (min–max \(Format.spread(result)), "
-            + "\(result.values.count) × \(Format.grouped(Double(result.operationsPerSample))) ops, "
-            + String(format: "%.1f s)", result.seconds)
-    )
-}
+let (results, comparisons) = Runner.run(scenarios, configuration: configuration) { printError($0) }
 let totalSeconds = Double(Clock.now() - runStarted) / 1e9
 let loadAfter = Machine.loadAverage
 
-print(Report.text(results))
+print(Report.text(results, comparisons))
 print("\nTotal run time " + String(format: "%.1f s", totalSeconds) + (options.quick ? " (--quick)." : "."))
 let processors = ProcessInfo.processInfo.activeProcessorCount
 print("\(processors) processors, \(Machine.cpuModel ?? "unknown CPU").", terminator: "")
@@ -60,6 +47,7 @@ do {
     if let path = options.jsonPath {
         try Report.json(
             results,
+            comparisons,
             quick: options.quick,
             totalSeconds: totalSeconds,
             loadAverages: [loadBefore, loadAfter].compactMap { $0 }
@@ -68,10 +56,16 @@ do {
         printError("Wrote \(path)")
     }
     if let path = options.svgPath {
-        try Report.svg(results).write(toFile: path, atomically: true, encoding: .utf8)
+        try Report.svg(comparisons).write(toFile: path, atomically: true, encoding: .utf8)
         printError("Wrote \(path)")
     }
 } catch {
     printError("Benchmarks: could not write output: \(error)")
     exit(1)
+}
+
+let missed = comparisons.filter { $0.passed == false }
+if options.check && !missed.isEmpty {
+    printError("Benchmarks: \(missed.count) target(s) missed: " + missed.map(\.library.name).joined(separator: ", "))
+    exit(3)
 }

@@ -1,0 +1,166 @@
+// MARK: - Comparisons
+
+/// A library scenario, the baseline it is read against, and the target it should meet.
+struct Comparison: Sendable {
+    enum Target: Sendable {
+        /// The median over the rounds of library ns/op ÷ baseline ns/op must not exceed this.
+        case ratioAtMost(Double)
+        /// The library's median value (in its own unit) must not exceed this.
+        case valueAtMost(Double)
+    }
+
+    let library: String
+    /// `nil` for an absolute target.
+    let baseline: String?
+    let target: Target?
+
+    static let all: [Comparison] = [
+        Comparison(library: "wait.get uncontended", baseline: "lock uncontended", target: nil),
+        Comparison(library: "wait.set uncontended", baseline: "mutex uncontended", target: .ratioAtMost(1.15)),
+        Comparison(library: "wait.set uncontended", baseline: "lock uncontended", target: nil),
+        Comparison(
+            library: "wait.set contended 2 threads", baseline: "hand-off floor 2 threads", target: .ratioAtMost(1.15)),
+        Comparison(
+            library: "wait.set contended 2 threads",
+            baseline: "DispatchQueue.sync contended 2 threads",
+            target: .ratioAtMost(0.5)
+        ),
+        Comparison(
+            library: "wait.set contended 4 threads", baseline: "fair lock contended 4 threads", target: .ratioAtMost(2)),
+        // Twice as fast as the engine before this target was set (1.6 µs on the 2-core machine the
+        // numbers in docs/Benchmarks.md come from): a figure for that machine, not a ratio.
+        Comparison(library: "wait.set contended 4 threads", baseline: nil, target: .valueAtMost(800)),
+        Comparison(library: "wait.set contended 4 threads", baseline: "lock contended 4 threads", target: nil),
+        Comparison(library: "async(performIn:).set", baseline: "DispatchQueue.async serial", target: .ratioAtMost(2)),
+        Comparison(library: "await set uncontended", baseline: "actor call", target: .ratioAtMost(2)),
+        Comparison(library: "await set contended 8 tasks", baseline: "actor call", target: nil),
+        Comparison(library: "CommandQueue.enqueue", baseline: "Task create+await", target: .ratioAtMost(2)),
+        Comparison(library: "CommandQueue.perform", baseline: "Task create+await", target: .ratioAtMost(1.5)),
+        Comparison(library: "pending 100k drain", baseline: "pending 1k drain", target: .ratioAtMost(3)),
+        Comparison(library: "memory per pending command", baseline: nil, target: .valueAtMost(128)),
+    ]
+
+    /// The scenarios to run for `filter`: those whose name contains it, plus the baseline of every
+    /// selected library scenario, in the order of `all`.
+    static func select(_ all: [Scenario], filter: String?) -> [Scenario] {
+        guard let filter else { return all }
+        var names = Set(all.map(\.name).filter { $0.localizedCaseInsensitiveContains(filter) })
+        for comparison in Comparison.all where names.contains(comparison.library) {
+            if let baseline = comparison.baseline { names.insert(baseline) }
+        }
+        return all.filter { names.contains($0.name) }
+    }
+}
+
+/// A comparison filled in with measured results: the ratio of every round in which both ran.
+struct ComparisonResult {
+    let comparison: Comparison
+    let library: ScenarioResult
+    /// `nil` for an absolute target, or when the baseline did not run (under `--filter`).
+    let baseline: ScenarioResult?
+    /// library ÷ baseline, one per round, each from two samples taken back to back.
+    let ratios: [Double]
+
+    var medianRatio: Double? { ratios.isEmpty ? nil : Statistics.median(ratios) }
+    var minimumRatio: Double? { ratios.min() }
+    var maximumRatio: Double? { ratios.max() }
+
+    /// `true` when the target is met, `false` when missed, `nil` without a target or a ratio.
+    var passed: Bool? {
+        switch comparison.target {
+        case .none: return nil
+        case .ratioAtMost(let limit): return medianRatio.map { $0 <= limit }
+        case .valueAtMost(let limit): return library.median <= limit
+        }
+    }
+
+    var targetValue: Double? {
+        switch comparison.target {
+        case .none: return nil
+        case .ratioAtMost(let limit), .valueAtMost(let limit): return limit
+        }
+    }
+
+    var targetText: String {
+        switch comparison.target {
+        case .none: return "-"
+        case .ratioAtMost(let limit): return "≤ \(Format.ratio(limit))"
+        case .valueAtMost(let limit):
+            return "≤ \(Format.number(limit))" + (library.unit == .bytes ? " B" : " ns")
+        }
+    }
+
+    var resultText: String {
+        switch passed {
+        case .none: return "-"
+        case .some(true): return "pass"
+        case .some(false): return "MISS"
+        }
+    }
+}
+
+// MARK: - Running in rounds
+
+enum Runner {
+    /// Calibrates and warms up every scenario, then takes the samples in rounds. In each round every
+    /// comparison whose two scenarios both run takes one sample of each, back to back, library
+    /// first in even rounds and baseline first in odd ones, and records their ratio; a scenario in
+    /// no such comparison takes one sample on its own. A baseline shared by several comparisons is
+    /// sampled once for each (its samples are all kept in its result).
+    static func run(
+        _ scenarios: [Scenario],
+        configuration: RunConfiguration,
+        progress: (String) -> Void
+    ) -> (results: [ScenarioResult], comparisons: [ComparisonResult]) {
+        var prepared: [String: PreparedScenario] = [:]
+        for (index, scenario) in scenarios.enumerated() {
+            let scenario = PreparedScenario(scenario, configuration: configuration)
+            prepared[scenario.scenario.name] = scenario
+            progress(
+                "[\(index + 1)/\(scenarios.count)] calibrated \(scenario.scenario.name): "
+                    + "\(Format.grouped(Double(scenario.operations))) "
+                    + (scenario.scenario.timeWindowed ? "ns windows" : "ops per sample"))
+        }
+        let pairs = Comparison.all.enumerated().filter { _, comparison in
+            guard let baseline = comparison.baseline else { return false }
+            return prepared[comparison.library] != nil && prepared[baseline] != nil
+        }
+        let paired = Set(pairs.flatMap { [$0.element.library, $0.element.baseline!] })
+        let solo = scenarios.map(\.name).filter { !paired.contains($0) }
+        var ratios: [Int: [Double]] = [:]
+        let rounds = prepared.values.map(\.rounds).max() ?? 0
+        for round in 0..<rounds {
+            for (index, comparison) in pairs {
+                let library = prepared[comparison.library]!
+                let baseline = prepared[comparison.baseline!]!
+                guard round < library.rounds && round < baseline.rounds else { continue }
+                let libraryValue: Double
+                let baselineValue: Double
+                if round % 2 == 0 {
+                    libraryValue = library.sample()
+                    baselineValue = baseline.sample()
+                } else {
+                    baselineValue = baseline.sample()
+                    libraryValue = library.sample()
+                }
+                if baselineValue > 0 { ratios[index, default: []].append(libraryValue / baselineValue) }
+            }
+            for name in solo where round < prepared[name]!.rounds {
+                _ = prepared[name]!.sample()
+            }
+            progress("round \(round + 1)/\(rounds) done")
+        }
+        let results = scenarios.map { prepared[$0.name]!.result }
+        let byName = Dictionary(results.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+        let comparisons = Comparison.all.enumerated().compactMap { index, comparison -> ComparisonResult? in
+            guard let library = byName[comparison.library] else { return nil }
+            return ComparisonResult(
+                comparison: comparison,
+                library: library,
+                baseline: comparison.baseline.flatMap { byName[$0] },
+                ratios: ratios[index] ?? []
+            )
+        }
+        return (results, comparisons)
+    }
+}
