@@ -28,43 +28,52 @@ struct SectionEntry: Sendable, Equatable {
 ///
 /// A value type with room for three entries inline, so entering a section costs a task-local push
 /// and no heap allocation; deeper nesting spills into an array.
+/// The sections the current task is inside. The first three live inline: the type is trivial, so
+/// the task-local copies it pushes on entering a section move bytes and touch no reference count.
+/// Deeper ones (a task inside four sections or more at once) live in
+/// ``CriticalSectionContext/deeper``, pushed only then.
 @usableFromInline
 struct SectionStack: Sendable {
     @usableFromInline var first: SectionEntry?
     @usableFromInline var second: SectionEntry?
     @usableFromInline var third: SectionEntry?
-    @usableFromInline var more: [SectionEntry] = []
+    /// How many sections the task is inside; those beyond three are in `deeper`.
+    @usableFromInline var depth = 0
 
     @inlinable
     init() {}
 
-    /// This stack with `entry` added.
+    /// The stack with `entry` added: inline while there is room, otherwise only counted (the caller
+    /// pushes it onto ``CriticalSectionContext/deeper``).
     @inlinable
     func pushing(_ entry: SectionEntry) -> SectionStack {
         var copy = self
-        if copy.first == nil {
-            copy.first = entry
-        } else if copy.second == nil {
-            copy.second = entry
-        } else if copy.third == nil {
-            copy.third = entry
-        } else {
-            copy.more.append(entry)
+        switch depth {
+        case 0: copy.first = entry
+        case 1: copy.second = entry
+        case 2: copy.third = entry
+        default: break
         }
+        copy.depth += 1
         return copy
     }
 
+    @inlinable
+    var overflows: Bool { depth > 3 }
+
     func contains(_ entry: SectionEntry) -> Bool {
-        first == entry || second == entry || third == entry || more.contains(entry)
+        if first == entry || second == entry || third == entry { return true }
+        return overflows && CriticalSectionContext.deeper.get().contains(entry)
     }
 }
 
-/// The sections the current task runs inside; child tasks inherit it.
 @usableFromInline
 enum CriticalSectionContext {
-    /// A plain `TaskLocal` (not the property wrapper) so that inlinable code can push onto it.
     @usableFromInline
     static let sections = TaskLocal(wrappedValue: SectionStack())
+    /// The sections beyond the third, innermost last (see ``SectionStack``).
+    @usableFromInline
+    static let deeper = TaskLocal<[SectionEntry]>(wrappedValue: [])
 }
 
 // MARK: - Task sections of an engine
@@ -75,13 +84,13 @@ extension CommandEngine {
     /// same engine from this task or its child tasks is recognised as reentrant instead of waiting
     /// for itself. Call it while holding the section, and ``leaveTaskSection()`` before releasing.
     @usableFromInline
-    final func enterTaskSection() -> SectionStack {
+    final func enterTaskSection() -> (stack: SectionStack, entry: SectionEntry) {
         // Only the holder writes `taskSection`, so a load and a store do.
         let generation = -taskSection.loadRelaxed() + 1
         taskSection.storeRelease(generation)
         ownerTask.storeRelease(currentTaskID())
-        return CriticalSectionContext.sections.get().pushing(
-            SectionEntry(engine: ObjectIdentifier(self), generation: generation))
+        let entry = SectionEntry(engine: ObjectIdentifier(self), generation: generation)
+        return (CriticalSectionContext.sections.get().pushing(entry), entry)
     }
 
     /// Ends the task section begun by ``enterTaskSection()``.
@@ -100,16 +109,26 @@ extension CommandEngine {
         isolation: isolated (any Actor)?,
         _ body: nonisolated(nonsending) () async throws -> R
     ) async rethrows -> R {
-        let sections = enterTaskSection()
+        let (sections, entry) = enterTaskSection()
         defer {
             leaveTaskSection()
             release(kind)
         }
+        guard sections.overflows else {
+            return try await CriticalSectionContext.sections.withValue(sections) {
+                // Capturing the isolated parameter keeps this closure on the caller's executor
+                // (a closure that does not capture it is nonisolated and would hop off).
+                _ = isolation
+                return try await body()
+            }
+        }
+        let deeper = CriticalSectionContext.deeper.get() + [entry]
         return try await CriticalSectionContext.sections.withValue(sections) {
-            // Capturing the isolated parameter keeps this closure on the caller's executor
-            // (a closure that does not capture it is nonisolated and would hop off).
             _ = isolation
-            return try await body()
+            return try await CriticalSectionContext.deeper.withValue(deeper) {
+                _ = isolation
+                return try await body()
+            }
         }
     }
 
