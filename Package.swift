@@ -12,7 +12,9 @@ let package = Package(
         // Tiny C shim: atomics on a heap word, a CPU pause hint and the current thread's id.
         // Swift's `Synchronization.Atomic` needs macOS 15 / iOS 18, above our deployment floor.
         .target(name: "QueueSafeValueShims"),
-        .target(name: "QueueSafeValue", dependencies: ["QueueSafeValueShims"]),
+        .target(
+            name: "QueueSafeValue", dependencies: ["QueueSafeValueShims"],
+            swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
         // The benchmark uses the shim's atomics for its hand-off floor baseline.
         .executableTarget(
             name: "Benchmarks", dependencies: ["QueueSafeValue", "QueueSafeValueShims"], path: "Benchmarks"),

@@ -1,7 +1,7 @@
 import Foundation
 
-// A soak of QueueSafeValue through its public API. See docs/Architecture.md ("Proving the engine")
-// or run with --help.
+// A soak of QueueSafeValue through its public API. See "Proving the engine" in
+// Sources/QueueSafeValue/QueueSafeValue.docc/Architecture.md, or run with --help.
 
 /// The command line.
 struct Options {

@@ -10,9 +10,10 @@
 ///
 /// ```swift
 /// let queue = CommandQueue()
-/// queue.enqueue { await log.write("first") }                       // from synchronous code
-/// queue.enqueue(priority: .high) { await log.write("jumps the line") }
-/// let rows = try await queue.perform { try await database.fetchRows() }
+/// queue.enqueue { await log.write("A") }                   // from synchronous code; A starts at once
+/// queue.enqueue { await log.write("B") }                   // waits behind A
+/// queue.enqueue(priority: .high) { await log.write("C") }  // jumps the line: runs after A, before B
+/// let rows = try await queue.perform { try await database.fetchRows() }  // after B; awaits the result
 /// ```
 ///
 /// Cancellation follows Swift's rules: cancelling an operation's task while it waits makes it leave

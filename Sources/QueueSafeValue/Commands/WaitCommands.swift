@@ -63,8 +63,8 @@ extension WaitSchedule: Sendable where Value: Sendable {}
 ///
 /// A command issued from a block running on a dispatch queue never waits forever for a dispatch
 /// command that targets that queue and runs before it: the waiting thread runs that command itself
-/// (it is running on the queue), and the command's own block then does nothing. See the Deadlocks
-/// section of `docs/GettingStarted.md` for what is and is not detected.
+/// (it is running on the queue), and the command's own block then does nothing. See
+/// <doc:GettingStarted#Deadlocks> for what is and is not detected.
 public struct WaitCommands<Value> {
     @usableFromInline let storage: ValueStorage<Value>
     @usableFromInline let priority: CommandPriority

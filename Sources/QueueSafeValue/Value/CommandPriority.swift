@@ -10,7 +10,7 @@
 ///
 /// ```swift
 /// value.wait.priority(.high).set { $0 += 1 }
-/// value.wait.priority(CommandPriority(rawValue: 200)).get()
+/// let current = value.wait.priority(CommandPriority(rawValue: 200)).get()
 /// ```
 public struct CommandPriority: RawRepresentable, Comparable, Hashable, Sendable, CustomStringConvertible {
     /// The numeric level: `0` is the lowest priority, `255` the highest.

@@ -14,7 +14,10 @@ public final class QueueSafeAsyncedValue<Value> {
     public let queue: DispatchQueue
 
     /// Wraps `value`; commands run their closures on `queue`.
-    /// - Parameter label: a name for diagnostics and deadlock reports.
+    /// - Parameters:
+    ///   - value: the value to guard; read and change it only through commands from now on.
+    ///   - queue: the queue every command's closures and completions run on.
+    ///   - label: a name for diagnostics and deadlock reports.
     public init(value: Value, queue: DispatchQueue, label: String? = nil) {
         let storage = ValueStorage(value: value, label: label)
         self.storage = storage

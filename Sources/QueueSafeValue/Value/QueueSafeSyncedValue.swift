@@ -12,7 +12,9 @@ public final class QueueSafeSyncedValue<Value> {
     @usableFromInline let timeout: DispatchTimeInterval?
 
     /// Wraps `value`. Commands wait for their turn as long as it takes.
-    /// - Parameter label: a name for diagnostics and deadlock reports.
+    /// - Parameters:
+    ///   - value: the value to guard; read and change it only through commands from now on.
+    ///   - label: a name for diagnostics and deadlock reports.
     public init(value: Value, label: String? = nil) {
         let storage = ValueStorage(value: value, label: label)
         self.storage = storage
@@ -23,7 +25,10 @@ public final class QueueSafeSyncedValue<Value> {
 
     /// Wraps `value`. Every command gives up with ``QueueSafeValueError/timedOut(_:)`` if it has not
     /// started within `timeout` (and then never runs).
-    /// - Parameter label: a name for diagnostics and deadlock reports.
+    /// - Parameters:
+    ///   - value: the value to guard; read and change it only through commands from now on.
+    ///   - timeout: how long each command may wait for its turn.
+    ///   - label: a name for diagnostics and deadlock reports.
     public init(value: Value, timeout: DispatchTimeInterval, label: String? = nil) {
         let storage = ValueStorage(value: value, label: label)
         self.storage = storage

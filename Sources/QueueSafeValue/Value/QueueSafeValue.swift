@@ -50,7 +50,7 @@ public final class QueueSafeValue<Value> {
         storage.close()
     }
 
-    /// Blocking commands that give up with ``QueueSafeValueError/timedOut`` if they have not started
+    /// Blocking commands that give up with ``QueueSafeValueError/timedOut(_:)`` if they have not started
     /// within `timeout`. A timed-out command never runs later. `.never` waits forever; an interval of
     /// zero or less only succeeds if the value is free at once.
     @inlinable

@@ -56,6 +56,90 @@ public enum QueueSafeValueError: Error, Equatable, Hashable, Sendable, CustomStr
         }
     }
 
+    // MARK: Text for people
+
+    /// One sentence that says what happened, for a person: an alert's title, a log line.
+    ///
+    /// Never `nil`. With Foundation, this is what `error.localizedDescription` returns (the type is a
+    /// `LocalizedError`). It is English, not localized.
+    public var errorDescription: String? {
+        switch self {
+        case .valueContainerDeinited:
+            return "The value was released before the command was issued, so the command did not run."
+        case .commandClosureDeallocated:
+            return "The command was given no closure, so it had nothing to run."
+        case .reentrantAccess:
+            return "The command was issued from inside a critical section of the same value or queue, "
+                + "where it would have waited for itself forever, so it failed at once."
+        case .timedOut:
+            return "The command did not get the value before its timeout, and it will never run."
+        case .cancelled:
+            return "The command was cancelled before it started, so it did not run."
+        case .invalidArgument(let what):
+            return "An argument was out of range: \(what)" + (what.hasSuffix(".") ? "" : ".")
+        case .deadlock:
+            return "The command would have waited forever, so it failed at once instead of deadlocking."
+        }
+    }
+
+    /// Why it happened, in one or more sentences; for the ``timedOut(_:)`` and ``deadlock(_:)``
+    /// cases this includes what held the value (and the cycle) at the moment the command gave up.
+    /// Never `nil`.
+    public var failureReason: String? {
+        switch self {
+        case .valueContainerDeinited:
+            return "The container that owned the value (a QueueSafeValue, synced or asynced value) was "
+                + "deallocated. Commands issued before that still ran; later ones are refused."
+        case .commandClosureDeallocated:
+            return "A nil closure was passed where the command needed one. The value was not touched."
+        case .reentrantAccess:
+            return "The calling thread or task (or a parent task) already holds this value or queue."
+        case .timedOut(let diagnostics):
+            return "When the command gave up: \(diagnostics)."
+        case .cancelled:
+            return "Its task was cancelled (or CommandQueue.cancelAll() was called) while it waited for its turn."
+        case .invalidArgument:
+            return "The value passed is outside the range the API accepts, so nothing was created or changed."
+        case .deadlock(let report):
+            let text = report.description
+            return text.prefix(1).uppercased() + text.dropFirst()
+        }
+    }
+
+    /// What to do about it, in one or more sentences. Never `nil`.
+    public var recoverySuggestion: String? {
+        switch self {
+        case .valueContainerDeinited:
+            return "Keep a strong reference to the container for as long as commands are issued through it."
+        case .commandClosureDeallocated:
+            return "Pass a closure to the command."
+        case .reentrantAccess:
+            return "Use the value you already hold inside the current closure, or issue the command after that "
+                + "closure has returned. From inside a CommandQueue operation, enqueue further work without "
+                + "awaiting it."
+        case .timedOut(let diagnostics):
+            if diagnostics.holder?.awaitsCompletion == true {
+                return "The holder waits for its done() call: make sure every path of its closure calls done(), "
+                    + "or allow a longer timeout."
+            }
+            return "Find out why the holder keeps the value that long, or allow a longer timeout."
+        case .cancelled:
+            return "Nothing to undo: the command did not touch the value. Issue it again from a task that is not "
+                + "cancelled if the work is still needed."
+        case .invalidArgument:
+            return "Pass a value in the documented range."
+        case .deadlock(let report):
+            switch report.kind {
+            case .waitCycle:
+                return "Take values in one agreed order everywhere, or release one before waiting for another. "
+                    + "The other parties of the cycle go on once this caller releases what it holds."
+            case .cooperativePoolExhausted:
+                return "Inside tasks, use the awaiting schedule (value.async), which suspends instead of "
+                    + "blocking a thread."
+            }
+        }
+    }
+
     /// Compares the cases (and the argument of ``invalidArgument(_:)``), not the diagnostics.
     public static func == (lhs: QueueSafeValueError, rhs: QueueSafeValueError) -> Bool {
         switch (lhs, rhs) {

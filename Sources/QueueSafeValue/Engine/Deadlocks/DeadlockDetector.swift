@@ -35,7 +35,7 @@ final class DeadlockDetector: @unchecked Sendable {
 
     private let graph = LockedState.make(Graph())
     /// How many threads Swift's cooperative pool runs tasks on: one per processor. (Not
-    /// `ProcessInfo`: the library does not import Foundation.)
+    /// `ProcessInfo`: only the `LocalizedError` conformance's file imports Foundation.)
     let poolWidth = max(1, sysconf(Int32(_SC_NPROCESSORS_ONLN)))
 
     /// Registers a party about to block for `engine`; see ``WaitForGraph/register(_:waitingFor:poolThread:poolWidth:holder:)``.
