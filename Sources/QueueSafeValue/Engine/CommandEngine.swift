@@ -37,11 +37,11 @@ class CommandEngine: @unchecked Sendable {
     /// being held (see `Reentrancy.swift`). Word 3: the task holding the section, or 0 (for
     /// deadlock detection). Word 4: the dispatched holder's slot for helping (see
     /// ``publishPendingDispatch(_:)``).
-    private let words = AtomicWords.make(count: 5)
+    @usableFromInline final let words = AtomicWords.make(count: 5)
     private let machine = LockedState.make(Machine())
 
-    @inline(__always) final var state: AtomicWord { AtomicWord(words, index: 0) }
-    @inline(__always) final var ownerThread: AtomicWord { AtomicWord(words, index: 1) }
+    @inlinable @inline(__always) final var state: AtomicWord { AtomicWord(words, index: 0) }
+    @inlinable @inline(__always) final var ownerThread: AtomicWord { AtomicWord(words, index: 1) }
     @inline(__always) final var taskSection: AtomicWord { AtomicWord(words, index: 2) }
     @inline(__always) final var ownerTask: AtomicWord { AtomicWord(words, index: 3) }
     @inline(__always) final var pendingDispatch: AtomicWord { AtomicWord(words, index: 4) }
@@ -73,20 +73,21 @@ class CommandEngine: @unchecked Sendable {
     // MARK: Idle path
 
     /// Takes the section if it is free: one compare-and-swap, no lock.
-    @usableFromInline
+    @inlinable
     @inline(__always)
     final func tryAcquireIdle(_ kind: CommandKind) -> Bool {
         state.compareExchange(expected: 0, desired: kind.wordBits)
     }
 
     /// Ends the running command of `kind` and starts the next one, if any.
-    @usableFromInline
+    @inlinable
     final func release(_ kind: CommandKind) {
         releaseReturningNext(kind)?.start()
     }
 
     /// Ends the running command of `kind`. The command granted next, if any, is returned: the caller
     /// must call its `start()` (outside any lock).
+    @inlinable
     @inline(__always)
     final func releaseReturningNext(_ kind: CommandKind) -> Waiter? {
         // Cleared first: once the word says free, another thread may take the section and set them.
@@ -122,7 +123,8 @@ class CommandEngine: @unchecked Sendable {
         return releaseReturningNext(.dispatched)
     }
 
-    private func releaseSlow() -> Waiter? {
+    @usableFromInline
+    final func releaseSlow() -> Waiter? {
         let (release, helper) = machine.withLock { machine -> (Machine.Release, BlockingWaiter?) in
             // The holder is the caller, and `slowRelease` or `closed` is set: only locked
             // transitions change the word now.
@@ -284,7 +286,7 @@ class CommandEngine: @unchecked Sendable {
     /// - Returns: `nil` once the section is held (release it with ``release(_:)`` and
     ///   `.blocking`), or why not: `.valueContainerDeinited`, `.reentrantAccess` (the caller is
     ///   inside this section already), `.timedOut`.
-    @usableFromInline
+    @inlinable
     final func acquireBlocking(priority: CommandPriority, deadline: DispatchTime?) -> QueueSafeValueError? {
         let thread = currentThreadID()
         if tryAcquireIdle(.blocking) {
@@ -294,7 +296,8 @@ class CommandEngine: @unchecked Sendable {
         return acquireBlockingSlow(priority: priority, deadline: deadline, thread: thread)
     }
 
-    private func acquireBlockingSlow(
+    @usableFromInline
+    final func acquireBlockingSlow(
         priority: CommandPriority,
         deadline: DispatchTime?,
         thread: Int

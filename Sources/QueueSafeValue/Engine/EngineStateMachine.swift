@@ -20,9 +20,10 @@
 /// read-modify-write (`slowRelease` to enqueue, `closed` to close): from then on neither
 /// compare-and-swap can succeed, so the transition decides on the value it read and stores its
 /// result without a retry loop.
+@usableFromInline
 enum EngineWord {
     /// The bits that say which kind of command holds the section.
-    static let holderMask = 0b0011
+    @usableFromInline static let holderMask = 0b0011
     /// The holder must release under the lock.
     static let slowRelease = 0b0100
     /// The container was released.
@@ -52,6 +53,7 @@ enum CommandKind: UInt8, Hashable, Sendable, CustomStringConvertible {
 
     /// The holder bits of ``EngineWord`` for a holder of this kind.
     @inline(__always)
+    @inlinable
     var wordBits: Int { Int(rawValue) & EngineWord.holderMask }
 
     @usableFromInline

@@ -8,6 +8,7 @@ import QueueSafeValueShims
 /// The words are the buffer's tail elements, so their addresses never move while the buffer lives;
 /// the class owns that memory and needs no `deinit` of its own (the words are plain integers).
 /// (`ManagedBuffer` is not `Sendable`; ``AtomicWord`` is the `Sendable` handle.)
+@usableFromInline
 final class AtomicWords: ManagedBuffer<Void, Int> {
     /// Makes `count` words, each holding `initialValue`.
     static func make(count: Int, initialValue: Int = 0) -> AtomicWords {
@@ -19,6 +20,7 @@ final class AtomicWords: ManagedBuffer<Void, Int> {
     }
 
     /// The address of word `index`, for one atomic operation.
+    @inlinable
     @inline(__always)
     func address(_ index: Int) -> UnsafeMutablePointer<Int> {
         withUnsafeMutablePointerToElements { $0 + index }
@@ -30,9 +32,10 @@ final class AtomicWords: ManagedBuffer<Void, Int> {
 /// One word of an ``AtomicWords`` buffer. A copy refers to the same word; the buffer lives as long
 /// as any copy does.
 // @unchecked Sendable: every access to the word is atomic
+@usableFromInline
 struct AtomicWord: @unchecked Sendable {
-    private let words: AtomicWords
-    private let index: Int
+    @usableFromInline let words: AtomicWords
+    @usableFromInline let index: Int
 
     /// A new word of its own, holding `value`.
     init(_ value: Int) {
@@ -40,22 +43,23 @@ struct AtomicWord: @unchecked Sendable {
     }
 
     /// Word `index` of `words`.
+    @inlinable
     init(_ words: AtomicWords, index: Int) {
         self.words = words
         self.index = index
     }
 
-    @inline(__always) func loadAcquire() -> Int { qsv_atomic_load_acquire(words.address(index)) }
-    @inline(__always) func loadRelaxed() -> Int { qsv_atomic_load_relaxed(words.address(index)) }
-    @inline(__always) func storeRelease(_ value: Int) { qsv_atomic_store_release(words.address(index), value) }
-    @inline(__always) func storeRelaxed(_ value: Int) { qsv_atomic_store_relaxed(words.address(index), value) }
-    @inline(__always) func exchange(_ value: Int) -> Int { qsv_atomic_exchange(words.address(index), value) }
-    @inline(__always) func fetchAdd(_ delta: Int) -> Int { qsv_atomic_fetch_add(words.address(index), delta) }
-    @inline(__always) func fetchOr(_ bits: Int) -> Int { qsv_atomic_fetch_or(words.address(index), bits) }
-    @inline(__always) func fetchAnd(_ bits: Int) -> Int { qsv_atomic_fetch_and(words.address(index), bits) }
+    @inlinable @inline(__always) func loadAcquire() -> Int { qsv_atomic_load_acquire(words.address(index)) }
+    @inlinable @inline(__always) func loadRelaxed() -> Int { qsv_atomic_load_relaxed(words.address(index)) }
+    @inlinable @inline(__always) func storeRelease(_ value: Int) { qsv_atomic_store_release(words.address(index), value) }
+    @inlinable @inline(__always) func storeRelaxed(_ value: Int) { qsv_atomic_store_relaxed(words.address(index), value) }
+    @inlinable @inline(__always) func exchange(_ value: Int) -> Int { qsv_atomic_exchange(words.address(index), value) }
+    @inlinable @inline(__always) func fetchAdd(_ delta: Int) -> Int { qsv_atomic_fetch_add(words.address(index), delta) }
+    @inlinable @inline(__always) func fetchOr(_ bits: Int) -> Int { qsv_atomic_fetch_or(words.address(index), bits) }
+    @inlinable @inline(__always) func fetchAnd(_ bits: Int) -> Int { qsv_atomic_fetch_and(words.address(index), bits) }
 
     /// Stores `desired` if the word holds `expected`; returns whether it did.
-    @inline(__always) func compareExchange(expected: Int, desired: Int) -> Bool {
+    @inlinable @inline(__always) func compareExchange(expected: Int, desired: Int) -> Bool {
         qsv_atomic_compare_exchange(words.address(index), expected, desired) != 0
     }
 }
@@ -63,6 +67,7 @@ struct AtomicWord: @unchecked Sendable {
 // MARK: - Thread and CPU helpers
 
 /// A nonzero identifier of the calling thread.
+@inlinable
 @inline(__always)
 func currentThreadID() -> Int {
     Int(bitPattern: qsv_current_thread_id())

@@ -34,6 +34,7 @@ class Waiter: @unchecked Sendable {
 
     /// Starts the command after the engine granted it the section. Called once per grant, by the
     /// releasing thread, outside the engine lock.
+    @usableFromInline
     func start() {
         preconditionFailure("Waiter.start() must be overridden")
     }
