@@ -51,10 +51,16 @@ struct AtomicWord: @unchecked Sendable {
 
     @inlinable @inline(__always) func loadAcquire() -> Int { qsv_atomic_load_acquire(words.address(index)) }
     @inlinable @inline(__always) func loadRelaxed() -> Int { qsv_atomic_load_relaxed(words.address(index)) }
-    @inlinable @inline(__always) func storeRelease(_ value: Int) { qsv_atomic_store_release(words.address(index), value) }
-    @inlinable @inline(__always) func storeRelaxed(_ value: Int) { qsv_atomic_store_relaxed(words.address(index), value) }
+    @inlinable @inline(__always) func storeRelease(_ value: Int) {
+        qsv_atomic_store_release(words.address(index), value)
+    }
+    @inlinable @inline(__always) func storeRelaxed(_ value: Int) {
+        qsv_atomic_store_relaxed(words.address(index), value)
+    }
     @inlinable @inline(__always) func exchange(_ value: Int) -> Int { qsv_atomic_exchange(words.address(index), value) }
-    @inlinable @inline(__always) func fetchAdd(_ delta: Int) -> Int { qsv_atomic_fetch_add(words.address(index), delta) }
+    @inlinable @inline(__always) func fetchAdd(_ delta: Int) -> Int {
+        qsv_atomic_fetch_add(words.address(index), delta)
+    }
     @inlinable @inline(__always) func fetchOr(_ bits: Int) -> Int { qsv_atomic_fetch_or(words.address(index), bits) }
     @inlinable @inline(__always) func fetchAnd(_ bits: Int) -> Int { qsv_atomic_fetch_and(words.address(index), bits) }
 
