@@ -16,7 +16,10 @@ enum Baselines {
         if #available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *) {
             all.append(fairLockContended(threads: 4))
         }
-        all += [syncUncontended, syncContended, HandOffFloor.scenario, asyncSerial, actorCall, taskCreateAwait]
+        all += [
+            syncUncontended, syncContended, HandOffFloor.scenario, asyncSerial, actorCall, taskCreateAwait,
+            tasksFromSyncCode,
+        ]
         return all
     }
 
@@ -179,6 +182,27 @@ enum Baselines {
         }
     }
 
+    /// What `CommandQueue.enqueue` does without the queue: start a task from synchronous code,
+    /// N times, and wait until all have run.
+    static var tasksFromSyncCode: Scenario {
+        Scenario(
+            name: "Task {} × N",
+            summary: "create N unstructured Tasks from synchronous code; timed until all of them ran"
+        ) { operations in
+            let completed = AtomicCounter()
+            let allDone = DispatchSemaphore(value: 0)
+            let elapsed = Clock.time {
+                for _ in 0..<operations {
+                    Task {
+                        if completed.increment() == operations { allDone.signal() }
+                    }
+                }
+                allDone.wait()
+            }
+            return Sample(measured: Double(elapsed))
+        }
+    }
+
     static var taskCreateAwait: Scenario {
         Scenario(
             name: "Task create+await",
@@ -197,6 +221,20 @@ enum Baselines {
             }
             return Sample(measured: Double(elapsed))
         }
+    }
+}
+
+/// A counter that tasks running in parallel increment.
+final class AtomicCounter: @unchecked Sendable {  // Sendable: the lock guards `value`
+    private let lock = NSLock()
+    private var value = 0
+
+    /// Adds one and returns the new count.
+    func increment() -> Int {
+        lock.lock()
+        defer { lock.unlock() }
+        value += 1
+        return value
     }
 }
 
