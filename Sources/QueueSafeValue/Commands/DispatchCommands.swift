@@ -73,7 +73,8 @@ public struct DispatchCommands<Value> {
         _ operation: DispatchedCommand<Value>.Operation,
         completion: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)? = nil
     ) {
-        DispatchedCommand.submit(
+        // Through the stored metatype: see `ValueStorage.dispatchedCommandType`.
+        storage.dispatchedCommandType.submit(
             storage: storage, queue: queue, priority: priority, operation: operation, completion: completion)
     }
 
@@ -110,7 +111,10 @@ public struct DispatchCommands<Value> {
         newValue: Value,
         completion commandClosure: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)? = nil
     ) {
-        submit(.assign(newValue), completion: commandClosure)
+        // An access closure, so that no case of `Operation` holds a `Value`: see `Operation`.
+        // The command hands the value to the queue's thread once, like the closures it holds.
+        let newValue = UncheckedSendable(newValue)
+        submit(.access({ $0 = newValue.value }), completion: commandClosure)
     }
 
     /// Gives `accessClosure` in-place access to the value on the queue, as the critical section;

@@ -15,6 +15,10 @@ import Dispatch
 final class ValueStorage<Value>: CommandEngine, @unchecked Sendable {
     /// The value's own memory. Initialized from `init` until the engine frees the value.
     @usableFromInline let pointer: UnsafeMutablePointer<Value>
+    /// `DispatchedCommand<Value>`, looked up once: unspecialized code that names the generic class
+    /// asks the runtime for its metadata on every use (a hash-table lookup per dispatch command),
+    /// while creating it through this metatype does not.
+    let dispatchedCommandType = DispatchedCommand<Value>.self
 
     @usableFromInline
     init(value: Value, label: String?) {

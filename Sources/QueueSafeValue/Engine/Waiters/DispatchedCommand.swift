@@ -16,8 +16,6 @@ final class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
         case read(@Sendable (Result<Value, QueueSafeValueError>) -> Void)
         /// `get(manualCompletion:)`.
         case readManual(@Sendable (Result<Value, QueueSafeValueError>, @escaping CommandCompletionClosure) -> Void)
-        /// `set(newValue:completion:)`.
-        case assign(Value)
         /// `set(accessClosure:completion:)`.
         case access(@Sendable (inout Value) -> Void)
         /// `set(manualCompletion:completion:)`.
@@ -36,7 +34,7 @@ final class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
     /// The queue's identity (see `QueueTag`): a waiter running on the queue compares it with its own.
     private let queueID: Int
 
-    private init(
+    init(
         storage: ValueStorage<Value>,
         queue: DispatchQueue,
         operation: Operation,
@@ -60,7 +58,7 @@ final class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
         operation: Operation,
         completion: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)?
     ) {
-        let command = DispatchedCommand(storage: storage, queue: queue, operation: operation, completion: completion)
+        let command = Self(storage: storage, queue: queue, operation: operation, completion: completion)
         if storage.tryAcquireIdle(.dispatched) { return command.publishAndStart() }
         do {
             if try storage.enqueueDispatched(command, priority: priority) { command.publishAndStart() }
@@ -127,7 +125,7 @@ final class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
             guard storage.claimPendingDispatch(next) else { return }
             // The engine of a value grants only commands of that value; only dispatched commands
             // have a target queue.
-            command = unsafeDowncast(next, to: DispatchedCommand<Value>.self)
+            command = unsafeDowncast(next, to: Self.self)
         }
     }
 
@@ -141,13 +139,11 @@ final class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
         storage.setOwnerThread(currentThreadID())
         switch operation {
         case .read(let body):
-            body(.success(storage.pointer.pointee))
-        case .assign(let newValue):
-            storage.pointer.pointee = newValue
+            read(body)
         case .access(let body):
             body(&storage.pointer.pointee)
         case .map(let transform):
-            let deliver = transform(.success(storage.pointer.pointee))
+            let deliver = map(transform)  // inside the section: before the release
             return (storage.releaseDispatched(), deliver)
         case .readManual(let body):
             let value = storage.pointer.pointee
@@ -156,6 +152,22 @@ final class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
             return executeManual { done in body(&storage.pointer.pointee, done) }
         }
         return releaseAndPrepareDelivery()
+    }
+
+    // The `Result` cases live in functions of their own: in unspecialized code, naming
+    // `Result<Value, QueueSafeValueError>` costs a runtime metadata lookup, which the compiler
+    // would otherwise make on every `execute()`, whatever the case.
+
+    @inline(never)
+    private func read(_ body: @Sendable (Result<Value, QueueSafeValueError>) -> Void) {
+        body(.success(storage.pointer.pointee))
+    }
+
+    @inline(never)
+    private func map(
+        _ transform: @Sendable (Result<Value, QueueSafeValueError>) -> @Sendable () -> Void
+    ) -> @Sendable () -> Void {
+        transform(.success(storage.pointer.pointee))
     }
 
     private func executeManual(
@@ -196,7 +208,7 @@ final class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
         case .read(let body): body(.failure(error))
         case .readManual(let body): body(.failure(error), {})
         case .map(let transform): transform(.failure(error))()
-        case .assign, .access, .accessManual: break
+        case .access, .accessManual: break
         }
         completion?(.failure(error))
     }
