@@ -80,9 +80,17 @@ class CommandEngine: @unchecked Sendable {
     }
 
     /// Ends the running command of `kind` and starts the next one, if any.
-    @inlinable
+    @usableFromInline
     final func release(_ kind: CommandKind) {
         releaseReturningNext(kind)?.start()
+    }
+
+    /// ``release(_:)`` of a blocking command, inlined into the caller: on the idle path it is the
+    /// store and the compare-and-swap of ``releaseReturningNext(_:)``, with no call.
+    @inlinable
+    @inline(__always)
+    final func releaseBlocking() {
+        releaseReturningNext(.blocking)?.start()
     }
 
     /// Ends the running command of `kind`. The command granted next, if any, is returned: the caller

@@ -59,7 +59,7 @@ final class ValueStorage<Value>: CommandEngine, @unchecked Sendable {
             return .failure(error)
         }
         let result = body(&pointer.pointee)
-        release(.blocking)
+        releaseBlocking()
         return .success(result)
     }
 
@@ -78,7 +78,7 @@ final class ValueStorage<Value>: CommandEngine, @unchecked Sendable {
         }
         holdUntilCompleted { done in body(&pointer.pointee, done) }
         let value = result(pointer.pointee)
-        release(.blocking)
+        releaseBlocking()
         return .success(value)
     }
 
