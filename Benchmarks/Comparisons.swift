@@ -28,7 +28,7 @@ struct Comparison: Sendable {
         Comparison(
             library: "wait.set contended 4 threads", baseline: "fair lock contended 4 threads", target: .ratioAtMost(2)),
         // Twice as fast as the engine before this target was set (1.6 µs on the 2-core machine the
-        // numbers in docs/Benchmarks.md come from): a figure for that machine, not a ratio.
+        // numbers in the Benchmarks article come from): a figure for that machine, not a ratio.
         Comparison(library: "wait.set contended 4 threads", baseline: nil, target: .valueAtMost(800)),
         Comparison(library: "wait.set contended 4 threads", baseline: "lock contended 4 threads", target: nil),
         Comparison(library: "async(performIn:).set", baseline: "DispatchQueue.async serial", target: .ratioAtMost(2)),

@@ -1,6 +1,6 @@
 import Foundation
 
-// Benchmarks for QueueSafeValue. See docs/Benchmarks.md, or run with --help.
+// Benchmarks for QueueSafeValue. See the Benchmarks article of the DocC catalog (Sources/QueueSafeValue/QueueSafeValue.docc/Benchmarks.md), or run with --help.
 
 let options = Options.parse(Array(CommandLine.arguments.dropFirst()))
 
