@@ -1,0 +1,116 @@
+import Dispatch
+import Foundation
+import Testing
+
+@testable import QueueSafeValue
+
+/// `isInsideCriticalSection` / `isInsideOperation` and the preconditions built on them: true in the
+/// closure of a command of that value (every schedule) or an operation of that queue, and in child
+/// tasks of it; false outside, on other threads while it is held, and for another value.
+@Suite("Checks that code runs inside a critical section")
+struct CriticalSectionCheckTests {
+    @Test func blockingAndDispatchClosures_areInside_andNothingElseIs() throws {
+        let value = QueueSafeValue(value: 0)
+        let other = QueueSafeValue(value: 0)
+        #expect(!value.isInsideCriticalSection)
+        let inside = value.wait.highestPriority.map { _ in
+            (value.isInsideCriticalSection, other.isInsideCriticalSection)
+        }
+        let (insideThis, insideOther) = try inside.get()
+        #expect(insideThis && !insideOther)
+        #expect(!value.isInsideCriticalSection, "still inside after the command ended")
+
+        let queue = DispatchQueue(label: "CriticalSectionCheckTests")
+        let seen = LockedBox<[Bool]>([])
+        let done = DispatchSemaphore(value: 0)
+        value.async(performIn: queue).lowestPriority.set(
+            accessClosure: { _ in
+                seen.mutate { $0.append(value.isInsideCriticalSection) }
+            },
+            completion: { _ in
+                // Completions run after the hand-off: outside.
+                seen.mutate { $0.append(value.isInsideCriticalSection) }
+                done.signal()
+            })
+        #expect(done.wait(timeout: .now() + 10) == .success)
+        #expect(seen.value == [true, false])
+    }
+
+    @Test func anotherThread_whileTheValueIsHeld_isNotInside() throws {
+        let value = QueueSafeValue(value: 0)
+        let fromOtherThread = LockedBox<Bool?>(nil)
+        value.wait.highestPriority.set { _ in
+            let checked = DispatchSemaphore(value: 0)
+            Thread {
+                fromOtherThread.mutate { $0 = value.isInsideCriticalSection }
+                checked.signal()
+            }.start()
+            _ = checked.wait(timeout: .now() + 10)
+        }
+        #expect(fromOtherThread.value == false)
+    }
+
+    @Test func awaitingClosure_isInside_acrossSuspensions_andInChildTasks() async throws {
+        let value = QueueSafeValue(value: 0, label: "checked")
+        let (direct, afterSleep, child) = try await value.async.highestPriority.map { _ in
+            let direct = value.isInsideCriticalSection
+            try? await Task.sleep(nanoseconds: 1_000_000)
+            let afterSleep = value.isInsideCriticalSection
+            async let child = value.isInsideCriticalSection
+            return (direct, afterSleep, await child)
+        }
+        #expect(direct && afterSleep && child)
+        #expect(!value.isInsideCriticalSection)
+        value.wait.highestPriority.set { _ in value.preconditionInsideCriticalSection() }  // does not stop
+    }
+
+    @Test func syncedAndAsyncedContainers_answerForTheirOwnSection() throws {
+        let synced = QueueSafeSyncedValue(value: 1)
+        #expect(try synced.highestPriority.map { _ in synced.isInsideCriticalSection }.get())
+        #expect(!synced.isInsideCriticalSection)
+        let queue = DispatchQueue(label: "CriticalSectionCheckTests.asynced")
+        let asynced = QueueSafeAsyncedValue(value: 1, queue: queue)
+        let seen = LockedBox<Bool?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        asynced.highestPriority.get { _ in
+            seen.mutate { $0 = asynced.isInsideCriticalSection }
+            done.signal()
+        }
+        #expect(done.wait(timeout: .now() + 10) == .success)
+        #expect(seen.value == true)
+        #expect(!asynced.isInsideCriticalSection)
+    }
+
+    @Test func commandQueueOperations_areSerialized_andOutsideIsNot() async throws {
+        let queue = CommandQueue(label: "checked")
+        let other = CommandQueue()
+        let (inside, inOther, inChild) = try await queue.perform { () async -> (Bool, Bool, Bool) in
+            queue.preconditionSerialized("the operation runs on the queue")
+            async let child = queue.isInsideOperation
+            return (queue.isInsideOperation, other.isInsideOperation, await child)
+        }
+        #expect(inside && !inOther && inChild)
+        #expect(!queue.isInsideOperation)
+    }
+
+    @Test func preconditionOutsideTheSection_stopsTheProgram() async {
+        await #expect(processExitsWith: .failure) {
+            QueueSafeValue(value: 0, label: "guarded").preconditionInsideCriticalSection("must hold it")
+        }
+        await #expect(processExitsWith: .failure) {
+            CommandQueue().preconditionSerialized()
+        }
+    }
+}
+
+/// A value shared with closures on other threads, behind a lock the sanitizer can see.
+private final class LockedBox<T>: @unchecked Sendable {  // Sendable: `lock` guards `stored`
+    private let lock = NSLock()
+    private var stored: T
+
+    init(_ value: T) { stored = value }
+
+    var value: T { lock.withLock { stored } }
+
+    func mutate(_ body: (inout T) -> Void) { lock.withLock { body(&stored) } }
+}
