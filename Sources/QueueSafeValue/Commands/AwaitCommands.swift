@@ -1,3 +1,5 @@
+import Dispatch
+
 // MARK: - AwaitSchedule
 
 /// The Swift-concurrency schedule: `value.async` (the property, beside the dispatch method
@@ -8,6 +10,8 @@
 /// queue and one priority order. Pick the command's priority next.
 public struct AwaitSchedule<Value> {
     @usableFromInline let storage: ValueStorage<Value>
+    /// How long each command may wait for its turn (`nil`: no limit).
+    @usableFromInline let timeout: DispatchTimeInterval?
 
     /// Commands that run before every other pending command (FIFO among themselves).
     ///
@@ -19,16 +23,17 @@ public struct AwaitSchedule<Value> {
     public let lowestPriority: AwaitCommands<Value>
 
     @usableFromInline
-    init(storage: ValueStorage<Value>) {
+    init(storage: ValueStorage<Value>, timeout: DispatchTimeInterval? = nil) {
         self.storage = storage
-        highestPriority = AwaitCommands(storage: storage, priority: .highest)
-        lowestPriority = AwaitCommands(storage: storage, priority: .lowest)
+        self.timeout = timeout
+        highestPriority = AwaitCommands(storage: storage, priority: .highest, timeout: timeout)
+        lowestPriority = AwaitCommands(storage: storage, priority: .lowest, timeout: timeout)
     }
 
     /// Commands of the given priority: higher priorities run first, FIFO within a priority.
     @inlinable
     public func priority(_ priority: CommandPriority) -> AwaitCommands<Value> {
-        AwaitCommands(storage: storage, priority: priority)
+        AwaitCommands(storage: storage, priority: priority, timeout: timeout)
     }
 }
 
@@ -53,20 +58,33 @@ extension AwaitSchedule: Sendable where Value: Sendable {}
 /// - `.deadlock(_:)`: suspending would never end: the value's holder waits, directly or through a
 ///   chain of holders, for a value this task holds. The report names the cycle.
 /// - `.valueContainerDeinited`: the container was released before the call.
+/// - `.timedOut(_:)`: only from ``QueueSafeValue/QueueSafeValue/async(timeout:)``: the command did
+///   not get its turn within the timeout. It left the queue and never runs; the payload is a
+///   snapshot of the queue at that moment.
 public struct AwaitCommands<Value> {
     @usableFromInline let storage: ValueStorage<Value>
     @usableFromInline let priority: CommandPriority
+    @usableFromInline let timeout: DispatchTimeInterval?
 
     @usableFromInline
-    init(storage: ValueStorage<Value>, priority: CommandPriority) {
+    init(storage: ValueStorage<Value>, priority: CommandPriority, timeout: DispatchTimeInterval? = nil) {
         self.storage = storage
         self.priority = priority
+        self.timeout = timeout
+    }
+
+    /// When a command issued now stops waiting for its turn.
+    @inlinable
+    var deadline: DispatchTime? {
+        guard let timeout else { return nil }
+        if case .never = timeout { return nil }
+        return .now() + timeout
     }
 
     /// Returns a copy of the value, read in its turn.
     @inlinable
     public func get(isolation: isolated (any Actor)? = #isolation) async throws(QueueSafeValueError) -> Value {
-        try await storage.withAwaitingAccess(priority: priority, isolation: isolation) { $0 }
+        try await storage.withAwaitingAccess(priority: priority, deadline: deadline, isolation: isolation) { $0 }
     }
 
     /// Replaces the value in its turn and returns the value now stored.
@@ -76,7 +94,7 @@ public struct AwaitCommands<Value> {
         newValue: Value,
         isolation: isolated (any Actor)? = #isolation
     ) async throws(QueueSafeValueError) -> Value {
-        try await storage.withAwaitingAccess(priority: priority, isolation: isolation) { value in
+        try await storage.withAwaitingAccess(priority: priority, deadline: deadline, isolation: isolation) { value in
             value = newValue
             return value
         }
@@ -90,7 +108,7 @@ public struct AwaitCommands<Value> {
         isolation: isolated (any Actor)? = #isolation,
         _ accessClosure: nonisolated(nonsending) (inout Value) async -> Void
     ) async throws(QueueSafeValueError) -> Value {
-        try await storage.withAwaitingAccess(priority: priority, isolation: isolation) { value in
+        try await storage.withAwaitingAccess(priority: priority, deadline: deadline, isolation: isolation) { value in
             await accessClosure(&value)
             return value
         }
@@ -103,7 +121,7 @@ public struct AwaitCommands<Value> {
         isolation: isolated (any Actor)? = #isolation,
         _ transform: nonisolated(nonsending) (Value) async -> MappedValue
     ) async throws(QueueSafeValueError) -> MappedValue {
-        try await storage.withAwaitingAccess(priority: priority, isolation: isolation) { value in
+        try await storage.withAwaitingAccess(priority: priority, deadline: deadline, isolation: isolation) { value in
             return await transform(value)
         }
     }

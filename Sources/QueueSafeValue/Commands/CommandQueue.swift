@@ -1,3 +1,5 @@
+import Dispatch
+
 // MARK: - CommandQueue
 
 /// Ordered asynchronous work without a value: a priority command queue for tasks, usable from
@@ -77,6 +79,20 @@ public final class CommandQueue: Sendable {
         schedule(priority: priority) { try await operation() }
     }
 
+    /// Like ``enqueue(priority:_:)``, but the operation gives up if it has not started within
+    /// `timeout` (counted from this call): its task then throws
+    /// ``QueueSafeValueError/timedOut(_:)`` with a snapshot of the queue, and the operation never
+    /// runs. Once it has started, the timeout no longer applies. `.never` waits forever.
+    @inlinable
+    @discardableResult
+    public func enqueue<T: Sendable>(
+        priority: CommandPriority = .medium,
+        timeout: DispatchTimeInterval,
+        _ operation: @escaping @Sendable () async throws -> T
+    ) -> Task<T, any Error> {
+        schedule(priority: priority, deadline: Self.deadline(after: timeout), operation)
+    }
+
     // MARK: Await the result
 
     /// Adds `operation` to the queue and waits for its result.
@@ -93,6 +109,18 @@ public final class CommandQueue: Sendable {
     ) async throws -> T {
         if engine.isInsideRunningSection() { throw QueueSafeValueError.reentrantAccess }
         return try await awaitCancellably(enqueue(priority: priority, operation))
+    }
+
+    /// Like ``perform(priority:_:)``, but the operation gives up if it has not started within
+    /// `timeout`: then this throws ``QueueSafeValueError/timedOut(_:)`` and the operation never runs.
+    @inlinable
+    public func perform<T: Sendable>(
+        priority: CommandPriority = .medium,
+        timeout: DispatchTimeInterval,
+        _ operation: @escaping @Sendable () async throws -> T
+    ) async throws -> T {
+        if engine.isInsideRunningSection() { throw QueueSafeValueError.reentrantAccess }
+        return try await awaitCancellably(enqueue(priority: priority, timeout: timeout, operation))
     }
 
     /// Like ``perform(priority:_:)``, with the operation isolated to `actor`.
@@ -140,6 +168,7 @@ public final class CommandQueue: Sendable {
     @inlinable
     func schedule<T: Sendable>(
         priority: CommandPriority,
+        deadline: DispatchTime? = nil,
         _ operation: @escaping @Sendable () async throws -> T
     ) -> Task<T, any Error> {
         let engine = self.engine
@@ -148,7 +177,7 @@ public final class CommandQueue: Sendable {
             // Everything below runs inline in the task: no intermediate async frames or executor
             // switches, and no suspension at all when the turn has come by the time the task starts.
             if !grantedAtOnce {
-                try await engine.waitForTurn(waiter, isolation: nil)
+                try await engine.waitForTurn(waiter, deadline: deadline, isolation: nil)
             }
             if Task.isCancelled {
                 // Granted, but cancelled before the operation began: it never starts.
@@ -161,6 +190,12 @@ public final class CommandQueue: Sendable {
         }
         engine.attach(task, to: waiter)
         return task
+    }
+
+    @inlinable
+    static func deadline(after timeout: DispatchTimeInterval) -> DispatchTime? {
+        if case .never = timeout { return nil }
+        return .now() + timeout
     }
 
     @inlinable

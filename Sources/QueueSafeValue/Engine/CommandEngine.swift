@@ -399,10 +399,11 @@ class CommandEngine: @unchecked Sendable {
     /// same instant it was cancelled releases at once and throws `.cancelled` too: its closure never
     /// starts.
     /// - Throws: `.cancelled`, `.reentrantAccess` (the task is inside this section already),
-    ///   `.valueContainerDeinited`.
+    ///   `.valueContainerDeinited`, `.timedOut` (`deadline` passed first), `.deadlock`.
     @usableFromInline
     final func acquireAwaitingSlow(
         priority: CommandPriority,
+        deadline: DispatchTime? = nil,
         isolation: isolated (any Actor)?
     ) async throws(QueueSafeValueError) {
         let waiter = AwaitingWaiter()
@@ -413,7 +414,7 @@ class CommandEngine: @unchecked Sendable {
             throw error
         case .queued(let ticket):
             waiter.ticket = ticket
-            try await waitForTurn(waiter, isolation: isolation)
+            try await waitForTurn(waiter, deadline: deadline, isolation: isolation)
             if Task.isCancelled {
                 // Granted, but the task was cancelled before its closure began: it never starts.
                 release(.awaiting)
@@ -455,8 +456,10 @@ class CommandEngine: @unchecked Sendable {
     }
 
     /// Suspends the current task until `waiter` is granted, or until it leaves the queue because the
-    /// task was cancelled (then it throws `.cancelled`) or because suspending would close a wait
-    /// cycle (then it throws `.deadlock`). Does not suspend if the wait is over already.
+    /// task was cancelled (then it throws `.cancelled`), because `deadline` passed (then it throws
+    /// `.timedOut`) or because suspending would close a wait cycle (then it throws `.deadlock`).
+    /// Does not suspend if the wait is over already. Exactly one of "granted, runs" and "left, never
+    /// runs" happens: the state machine decides under the lock.
     ///
     /// The verdict is read under the lock after the resumption, not passed through the
     /// continuation: a continuation resumed before its task finished suspending lets the task go on
@@ -466,10 +469,19 @@ class CommandEngine: @unchecked Sendable {
     @usableFromInline
     final func waitForTurn(
         _ waiter: AwaitingWaiter,
+        deadline: DispatchTime? = nil,
         isolation: isolated (any Actor)?
     ) async throws(QueueSafeValueError) {
         let ticket = waiter.ticket
         let nodes: [DeadlockDetector.Node] = [.task(currentTaskID())]
+        // Armed once the task waits; cancelled when the wait is over. Like a cancellation, it leaves
+        // the deadlock graph before it leaves the queue.
+        let timer = deadline.map { _ in
+            DispatchWorkItem { [self] in
+                DeadlockDetector.shared.unregister(nodes)
+                timeOut(waiter)
+            }
+        }
         await withTaskCancellationHandler {
             await withUnsafeContinuation(isolation: isolation) { (continuation: TurnContinuation) in
                 // Registered before the continuation is stored, so that a cancellation (which
@@ -480,7 +492,17 @@ class CommandEngine: @unchecked Sendable {
                     waiter.continuation = continuation
                     return true
                 }
-                if waiting { return }
+                if waiting {
+                    if let deadline, let timer {
+                        // A deadline already past gives up now, like `wait(timeout:)`.
+                        if deadline <= .now() {
+                            timer.perform()
+                        } else {
+                            DispatchQueue.global().asyncAfter(deadline: deadline, execute: timer)
+                        }
+                    }
+                    return
+                }
                 DeadlockDetector.shared.unregister(nodes)
                 // Granted or left before it could suspend, or suspending would close a cycle.
                 if verdict != .wait, let diagnostics = leaveWithSnapshot(ticket) {
@@ -496,9 +518,22 @@ class CommandEngine: @unchecked Sendable {
             DeadlockDetector.shared.unregister(nodes)
             leave(ticket).map { ($0 as? AwaitingWaiter)?.continuation?.resumeFromAnotherThread() }
         }
+        timer?.cancel()
         DeadlockDetector.shared.unregister(nodes)
         let (granted, refusal) = machine.withLock { _ in (waiter.isGranted, waiter.refusal) }
         if !granted { throw refusal ?? .cancelled }
+    }
+
+    /// The deadline of a waiting awaiting command or operation passed: it leaves the queue and its
+    /// task is resumed to throw `.timedOut` with a snapshot of the queue, unless it was granted (or
+    /// left) first.
+    private func timeOut(_ waiter: AwaitingWaiter) {
+        let continuation = machine.withLock { machine -> TurnContinuation? in
+            guard machine.leave(waiter.ticket) != nil else { return nil }
+            waiter.refusal = .timedOut(snapshot(machine, word: state.loadAcquire()))
+            return waiter.continuation
+        }
+        continuation?.resumeFromAnotherThread()
     }
 
     /// Every waiting operation leaves the queue (its task is resumed, cancelled and throws

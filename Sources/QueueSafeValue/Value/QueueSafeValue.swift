@@ -58,6 +58,16 @@ public final class QueueSafeValue<Value> {
         WaitSchedule(storage: storage, timeout: timeout)
     }
 
+    /// Awaiting commands that give up with ``QueueSafeValueError/timedOut(_:)`` if they have not
+    /// started within `timeout`, like ``wait(timeout:)`` for a thread. A timed-out command left the
+    /// queue and never runs later; once its closure has started, the timeout no longer applies.
+    /// `.never` waits forever; an interval of zero or less only succeeds if the value is free when
+    /// the command is issued.
+    @inlinable
+    public func async(timeout: DispatchTimeInterval) -> AwaitSchedule<Value> {
+        AwaitSchedule(storage: storage, timeout: timeout)
+    }
+
     /// Non-blocking commands whose closures and completions run on `queue`.
     @inlinable
     public func async(performIn queue: DispatchQueue) -> DispatchSchedule<Value> {

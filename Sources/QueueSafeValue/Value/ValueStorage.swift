@@ -89,12 +89,13 @@ final class ValueStorage<Value>: CommandEngine, @unchecked Sendable {
     @inlinable
     func withAwaitingAccess<R>(
         priority: CommandPriority,
+        deadline: DispatchTime? = nil,
         isolation: isolated (any Actor)?,
         _ body: nonisolated(nonsending) (inout Value) async -> R
     ) async throws(QueueSafeValueError) -> R {
         if Task.isCancelled { throw .cancelled }
         if !tryAcquireIdle(.awaiting) {
-            try await acquireAwaitingSlow(priority: priority, isolation: isolation)
+            try await acquireAwaitingSlow(priority: priority, deadline: deadline, isolation: isolation)
         }
         return await runHeldTaskSection(.awaiting, isolation: isolation) {
             await body(&pointer.pointee)
