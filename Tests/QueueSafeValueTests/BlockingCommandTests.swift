@@ -7,11 +7,13 @@ import Testing
 @Suite(.runsAlongsideOthers) struct BlockingCommandTests {
     // MARK: Results of each command
 
-    @Test func get_returnsCurrentValue() throws {
+    @Test(arguments: CommandPriority.testPriorities)
+    func get_returnsCurrentValue(priority: CommandPriority) throws {
         let value = QueueSafeValue(value: 42)
+        #expect(value.wait.priority(priority).get() == .success(42))
+        #expect(value.wait(timeout: .seconds(1)).priority(priority).get() == .success(42))
         #expect(value.wait.lowestPriority.get() == .success(42))
         #expect(value.wait.highestPriority.get() == .success(42))
-        #expect(value.wait.priority(.medium).get() == .success(42))
     }
 
     @Test func setNewValue_replacesValue_andReturnsIt() throws {
@@ -34,8 +36,10 @@ import Testing
         #expect(received == [.success(7)])
     }
 
-    @Test func map_returnsTransformedValue_andLeavesValueUnchanged() throws {
+    @Test(arguments: CommandPriority.testPriorities)
+    func map_returnsTransformedValue_andLeavesValueUnchanged(priority: CommandPriority) throws {
         let value = QueueSafeValue(value: 21)
+        #expect((value.wait.priority(priority).map { $0 * 2 }) == .success(42))
         #expect((value.wait.lowestPriority.map { $0 * 2 }) == .success(42))
         #expect((value.wait.highestPriority.map { "\($0)" }) == .success("21"))
         #expect((value.wait.priority(.low).map { Optional($0) }) == .success(21))

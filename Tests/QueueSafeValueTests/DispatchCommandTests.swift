@@ -109,48 +109,50 @@ import Testing
         #expect(inner.snapshot == [.success(1), .success(2), .success(3), .success(3)])
     }
 
-    @Test func completion_doesNotHoldUpTheNextCommand_onAnotherQueue() throws {
+    /// The dispatch commands that deliver a completion.
+    enum CompletionForm: String, CaseIterable, Sendable {
+        case setAccessClosure, setNewValue, setManualCompletion, map
+    }
+
+    @Test(arguments: CompletionForm.allCases)
+    func completion_doesNotHoldUpTheNextCommand_onAnotherQueue(form: CompletionForm) throws {
         // The value is released before a completion runs, so the next command (on another queue)
-        // may run while the completion is still running. Each completion below waits for the
-        // next command (for a third of the hang timeout, so the outer wait still reports cleanly);
-        // if the hand-off waited for the completion, it would never come.
+        // may run while the completion is still running. The completion below waits for the next
+        // command (for a third of the hang timeout, so the outer wait still reports cleanly); if the
+        // hand-off waited for the completion, it would never come.
         let value = QueueSafeValue(value: 0)
         let first = DispatchQueue(label: "first", attributes: .concurrent)
         let second = DispatchQueue(label: "second", attributes: .concurrent)
         let sawNext = Recorder<Bool>()
         let finished = DispatchGroup()
-        for form in 0..<4 {
-            let holder = SectionHolder(value)
-            let nextRan = DispatchSemaphore(value: 0)
-            finished.enter()
-            let waitForNext: @Sendable (Result<Int, QueueSafeValueError>) -> Void = { _ in
-                sawNext.append(nextRan.wait(timeout: .now() + hangTimeout / 3) == .success)
-                finished.leave()
-            }
-            let commands = value.async(performIn: first).lowestPriority
-            switch form {
-            case 0:
-                commands.set(accessClosure: { $0 += 1 }, completion: waitForNext)
-            case 1:
-                commands.set(newValue: 5, completion: waitForNext)
-            case 2:
-                commands.set(
-                    manualCompletion: { counter, done in
-                        counter += 1
-                        done()
-                    }, completion: waitForNext)
-            default:
-                commands.map({ $0 }, completion: waitForNext)
-            }
-            value.async(performIn: second).lowestPriority.get { _ in nextRan.signal() }
-            holder.release()
-            guard waitOrFail(finished, "form \(form)") else { return }
-            guard sawNext.snapshot.last == true else {
-                Issue.record("completion form \(form) held up the next command (it starts only after the completion)")
-                return
-            }
+        let holder = SectionHolder(value)
+        let nextRan = DispatchSemaphore(value: 0)
+        finished.enter()
+        let waitForNext: @Sendable (Result<Int, QueueSafeValueError>) -> Void = { _ in
+            sawNext.append(nextRan.wait(timeout: .now() + hangTimeout / 3) == .success)
+            finished.leave()
         }
-        #expect(sawNext.snapshot == [true, true, true, true])
+        let commands = value.async(performIn: first).lowestPriority
+        switch form {
+        case .setAccessClosure:
+            commands.set(accessClosure: { $0 += 1 }, completion: waitForNext)
+        case .setNewValue:
+            commands.set(newValue: 5, completion: waitForNext)
+        case .setManualCompletion:
+            commands.set(
+                manualCompletion: { counter, done in
+                    counter += 1
+                    done()
+                }, completion: waitForNext)
+        case .map:
+            commands.map({ $0 }, completion: waitForNext)
+        }
+        value.async(performIn: second).lowestPriority.get { _ in nextRan.signal() }
+        holder.release()
+        waitOrFail(finished, "the completion")
+        #expect(
+            sawNext.snapshot == [true],
+            "the completion held up the next command (it starts only after the completion)")
     }
 
     @Test func completion_mayIssueBlockingCommandOnSameValue_whileAThreadWaitsForIt() throws {

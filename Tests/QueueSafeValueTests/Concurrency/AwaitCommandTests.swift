@@ -24,10 +24,13 @@ private actor ActorCounter {
 
     // MARK: Commands
 
-    @Test func get_returnsTheStoredValue() async throws {
+    @Test(arguments: CommandPriority.testPriorities)
+    func get_returnsTheStoredValue(priority: CommandPriority) async throws {
         let value = QueueSafeValue(value: 42)
         let read = try await value.async.highestPriority.get()
         #expect(read == 42)
+        let readAtPriority = try await value.async.priority(priority).get()
+        #expect(readAtPriority == 42)
     }
 
     @Test func setNewValue_returnsTheUpdatedValueAndStoresIt() async throws {
