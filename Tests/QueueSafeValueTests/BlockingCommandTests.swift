@@ -7,43 +7,11 @@ import Testing
 @Suite(.runsAlongsideOthers) struct BlockingCommandTests {
     // MARK: Results of each command
 
-    @Test(arguments: CommandPriority.testPriorities)
-    func get_returnsCurrentValue(priority: CommandPriority) throws {
-        let value = QueueSafeValue(value: 42)
-        #expect(value.wait.priority(priority).get() == .success(42))
-        #expect(value.wait(timeout: .seconds(1)).priority(priority).get() == .success(42))
-        #expect(value.wait.lowestPriority.get() == .success(42))
-        #expect(value.wait.highestPriority.get() == .success(42))
-    }
-
-    @Test func setNewValue_replacesValue_andReturnsIt() throws {
-        let value = QueueSafeValue(value: "old")
-        #expect(value.wait.highestPriority.set(newValue: "new") == .success("new"))
-        #expect(value.wait.lowestPriority.get() == .success("new"))
-    }
-
-    @Test func setWithAccessClosure_mutatesInPlace_andReturnsUpdatedValue() throws {
-        let value = QueueSafeValue(value: [1, 2])
-        #expect((value.wait.lowestPriority.set { $0.append(3) }) == .success([1, 2, 3]))
-        #expect((value.wait.lowestPriority.set { $0.removeFirst() }) == .success([2, 3]))
-        #expect(value.wait.lowestPriority.get() == .success([2, 3]))
-    }
-
     @Test func getWithCommandClosure_passesCurrentValue_once() throws {
         let value = QueueSafeValue(value: 7)
         var received: [Result<Int, QueueSafeValueError>] = []
         value.wait.lowestPriority.get { received.append($0) }
         #expect(received == [.success(7)])
-    }
-
-    @Test(arguments: CommandPriority.testPriorities)
-    func map_returnsTransformedValue_andLeavesValueUnchanged(priority: CommandPriority) throws {
-        let value = QueueSafeValue(value: 21)
-        #expect((value.wait.priority(priority).map { $0 * 2 }) == .success(42))
-        #expect((value.wait.lowestPriority.map { $0 * 2 }) == .success(42))
-        #expect((value.wait.highestPriority.map { "\($0)" }) == .success("21"))
-        #expect((value.wait.priority(.low).map { Optional($0) }) == .success(21))
-        #expect(value.wait.lowestPriority.get() == .success(21))
     }
 
     @Test func syncedValue_commandsMatchWaitCommandsOfPlainValue() throws {

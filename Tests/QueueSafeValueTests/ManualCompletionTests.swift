@@ -118,71 +118,89 @@ import Testing
 
     // MARK: done() before the closure returns
 
-    @Test func doneCalledInsideBlockingClosure_valueStaysHeldUntilClosureReturns() throws {
-        let value = QueueSafeValue(value: 0)
-        let closureReturned = Locked(false)
-        let seenByNext = Locked<(Int, Bool)?>(nil)
-        let threads = ThreadGroup()
-        let result = value.wait.lowestPriority.set { counter, done in
-            done()
-            threads.spawn {
-                value.wait.highestPriority.set { counter in seenByNext.set((counter, closureReturned.value)) }
-            }
-            waitForPending(value.storage.engine, count: 1)
-            sleepBriefly()
-            counter = 7
-            closureReturned.set(true)
-        }
-        #expect(result == .success(7))
-        threads.join()
-        #expect(seenByNext.value?.0 == 7)
-        #expect(seenByNext.value?.1 == true, "the next command ran while the closure was still open")
+    /// A manual-completion command whose closure calls `done()` first.
+    enum ManualCommand: String, CaseIterable, Sendable {
+        case waitSet, waitGet, dispatchSet, dispatchGet
+
+        var mutates: Bool { self == .waitSet || self == .dispatchSet }
     }
 
-    @Test func doneCalledInsideDispatchClosure_valueStaysHeldUntilClosureReturns() throws {
-        let value = QueueSafeValue(value: 0)
-        let closureReturned = Locked(false)
-        let seenByNext = Locked<(Int, Bool)?>(nil)
-        let finished = DispatchSemaphore(value: 0)
-        value.async(performIn: DispatchQueue(label: "first")).lowestPriority.set { counter, done in
-            done()
-            value.async(performIn: DispatchQueue(label: "next")).highestPriority.get { result in
-                seenByNext.set(((try? result.get()) ?? -1, closureReturned.value))
-                finished.signal()
-            }
-            waitForPending(value.storage.engine, count: 1)
-            sleepBriefly()
-            counter = 7
-            closureReturned.set(true)
-        }
-        waitOrFail(finished)
-        #expect(seenByNext.value?.0 == 7)
-        #expect(seenByNext.value?.1 == true, "the next command ran while the closure was still open")
-    }
-
-    @Test func doneCalledInsideDispatchGetClosure_valueStaysHeldUntilClosureReturns() throws {
+    /// `done()` called inside the closure does not end the command early: the next command, whatever
+    /// its schedule, waits until the closure has returned (and sees what it left).
+    @Test(arguments: ManualCommand.allCases, Schedule.allCases)
+    func doneCalledInsideTheClosure_valueStaysHeldUntilTheClosureReturns(
+        command: ManualCommand,
+        next: Schedule
+    ) async throws {
         let value = QueueSafeValue(value: 0)
         let probe = SectionProbe()
-        let finished = DispatchSemaphore(value: 0)
-        let queue = DispatchQueue(label: "get")
-        value.async(performIn: queue).lowestPriority.get { _, done in
+        let closureReturned = Locked(false)
+        let nextSawReturned = Locked<Bool?>(nil)
+        let nextResult = Locked<Result<Int, QueueSafeValueError>?>(nil)
+        let nextTask = Locked<Task<Void, Never>?>(nil)
+        let firstResult = Locked<Result<Int, QueueSafeValueError>?>(nil)
+        let finished = Locked(false)
+        // Inside the closure, after done(): the next command arrives and queues, then the closure
+        // keeps the section a little longer before it returns.
+        @Sendable func inside(_ counter: inout Int, _ done: CommandCompletionClosure) {
             probe.enter()
             done()
-            let threads = ThreadGroup()
-            threads.spawn {
-                value.wait.highestPriority.set { counter in
-                    probe.pass()
-                    counter += 1
-                }
-                finished.signal()
-            }
+            nextTask.set(
+                Task {
+                    let result = await next.set(value, priority: .highest) { counter in
+                        probe.pass()
+                        nextSawReturned.set(closureReturned.value)
+                        counter += 1
+                    }
+                    nextResult.set(result)
+                })
             waitForPending(value.storage.engine, count: 1)
             sleepBriefly()
+            if command.mutates { counter = 7 }
+            closureReturned.set(true)
             probe.leave()
         }
-        waitOrFail(finished)
+        let threads = ThreadGroup()
+        let queue = DispatchQueue(label: "ManualCompletionTests.first")
+        switch command {
+        case .waitSet:
+            threads.spawn {
+                firstResult.set(value.wait.lowestPriority.set { counter, done in inside(&counter, done) })
+                finished.set(true)
+            }
+        case .waitGet:
+            threads.spawn {
+                value.wait.lowestPriority.get { _, done in
+                    var unchanged = 0
+                    inside(&unchanged, done)
+                }
+                finished.set(true)
+            }
+        case .dispatchSet:
+            value.async(performIn: queue).lowestPriority.set { counter, done in
+                inside(&counter, done)
+            } completion: { result in
+                firstResult.set(result)
+                finished.set(true)
+            }
+        case .dispatchGet:
+            value.async(performIn: queue).lowestPriority.get { _, done in
+                var unchanged = 0
+                inside(&unchanged, done)
+                finished.set(true)
+            }
+        }
+        try await waitUntil("the first command to end") { finished.value }
+        try await threads.join()
+        try await waitUntil("the next command's task to start") { nextTask.value != nil }
+        await nextTask.value?.value
+        #expect(nextSawReturned.value == true, "the next command ran while the closure was still open")
         #expect(probe.maximumInside == 1, "the next command ran while the closure was still open")
         #expect(probe.entryCount == 2)
+        let left = command.mutates ? 7 : 0
+        #expect(nextResult.value == .success(left + 1), "the next command did not see what the closure left")
+        if command.mutates { #expect(firstResult.value == .success(7)) }
+        #expect(value.abandonedCompletionCount == 0)
     }
 
     // MARK: done() more than once

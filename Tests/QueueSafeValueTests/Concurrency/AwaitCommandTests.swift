@@ -24,24 +24,6 @@ private actor ActorCounter {
 
     // MARK: Commands
 
-    @Test(arguments: CommandPriority.testPriorities)
-    func get_returnsTheStoredValue(priority: CommandPriority) async throws {
-        let value = QueueSafeValue(value: 42)
-        let read = try await value.async.highestPriority.get()
-        #expect(read == 42)
-        let readAtPriority = try await value.async.priority(priority).get()
-        #expect(readAtPriority == 42)
-    }
-
-    @Test func setNewValue_returnsTheUpdatedValueAndStoresIt() async throws {
-        let value = QueueSafeValue(value: 1)
-        let returned = try await value.async.lowestPriority.set(newValue: 7)
-        #expect(returned == 7)
-        let read = try await value.async.priority(.medium).get()
-        #expect(read == 7)
-        #expect((try value.wait.highestPriority.get().get()) == 7)
-    }
-
     @Test func setClosure_canAwaitInsideAndReturnsTheUpdatedValue() async throws {
         let value = QueueSafeValue(value: 10)
         @Sendable func something() async -> Int {
