@@ -119,9 +119,10 @@ extension InterleavingExplorer {
         sourceLocation: SourceLocation = #_sourceLocation
     ) async {
         let started = Date()
-        nonisolated(unsafe) let initial = world  // handed over to the exploring thread, never shared
+        // The world is handed over to the exploring thread, never shared.
+        nonisolated(unsafe) let exploreWorld = { explore(world) }
         let report = await withCheckedContinuation { (continuation: CheckedContinuation<ExplorationReport, Never>) in
-            let thread = Thread { continuation.resume(returning: explore(initial)) }
+            let thread = Thread { continuation.resume(returning: exploreWorld()) }
             thread.stackSize = 8 << 20
             thread.start()
         }
