@@ -1,88 +1,59 @@
 import Dispatch
 import Foundation
-import XCTest
+import Testing
 
 @testable import QueueSafeValue
 
-final class BlockingCommandTests: XCTestCase {
+@Suite(.runsAlongsideOthers) struct BlockingCommandTests {
     // MARK: Results of each command
 
-    func test_get_returnsCurrentValue() {
-        let value = QueueSafeValue(value: 42)
-        XCTAssertEqual(value.wait.lowestPriority.get(), .success(42))
-        XCTAssertEqual(value.wait.highestPriority.get(), .success(42))
-        XCTAssertEqual(value.wait.priority(.medium).get(), .success(42))
-    }
-
-    func test_setNewValue_replacesValue_andReturnsIt() {
-        let value = QueueSafeValue(value: "old")
-        XCTAssertEqual(value.wait.highestPriority.set(newValue: "new"), .success("new"))
-        XCTAssertEqual(value.wait.lowestPriority.get(), .success("new"))
-    }
-
-    func test_setWithAccessClosure_mutatesInPlace_andReturnsUpdatedValue() {
-        let value = QueueSafeValue(value: [1, 2])
-        XCTAssertEqual(value.wait.lowestPriority.set { $0.append(3) }, .success([1, 2, 3]))
-        XCTAssertEqual(value.wait.lowestPriority.set { $0.removeFirst() }, .success([2, 3]))
-        XCTAssertEqual(value.wait.lowestPriority.get(), .success([2, 3]))
-    }
-
-    func test_getWithCommandClosure_passesCurrentValue_once() {
+    @Test func getWithCommandClosure_passesCurrentValue_once() throws {
         let value = QueueSafeValue(value: 7)
         var received: [Result<Int, QueueSafeValueError>] = []
         value.wait.lowestPriority.get { received.append($0) }
-        XCTAssertEqual(received, [.success(7)])
+        #expect(received == [.success(7)])
     }
 
-    func test_map_returnsTransformedValue_andLeavesValueUnchanged() {
-        let value = QueueSafeValue(value: 21)
-        XCTAssertEqual(value.wait.lowestPriority.map { $0 * 2 }, .success(42))
-        XCTAssertEqual(value.wait.highestPriority.map { "\($0)" }, .success("21"))
-        XCTAssertEqual(value.wait.priority(.low).map { Optional($0) }, .success(21))
-        XCTAssertEqual(value.wait.lowestPriority.get(), .success(21))
-    }
-
-    func test_syncedValue_commandsMatchWaitCommandsOfPlainValue() {
+    @Test func syncedValue_commandsMatchWaitCommandsOfPlainValue() throws {
         let synced = QueueSafeSyncedValue(value: 1)
-        XCTAssertEqual(synced.lowestPriority.get(), .success(1))
-        XCTAssertEqual(synced.highestPriority.set(newValue: 2), .success(2))
-        XCTAssertEqual(synced.priority(.medium).set { $0 += 3 }, .success(5))
-        XCTAssertEqual(synced.lowestPriority.map { $0 * 10 }, .success(50))
-        XCTAssertEqual(
+        #expect(synced.lowestPriority.get() == .success(1))
+        #expect(synced.highestPriority.set(newValue: 2) == .success(2))
+        #expect((synced.priority(.medium).set { $0 += 3 }) == .success(5))
+        #expect((synced.lowestPriority.map { $0 * 10 }) == .success(50))
+        #expect(
             synced.highestPriority.set { value, done in
                 value += 1
                 done()
-            }, .success(6))
+            } == .success(6))
     }
 
     // MARK: Nil closures
 
-    func test_nilClosures_failWithCommandClosureDeallocated_andLeaveValueUntouched() {
+    @Test func nilClosures_failWithCommandClosureDeallocated_andLeaveValueUntouched() throws {
         let value = QueueSafeValue(value: 5)
         let access: ((inout Int) -> Void)? = nil
         let manualAccess: ((inout Int, @escaping CommandCompletionClosure) -> Void)? = nil
         let transform: ((Int) -> String)? = nil
-        XCTAssertEqual(value.wait.lowestPriority.set(completion: access), .failure(.commandClosureDeallocated))
-        XCTAssertEqual(
-            value.wait.lowestPriority.set(manualCompletion: manualAccess), .failure(.commandClosureDeallocated))
-        XCTAssertEqual(value.wait.lowestPriority.map(completion: transform), .failure(.commandClosureDeallocated))
+        #expect(value.wait.lowestPriority.set(completion: access) == .failure(.commandClosureDeallocated))
+        #expect(value.wait.lowestPriority.set(manualCompletion: manualAccess) == .failure(.commandClosureDeallocated))
+        #expect(value.wait.lowestPriority.map(completion: transform) == .failure(.commandClosureDeallocated))
         // The `get` forms have nothing to report to: they return without touching the value.
         value.wait.lowestPriority.get(completion: nil)
         value.wait.lowestPriority.get(manualCompletion: nil)
 
         let synced = QueueSafeSyncedValue(value: 5)
-        XCTAssertEqual(synced.highestPriority.set(completion: access), .failure(.commandClosureDeallocated))
-        XCTAssertEqual(synced.highestPriority.map(completion: transform), .failure(.commandClosureDeallocated))
+        #expect(synced.highestPriority.set(completion: access) == .failure(.commandClosureDeallocated))
+        #expect(synced.highestPriority.map(completion: transform) == .failure(.commandClosureDeallocated))
 
         // Nothing was left holding the value: the next commands run at once and see it unchanged.
-        XCTAssertEqual(value.waitBounded.lowestPriority.get(), .success(5))
-        XCTAssertEqual(synced.lowestPriority.get(), .success(5))
-        XCTAssertEqual(value.storage.engine.pendingCount, 0)
+        #expect(value.waitBounded.lowestPriority.get() == .success(5))
+        #expect(synced.lowestPriority.get() == .success(5))
+        #expect(value.storage.engine.pendingCount == 0)
     }
 
     // MARK: Threads
 
-    func test_idleValue_runsClosureOnCallingThread() {
+    @Test func idleValue_runsClosureOnCallingThread() throws {
         let value = QueueSafeValue(value: 0)
         let caller = pthread_self()
         var sameThread: [Bool] = []
@@ -93,10 +64,10 @@ final class BlockingCommandTests: XCTestCase {
             sameThread.append(pthread_equal(pthread_self(), caller) != 0)
             done()
         }
-        XCTAssertEqual(sameThread, [true, true, true, true])
+        #expect(sameThread == [true, true, true, true])
     }
 
-    func test_contendedValue_runsWaitersClosureOnWaitersOwnThread() {
+    @Test func contendedValue_runsWaitersClosureOnWaitersOwnThread() throws {
         let value = QueueSafeValue(value: 0)
         let holder = SectionHolder(value)
         let onOwnThread = Locked<Bool?>(nil)
@@ -108,10 +79,10 @@ final class BlockingCommandTests: XCTestCase {
         waitForPending(value.storage.engine, count: 1)
         holder.release()
         threads.join()
-        XCTAssertEqual(onOwnThread.value, true)
+        #expect(onOwnThread.value == true)
     }
 
-    func test_blockingCommand_returnsOnlyAfterItsClosureRan_whenItHadToWait() {
+    @Test func blockingCommand_returnsOnlyAfterItsClosureRan_whenItHadToWait() throws {
         let value = QueueSafeValue(value: 0)
         let holder = SectionHolder(value)
         let returned = Locked<Result<Int, QueueSafeValueError>?>(nil)
@@ -119,15 +90,15 @@ final class BlockingCommandTests: XCTestCase {
         threads.spawn { returned.set(value.wait.lowestPriority.set { $0 += 1 }) }
         waitForPending(value.storage.engine, count: 1)
         sleepBriefly()
-        XCTAssertNil(returned.value, "a blocked command returned while the value was held")
+        #expect(returned.value == nil, "a blocked command returned while the value was held")
         holder.release()
         threads.join()
-        XCTAssertEqual(returned.value, .success(1))
+        #expect(returned.value == .success(1))
     }
 
     // MARK: Order
 
-    func test_blockedThreads_runInPriorityOrder_FIFOWithinPriority() {
+    @Test func blockedThreads_runInPriorityOrder_FIFOWithinPriority() throws {
         let priorities: [CommandPriority] = [
             .low, .high, .low, .medium, .highest, .high, .lowest, .low, CommandPriority(rawValue: 200), .medium,
             .high, .highest, .lowest, CommandPriority(rawValue: 1), .medium,
@@ -168,13 +139,13 @@ final class BlockingCommandTests: XCTestCase {
         }
         holder.release()
         threads.join()
-        XCTAssertEqual(order.snapshot, expectedRunOrder(priorities))
-        let writers = expectedRunOrder(priorities).filter { $0 % 5 == 0 || $0 % 5 == 4 }
-        XCTAssertEqual(value.waitBounded.lowestPriority.get(), .success(writers))
-        XCTAssertEqual(value.storage.engine.pendingCount, 0)
+        #expect(order.snapshot == CommandPriority.expectedRunOrder(priorities))
+        let writers = CommandPriority.expectedRunOrder(priorities).filter { $0 % 5 == 0 || $0 % 5 == 4 }
+        #expect(value.waitBounded.lowestPriority.get() == .success(writers))
+        #expect(value.storage.engine.pendingCount == 0)
     }
 
-    func test_syncedValue_blockedThreads_runInPriorityOrder_FIFOWithinPriority() {
+    @Test func syncedValue_blockedThreads_runInPriorityOrder_FIFOWithinPriority() throws {
         let priorities: [CommandPriority] = [.lowest, .highest, .lowest, .highest, .medium, .lowest, .medium]
         let synced = QueueSafeSyncedValue(value: [Int]())
         let holderDone = Locked<CommandCompletionClosure?>(nil)
@@ -196,10 +167,10 @@ final class BlockingCommandTests: XCTestCase {
             done = nil
         }
         threads.join()
-        XCTAssertEqual(synced.lowestPriority.get(), .success(expectedRunOrder(priorities)))
+        #expect(synced.lowestPriority.get() == .success(CommandPriority.expectedRunOrder(priorities)))
     }
 
-    func test_runningCommand_isNotPreempted_byHigherPriorityArrivals() {
+    @Test func runningCommand_isNotPreempted_byHigherPriorityArrivals() throws {
         let value = QueueSafeValue(value: [String]())
         let entered = DispatchSemaphore(value: 0)
         let proceed = DispatchSemaphore(value: 0)
@@ -217,12 +188,12 @@ final class BlockingCommandTests: XCTestCase {
         waitForPending(value.storage.engine, count: 1)
         proceed.signal()
         threads.join()
-        XCTAssertEqual(value.waitBounded.lowestPriority.get(), .success(["low begins", "low ends", "highest"]))
+        #expect(value.waitBounded.lowestPriority.get() == .success(["low begins", "low ends", "highest"]))
     }
 
     // MARK: Contention
 
-    func test_concurrentBlockingCommands_neverOverlap_andLoseNoUpdate() {
+    @Test func concurrentBlockingCommands_neverOverlap_andLoseNoUpdate() throws {
         let threadCount = 6
         let perThread = TestEnvironment.iterations(1_000, sanitized: 600)
         let value = QueueSafeValue(value: 0)
@@ -231,7 +202,8 @@ final class BlockingCommandTests: XCTestCase {
         for thread in 0..<threadCount {
             threads.spawn {
                 for step in 0..<perThread {
-                    let commands = value.wait.priority(allTestPriorities[(thread + step) % allTestPriorities.count])
+                    let commands = value.wait.priority(
+                        CommandPriority.testPriorities[(thread + step) % CommandPriority.testPriorities.count])
                     switch step % 4 {
                     case 0:
                         commands.set { counter in
@@ -265,11 +237,11 @@ final class BlockingCommandTests: XCTestCase {
             }
         }
         threads.join()
-        XCTAssertEqual(probe.maximumInside, 1, "two closures ran inside the critical section at once")
-        XCTAssertEqual(value.waitBounded.lowestPriority.get(), .success(threadCount * perThread))
+        #expect(probe.maximumInside == 1, "two closures ran inside the critical section at once")
+        #expect(value.waitBounded.lowestPriority.get() == .success(threadCount * perThread))
     }
 
-    func test_blockingSetResults_reportTheValueTheirOwnCommandLeft_underContention() {
+    @Test func blockingSetResults_reportTheValueTheirOwnCommandLeft_underContention() throws {
         // Each command adds 1, so the k-th command to run returns k: every number from 1 to n
         // exactly once, whatever the interleaving.
         let threadCount = 4
@@ -280,7 +252,8 @@ final class BlockingCommandTests: XCTestCase {
         for thread in 0..<threadCount {
             threads.spawn {
                 for step in 0..<perThread {
-                    let commands = value.wait.priority(allTestPriorities[(thread + step) % allTestPriorities.count])
+                    let commands = value.wait.priority(
+                        CommandPriority.testPriorities[(thread + step) % CommandPriority.testPriorities.count])
                     let result: Result<Int, QueueSafeValueError>
                     switch step % 3 {
                     case 0:
@@ -301,7 +274,7 @@ final class BlockingCommandTests: XCTestCase {
             }
         }
         threads.join()
-        XCTAssertEqual(reported.snapshot.sorted(), Array(1...(threadCount * perThread)))
+        #expect(reported.snapshot.sorted() == Array(1...(threadCount * perThread)))
     }
 
 }

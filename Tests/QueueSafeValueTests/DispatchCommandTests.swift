@@ -1,13 +1,13 @@
 import Dispatch
 import Foundation
-import XCTest
+import Testing
 
 @testable import QueueSafeValue
 
-final class DispatchCommandTests: XCTestCase {
+@Suite(.runsAlongsideOthers) struct DispatchCommandTests {
     // MARK: Results and queues
 
-    func test_getWithCommandClosure_runsOnGivenQueue_withCurrentValue() {
+    @Test func getWithCommandClosure_runsOnGivenQueue_withCurrentValue() throws {
         let queue = TaggedQueue(label: "get")
         let value = QueueSafeValue(value: 3)
         let received = Locked<(Result<Int, QueueSafeValueError>, Bool)?>(nil)
@@ -17,11 +17,11 @@ final class DispatchCommandTests: XCTestCase {
             finished.signal()
         }
         waitOrFail(finished)
-        XCTAssertEqual(received.value?.0, .success(3))
-        XCTAssertEqual(received.value?.1, true, "the closure did not run on the given queue")
+        #expect(received.value?.0 == .success(3))
+        #expect(received.value?.1 == true, "the closure did not run on the given queue")
     }
 
-    func test_setNewValue_completionRunsOnGivenQueue_withUpdatedValue() {
+    @Test func setNewValue_completionRunsOnGivenQueue_withUpdatedValue() throws {
         let queue = TaggedQueue(label: "set")
         let value = QueueSafeValue(value: 1)
         let received = Locked<(Result<Int, QueueSafeValueError>, Bool)?>(nil)
@@ -32,12 +32,12 @@ final class DispatchCommandTests: XCTestCase {
             finished.signal()
         }
         waitOrFail(finished)
-        XCTAssertEqual(received.value?.0, .success(3))
-        XCTAssertEqual(received.value?.1, true)
-        XCTAssertEqual(value.waitBounded.lowestPriority.get(), .success(3))
+        #expect(received.value?.0 == .success(3))
+        #expect(received.value?.1 == true)
+        #expect(value.waitBounded.lowestPriority.get() == .success(3))
     }
 
-    func test_setWithAccessClosure_mutatesOnGivenQueue_andCompletionGetsUpdatedValue() {
+    @Test func setWithAccessClosure_mutatesOnGivenQueue_andCompletionGetsUpdatedValue() throws {
         let queue = TaggedQueue(label: "access")
         let value = QueueSafeValue(value: [1])
         let accessOnQueue = Locked<Bool?>(nil)
@@ -51,11 +51,11 @@ final class DispatchCommandTests: XCTestCase {
             finished.signal()
         }
         waitOrFail(finished)
-        XCTAssertEqual(accessOnQueue.value, true)
-        XCTAssertEqual(received.value, .success([1, 2]))
+        #expect(accessOnQueue.value == true)
+        #expect(received.value == .success([1, 2]))
     }
 
-    func test_map_transformsInsideSection_andDeliversResultOnGivenQueue() {
+    @Test func map_transformsInsideSection_andDeliversResultOnGivenQueue() throws {
         let queue = TaggedQueue(label: "map")
         let value = QueueSafeValue(value: 20)
         let received = Locked<(Result<String, QueueSafeValueError>, Bool)?>(nil)
@@ -67,12 +67,12 @@ final class DispatchCommandTests: XCTestCase {
             finished.signal()
         }
         waitOrFail(finished)
-        XCTAssertEqual(received.value?.0, .success("21"))
-        XCTAssertEqual(received.value?.1, true)
-        XCTAssertEqual(value.waitBounded.lowestPriority.get(), .success(20), "map changed the value")
+        #expect(received.value?.0 == .success("21"))
+        #expect(received.value?.1 == true)
+        #expect(value.waitBounded.lowestPriority.get() == .success(20), "map changed the value")
     }
 
-    func test_completion_runsAfterValueWasReleased() {
+    @Test func completion_runsAfterValueWasReleased() throws {
         // A blocking command from inside the completion would fail with `.reentrantAccess` (or
         // wait forever) if the completion still ran inside the critical section.
         let value = QueueSafeValue(value: 0)
@@ -106,53 +106,56 @@ final class DispatchCommandTests: XCTestCase {
             finished.signal()
         }
         waitOrFail(finished)
-        XCTAssertEqual(inner.snapshot, [.success(1), .success(2), .success(3), .success(3)])
+        #expect(inner.snapshot == [.success(1), .success(2), .success(3), .success(3)])
     }
 
-    func test_completion_doesNotHoldUpTheNextCommand_onAnotherQueue() {
+    /// The dispatch commands that deliver a completion.
+    enum CompletionForm: String, CaseIterable, Sendable {
+        case setAccessClosure, setNewValue, setManualCompletion, map
+    }
+
+    @Test(arguments: CompletionForm.allCases)
+    func completion_doesNotHoldUpTheNextCommand_onAnotherQueue(form: CompletionForm) throws {
         // The value is released before a completion runs, so the next command (on another queue)
-        // may run while the completion is still running. Each completion below waits for the
-        // next command (for a third of the hang timeout, so the outer wait still reports cleanly);
-        // if the hand-off waited for the completion, it would never come.
+        // may run while the completion is still running. The completion below waits for the next
+        // command (for a third of the hang timeout, so the outer wait still reports cleanly); if the
+        // hand-off waited for the completion, it would never come.
         let value = QueueSafeValue(value: 0)
         let first = DispatchQueue(label: "first", attributes: .concurrent)
         let second = DispatchQueue(label: "second", attributes: .concurrent)
         let sawNext = Recorder<Bool>()
         let finished = DispatchGroup()
-        for form in 0..<4 {
-            let holder = SectionHolder(value)
-            let nextRan = DispatchSemaphore(value: 0)
-            finished.enter()
-            let waitForNext: @Sendable (Result<Int, QueueSafeValueError>) -> Void = { _ in
-                sawNext.append(nextRan.wait(timeout: .now() + hangTimeout / 3) == .success)
-                finished.leave()
-            }
-            let commands = value.async(performIn: first).lowestPriority
-            switch form {
-            case 0:
-                commands.set(accessClosure: { $0 += 1 }, completion: waitForNext)
-            case 1:
-                commands.set(newValue: 5, completion: waitForNext)
-            case 2:
-                commands.set(
-                    manualCompletion: { counter, done in
-                        counter += 1
-                        done()
-                    }, completion: waitForNext)
-            default:
-                commands.map({ $0 }, completion: waitForNext)
-            }
-            value.async(performIn: second).lowestPriority.get { _ in nextRan.signal() }
-            holder.release()
-            guard waitOrFail(finished, "form \(form)") else { return }
-            guard sawNext.snapshot.last == true else {
-                return XCTFail("completion form \(form) held up the next command (it starts only after the completion)")
-            }
+        let holder = SectionHolder(value)
+        let nextRan = DispatchSemaphore(value: 0)
+        finished.enter()
+        let waitForNext: @Sendable (Result<Int, QueueSafeValueError>) -> Void = { _ in
+            sawNext.append(nextRan.wait(timeout: .now() + hangTimeout / 3) == .success)
+            finished.leave()
         }
-        XCTAssertEqual(sawNext.snapshot, [true, true, true, true])
+        let commands = value.async(performIn: first).lowestPriority
+        switch form {
+        case .setAccessClosure:
+            commands.set(accessClosure: { $0 += 1 }, completion: waitForNext)
+        case .setNewValue:
+            commands.set(newValue: 5, completion: waitForNext)
+        case .setManualCompletion:
+            commands.set(
+                manualCompletion: { counter, done in
+                    counter += 1
+                    done()
+                }, completion: waitForNext)
+        case .map:
+            commands.map({ $0 }, completion: waitForNext)
+        }
+        value.async(performIn: second).lowestPriority.get { _ in nextRan.signal() }
+        holder.release()
+        waitOrFail(finished, "the completion")
+        #expect(
+            sawNext.snapshot == [true],
+            "the completion held up the next command (it starts only after the completion)")
     }
 
-    func test_completion_mayIssueBlockingCommandOnSameValue_whileAThreadWaitsForIt() {
+    @Test func completion_mayIssueBlockingCommandOnSameValue_whileAThreadWaitsForIt() throws {
         // After the release the value belongs to the waiting thread; the completion's own blocking
         // command must simply wait behind it and then run (a third of the hang timeout is plenty).
         let value = QueueSafeValue(value: 0)
@@ -171,13 +174,13 @@ final class DispatchCommandTests: XCTestCase {
         holder.release()
         waitOrFail(finished)
         threads.join()
-        XCTAssertEqual(inner.value, .success(11))
+        #expect(inner.value == .success(11))
     }
 
-    func test_asyncedValue_exposesItsQueue_andRunsCommandsOnIt() {
+    @Test func asyncedValue_exposesItsQueue_andRunsCommandsOnIt() throws {
         let queue = TaggedQueue(label: "asynced")
         let asynced = QueueSafeAsyncedValue(value: "x", queue: queue.queue)
-        XCTAssertTrue(asynced.queue === queue.queue)
+        #expect(asynced.queue === queue.queue)
         let onQueue = Recorder<Bool>()
         let finished = DispatchSemaphore(value: 0)
         asynced.highestPriority.set { value in
@@ -186,35 +189,37 @@ final class DispatchCommandTests: XCTestCase {
         } completion: { _ in
             onQueue.append(queue.isCurrent)
         }
+        let received = Recorder<Result<String, QueueSafeValueError>>()
         asynced.priority(.low).get { result, done in
-            XCTAssertEqual(result, .success("xy"))
+            received.append(result)
             onQueue.append(queue.isCurrent)
             done()
             finished.signal()
         }
         waitOrFail(finished)
-        XCTAssertEqual(onQueue.snapshot, [true, true, true])
+        #expect(received.snapshot == [.success("xy")])
+        #expect(onQueue.snapshot == [true, true, true])
     }
 
-    func test_asyncPerformInQoS_runsOnGlobalQueueOfThatQoS() {
+    @Test func asyncPerformInQoS_runsOnGlobalQueueOfThatQoS() throws {
         let value = QueueSafeValue(value: 0)
         let labels = Recorder<String>()
         let finished = DispatchSemaphore(value: 0)
         value.async(performIn: .utility).lowestPriority.set { _ in
-            labels.append(currentQueueLabel())
+            labels.append(TaggedQueue.currentLabel())
         } completion: {
             _ in
-            labels.append(currentQueueLabel())
+            labels.append(TaggedQueue.currentLabel())
             finished.signal()
         }
         waitOrFail(finished)
         let expected = DispatchQueue.global(qos: .utility).label
-        XCTAssertEqual(labels.snapshot, [expected, expected])
+        #expect(labels.snapshot == [expected, expected])
     }
 
     // MARK: Nil closures
 
-    func test_nilAccessClosure_deliversCommandClosureDeallocatedOnQueue_andLeavesValueUntouched() {
+    @Test func nilAccessClosure_deliversCommandClosureDeallocatedOnQueue_andLeavesValueUntouched() throws {
         let queue = TaggedQueue(label: "nil")
         let value = QueueSafeValue(value: 9)
         let received = Recorder<(Result<Int, QueueSafeValueError>, Bool)>()
@@ -235,16 +240,16 @@ final class DispatchCommandTests: XCTestCase {
         commands.get(manualCompletion: nil)
         waitOrFail(finished)
         waitOrFail(finished)
-        XCTAssertEqual(
-            received.snapshot.map(\.0), [.failure(.commandClosureDeallocated), .failure(.commandClosureDeallocated)])
-        XCTAssertEqual(received.snapshot.map(\.1), [true, true])
-        XCTAssertEqual(value.waitBounded.lowestPriority.get(), .success(9))
-        XCTAssertEqual(value.storage.engine.pendingCount, 0)
+        #expect(
+            received.snapshot.map(\.0) == [.failure(.commandClosureDeallocated), .failure(.commandClosureDeallocated)])
+        #expect(received.snapshot.map(\.1) == [true, true])
+        #expect(value.waitBounded.lowestPriority.get() == .success(9))
+        #expect(value.storage.engine.pendingCount == 0)
     }
 
     // MARK: Order
 
-    func test_dispatchCommandsFromOneThread_runInPriorityOrder_issueOrderWithinPriority() {
+    @Test func dispatchCommandsFromOneThread_runInPriorityOrder_issueOrderWithinPriority() throws {
         let priorities: [CommandPriority] = [
             .lowest, .high, .high, .medium, .highest, .lowest, .high, CommandPriority(rawValue: 1), .medium,
             .highest, .low, .lowest, CommandPriority(rawValue: 200), .low, .medium,
@@ -259,16 +264,16 @@ final class DispatchCommandTests: XCTestCase {
             issueRecordingDispatchCommand(
                 value.async(performIn: queue).priority(priority), index: index, order: order, group: group)
         }
-        XCTAssertEqual(value.storage.engine.pendingCount, priorities.count)
-        XCTAssertEqual(order.count, 0, "a command ran while the value was held")
+        #expect(value.storage.engine.pendingCount == priorities.count)
+        #expect(order.count == 0, "a command ran while the value was held")
         holder.release()
         waitOrFail(group)
-        XCTAssertEqual(order.snapshot, expectedRunOrder(priorities))
-        let writers = expectedRunOrder(priorities).filter { $0 % 5 == 0 || $0 % 5 == 3 }
-        XCTAssertEqual(value.waitBounded.lowestPriority.get(), .success(writers))
+        #expect(order.snapshot == CommandPriority.expectedRunOrder(priorities))
+        let writers = CommandPriority.expectedRunOrder(priorities).filter { $0 % 5 == 0 || $0 % 5 == 3 }
+        #expect(value.waitBounded.lowestPriority.get() == .success(writers))
     }
 
-    func test_dispatchCommandsOfOnePriority_onDifferentQueues_runInIssueOrder() {
+    @Test func dispatchCommandsOfOnePriority_onDifferentQueues_runInIssueOrder() throws {
         let value = QueueSafeValue(value: 0)
         let order = Recorder<Int>()
         let holder = SectionHolder(value)
@@ -286,11 +291,11 @@ final class DispatchCommandTests: XCTestCase {
         }
         holder.release()
         waitOrFail(group)
-        XCTAssertEqual(order.snapshot, Array(0..<count))
-        XCTAssertEqual(value.waitBounded.lowestPriority.get(), .success(count))
+        #expect(order.snapshot == Array(0..<count))
+        #expect(value.waitBounded.lowestPriority.get() == .success(count))
     }
 
-    func test_blockingAndDispatchCommands_shareOnePriorityOrder() {
+    @Test func blockingAndDispatchCommands_shareOnePriorityOrder() throws {
         let priorities: [CommandPriority] = [
             .medium, .low, .highest, .medium, .low, .high, .highest, .lowest, .medium, .high, .low, .lowest,
         ]
@@ -322,11 +327,11 @@ final class DispatchCommandTests: XCTestCase {
         holder.release()
         threads.join()
         waitOrFail(group)
-        XCTAssertEqual(order.snapshot, expectedRunOrder(priorities))
-        XCTAssertEqual(value.waitBounded.lowestPriority.get(), .success(expectedRunOrder(priorities)))
+        #expect(order.snapshot == CommandPriority.expectedRunOrder(priorities))
+        #expect(value.waitBounded.lowestPriority.get() == .success(CommandPriority.expectedRunOrder(priorities)))
     }
 
-    func test_dispatchCommandIssuedInsideSection_isQueued_andRunsAfterCurrentCommand() {
+    @Test func dispatchCommandIssuedInsideSection_isQueued_andRunsAfterCurrentCommand() throws {
         let value = QueueSafeValue(value: [String]())
         let finished = DispatchSemaphore(value: 0)
         let queue = DispatchQueue(label: "inner")
@@ -337,17 +342,17 @@ final class DispatchCommandTests: XCTestCase {
             } completion: { _ in
                 finished.signal()
             }
-            XCTAssertEqual(value.storage.engine.pendingCount, 1)
+            #expect(value.storage.engine.pendingCount == 1)
             sleepBriefly(milliseconds: 20)
             log.append("outer ends")
         }
         waitOrFail(finished)
-        XCTAssertEqual(value.waitBounded.lowestPriority.get(), .success(["outer begins", "outer ends", "inner"]))
+        #expect(value.waitBounded.lowestPriority.get() == .success(["outer begins", "outer ends", "inner"]))
     }
 
     // MARK: Contention
 
-    func test_dispatchCommandsFromManyThreads_neverOverlap_andLoseNoUpdate() {
+    @Test func dispatchCommandsFromManyThreads_neverOverlap_andLoseNoUpdate() throws {
         let threadCount = 4
         let perThread = TestEnvironment.iterations(3_000, sanitized: 1_500)
         let value = QueueSafeValue(value: 0)
@@ -360,7 +365,7 @@ final class DispatchCommandTests: XCTestCase {
                 for step in 0..<perThread {
                     group.enter()
                     let commands = value.async(performIn: queues[(thread + step) % queues.count])
-                        .priority(allTestPriorities[step % allTestPriorities.count])
+                        .priority(CommandPriority.testPriorities[step % CommandPriority.testPriorities.count])
                     if step % 3 == 0 {
                         commands.set { counter, done in
                             probe.enter()
@@ -391,11 +396,11 @@ final class DispatchCommandTests: XCTestCase {
         }
         threads.join()
         waitOrFail(group)
-        XCTAssertEqual(probe.maximumInside, 1, "two closures ran inside the critical section at once")
-        XCTAssertEqual(value.waitBounded.lowestPriority.get(), .success(threadCount * perThread))
+        #expect(probe.maximumInside == 1, "two closures ran inside the critical section at once")
+        #expect(value.waitBounded.lowestPriority.get() == .success(threadCount * perThread))
     }
 
-    func test_completions_receiveTheValueTheirOwnCommandLeft_underContention() {
+    @Test func completions_receiveTheValueTheirOwnCommandLeft_underContention() throws {
         // Each command adds 1, so the k-th command to run leaves k: the completions must report
         // every number from 1 to n exactly once. A completion that read the value after the next
         // command had started would report a repeat (and miss a number).
@@ -411,7 +416,7 @@ final class DispatchCommandTests: XCTestCase {
                 for step in 0..<perThread {
                     group.enter()
                     let commands = value.async(performIn: queues[(thread + step) % queues.count])
-                        .priority(allTestPriorities[step % allTestPriorities.count])
+                        .priority(CommandPriority.testPriorities[step % CommandPriority.testPriorities.count])
                     let report: @Sendable (Result<Int, QueueSafeValueError>) -> Void = { result in
                         reported.append((try? result.get()) ?? -1)
                         group.leave()
@@ -438,7 +443,7 @@ final class DispatchCommandTests: XCTestCase {
         threads.join()
         waitOrFail(group)
         let total = threadCount * perThread
-        XCTAssertEqual(reported.snapshot.sorted(), Array(1...total))
+        #expect(reported.snapshot.sorted() == Array(1...total))
     }
 
     // MARK: Helpers

@@ -1,13 +1,13 @@
 import Dispatch
 import Foundation
-import XCTest
+import Testing
 
 @testable import QueueSafeValue
 
-final class LifetimeTests: XCTestCase {
+@Suite(.runsAlongsideOthers) struct LifetimeTests {
     // MARK: No retain of the container
 
-    func test_schedulersAndCommandValues_doNotRetainContainer() {
+    @Test func schedulersAndCommandValues_doNotRetainContainer() throws {
         var value: QueueSafeValue<Int>? = QueueSafeValue(value: 1)
         weak let weakValue = value
         let waitSchedule = value!.wait
@@ -19,36 +19,38 @@ final class LifetimeTests: XCTestCase {
         let awaitSchedule = value!.async
         let awaitCommands = value!.async.priority(.medium)
         value = nil
-        XCTAssertNil(weakValue, "a scheduler or command value kept the container alive")
+        #expect(weakValue == nil, "a scheduler or command value kept the container alive")
         // The schedulers are still usable (and now report the release).
-        XCTAssertEqual(waitSchedule.lowestPriority.get(), .failure(.valueContainerDeinited))
-        XCTAssertEqual(timedSchedule.lowestPriority.get(), .failure(.valueContainerDeinited))
-        XCTAssertEqual(waitCommands.get(), .failure(.valueContainerDeinited))
+        #expect(waitSchedule.lowestPriority.get() == .failure(.valueContainerDeinited))
+        #expect(timedSchedule.lowestPriority.get() == .failure(.valueContainerDeinited))
+        #expect(waitCommands.get() == .failure(.valueContainerDeinited))
         withExtendedLifetime((dispatchSchedule, qosSchedule, dispatchCommands, awaitSchedule, awaitCommands)) {}
     }
 
-    func test_syncedAndAsyncedValueCommands_doNotRetainContainer() {
+    @Test func syncedAndAsyncedValueCommands_doNotRetainContainer() throws {
         var synced: QueueSafeSyncedValue<Int>? = QueueSafeSyncedValue(value: 1)
         weak let weakSynced = synced
         let syncedCommands = synced!.highestPriority
         synced = nil
-        XCTAssertNil(weakSynced)
-        XCTAssertEqual(syncedCommands.get(), .failure(.valueContainerDeinited))
+        #expect(weakSynced == nil)
+        #expect(syncedCommands.get() == .failure(.valueContainerDeinited))
 
         var asynced: QueueSafeAsyncedValue<Int>? = QueueSafeAsyncedValue(value: 1, queue: .global())
         weak let weakAsynced = asynced
         let asyncedCommands = asynced!.lowestPriority
         asynced = nil
-        XCTAssertNil(weakAsynced)
+        #expect(weakAsynced == nil)
         let finished = DispatchSemaphore(value: 0)
+        let received = Recorder<Result<Int, QueueSafeValueError>>()
         asyncedCommands.get { result in
-            XCTAssertEqual(result, .failure(.valueContainerDeinited))
+            received.append(result)
             finished.signal()
         }
         waitOrFail(finished)
+        #expect(received.snapshot == [.failure(.valueContainerDeinited)])
     }
 
-    func test_runningCommand_doesNotRetainContainer() {
+    @Test func runningCommand_doesNotRetainContainer() throws {
         // Only the storage is kept for a command that is running: the container goes away at once.
         var value: QueueSafeValue<Int>? = QueueSafeValue(value: 1)
         weak let weakValue = value
@@ -60,13 +62,13 @@ final class LifetimeTests: XCTestCase {
         }
         waitOrFail(entered)
         value = nil
-        XCTAssertNil(weakValue)
+        #expect(weakValue == nil)
         storedDone.value?()
     }
 
     // MARK: Commands on a released container
 
-    func test_blockingCommands_onReleasedContainer_failWithValueContainerDeinited_andRunNoClosure() {
+    @Test func blockingCommands_onReleasedContainer_failWithValueContainerDeinited_andRunNoClosure() throws {
         var value: QueueSafeValue<Int>? = QueueSafeValue(value: 1)
         let commands = value!.wait.lowestPriority
         let timed = value!.wait(timeout: .seconds(30)).highestPriority
@@ -74,27 +76,27 @@ final class LifetimeTests: XCTestCase {
 
         var accessRan = false
         var received: [Result<Int, QueueSafeValueError>] = []
-        XCTAssertEqual(commands.get(), .failure(.valueContainerDeinited))
-        XCTAssertEqual(timed.get(), .failure(.valueContainerDeinited))
-        XCTAssertEqual(commands.set(newValue: 2), .failure(.valueContainerDeinited))
-        XCTAssertEqual(commands.set { _ in accessRan = true }, .failure(.valueContainerDeinited))
-        XCTAssertEqual(
+        #expect(commands.get() == .failure(.valueContainerDeinited))
+        #expect(timed.get() == .failure(.valueContainerDeinited))
+        #expect(commands.set(newValue: 2) == .failure(.valueContainerDeinited))
+        #expect((commands.set { _ in accessRan = true }) == .failure(.valueContainerDeinited))
+        #expect(
             commands.set { _, done in
                 accessRan = true
                 done()
-            }, .failure(.valueContainerDeinited))
-        XCTAssertEqual(commands.map { _ in accessRan = true }.map { _ in 0 }, .failure(.valueContainerDeinited))
+            } == .failure(.valueContainerDeinited))
+        #expect((commands.map { _ in accessRan = true }.map { _ in 0 }) == .failure(.valueContainerDeinited))
         commands.get { received.append($0) }
         commands.get { result, done in
             received.append(result)
             done()  // a no-op, harmless to call
             done()
         }
-        XCTAssertFalse(accessRan, "an access closure ran on a released container")
-        XCTAssertEqual(received, [.failure(.valueContainerDeinited), .failure(.valueContainerDeinited)])
+        #expect(!accessRan, "an access closure ran on a released container")
+        #expect(received == [.failure(.valueContainerDeinited), .failure(.valueContainerDeinited)])
     }
 
-    func test_dispatchCommands_onReleasedContainer_deliverFailureOnQueue_andRunNoAccessClosure() {
+    @Test func dispatchCommands_onReleasedContainer_deliverFailureOnQueue_andRunNoAccessClosure() throws {
         let queue = TaggedQueue(label: "released")
         var value: QueueSafeValue<Int>? = QueueSafeValue(value: 1)
         let commands = value!.async(performIn: queue.queue).highestPriority
@@ -135,18 +137,18 @@ final class LifetimeTests: XCTestCase {
         }
         waitOrFail(group)
 
-        XCTAssertFalse(accessRan.value, "an access closure or transform ran on a released container")
+        #expect(!accessRan.value, "an access closure or transform ran on a released container")
         let byName = Dictionary(uniqueKeysWithValues: failures.snapshot.map { ($0.0, ($0.1, $0.2)) })
-        XCTAssertEqual(byName.count, 6)
+        #expect(byName.count == 6)
         for (name, outcome) in byName {
-            XCTAssertEqual(outcome.0, .valueContainerDeinited, name)
-            XCTAssertTrue(outcome.1, "\(name): the failure was not delivered on the command's queue")
+            #expect(outcome.0 == .valueContainerDeinited, "\(name)")
+            #expect(outcome.1, "\(name): the failure was not delivered on the command's queue")
         }
     }
 
     // MARK: Commands queued before the release
 
-    func test_commandsQueuedBeforeRelease_completeNormally_andLaterOnesFail() {
+    @Test func commandsQueuedBeforeRelease_completeNormally_andLaterOnesFail() throws {
         var value: QueueSafeValue<[String]>? = QueueSafeValue(value: [])
         weak let weakValue = value
         let holder = SectionHolder(value!)
@@ -167,8 +169,8 @@ final class LifetimeTests: XCTestCase {
         waitForPending(value!.storage.engine, count: 2)
 
         value = nil
-        XCTAssertNil(weakValue, "queued commands kept the container alive")
-        XCTAssertEqual(waitCommands.get(), .failure(.valueContainerDeinited), "a new command ran after the release")
+        #expect(weakValue == nil, "queued commands kept the container alive")
+        #expect(waitCommands.get() == .failure(.valueContainerDeinited), "a new command ran after the release")
 
         holder.release()
         threads.join()
@@ -176,12 +178,12 @@ final class LifetimeTests: XCTestCase {
         // Both ran, in queue order: each result is the value its own command left. (The dispatch
         // completion and the blocking command's return race by design: the completion runs after
         // the hand-off.)
-        XCTAssertEqual(dispatchResult.value, .success(["dispatch"]))
-        XCTAssertEqual(blockingResult.value, .success(["dispatch", "blocking"]))
-        XCTAssertEqual(waitCommands.get(), .failure(.valueContainerDeinited))
+        #expect(dispatchResult.value == .success(["dispatch"]))
+        #expect(blockingResult.value == .success(["dispatch", "blocking"]))
+        #expect(waitCommands.get() == .failure(.valueContainerDeinited))
     }
 
-    func test_wrappedValue_isReleased_onceContainerAndCommandsAreGone() {
+    @Test func wrappedValue_isReleased_onceContainerAndCommandsAreGone() throws {
         final class Tracked: Sendable {
             let deinited: Locked<Bool>
             init(_ deinited: Locked<Bool>) { self.deinited = deinited }
@@ -194,6 +196,6 @@ final class LifetimeTests: XCTestCase {
         value!.wait.lowestPriority.get { _ in }
         waitOrFail(finished)
         value = nil
-        expectEventually("the wrapped value to be released") { deinited.value }
+        waitUntil("the wrapped value to be released") { deinited.value }
     }
 }

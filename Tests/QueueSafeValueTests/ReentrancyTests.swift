@@ -1,10 +1,10 @@
 import Dispatch
 import Foundation
-import XCTest
+import Testing
 
 @testable import QueueSafeValue
 
-final class ReentrancyTests: XCTestCase {
+@Suite(.runsAlongsideOthers) struct ReentrancyTests {
     /// Issues every blocking command form on `value` from the current (in-section) code and
     /// returns what each reported; closures that must not run record it in `closureRan`.
     private static func nestedBlockingResults(
@@ -40,31 +40,33 @@ final class ReentrancyTests: XCTestCase {
     private func assertAllReentrant(
         _ results: [Result<Int, QueueSafeValueError>]?,
         _ closureRan: Locked<Bool>,
-        file: StaticString = #filePath,
-        line: UInt = #line
+        sourceLocation: SourceLocation = #_sourceLocation
     ) {
-        guard let results else { return XCTFail("the outer command did not run", file: file, line: line) }
-        XCTAssertEqual(results.count, 21, file: file, line: line)
-        XCTAssertEqual(
-            results, Array(repeating: .failure(.reentrantAccess), count: results.count), file: file, line: line)
-        XCTAssertFalse(closureRan.value, "a nested command's closure ran", file: file, line: line)
+        guard let results else {
+            Issue.record("the outer command did not run", sourceLocation: sourceLocation)
+            return
+        }
+        #expect(results.count == 21, sourceLocation: sourceLocation)
+        #expect(
+            results == Array(repeating: .failure(.reentrantAccess), count: results.count),
+            sourceLocation: sourceLocation)
+        #expect(!closureRan.value, "a nested command's closure ran", sourceLocation: sourceLocation)
     }
 
     /// Runs `body` on a new thread and waits for it, so a nested command that waits for itself
     /// (instead of failing at once) fails the test rather than hanging it.
     private func onBoundedThread(
-        file: StaticString = #filePath,
-        line: UInt = #line,
+        sourceLocation: SourceLocation = #_sourceLocation,
         _ body: @escaping @Sendable () -> Void
     ) {
         let threads = ThreadGroup()
         threads.spawn(body)
-        threads.join(file: file, line: line)
+        threads.join(sourceLocation: sourceLocation)
     }
 
     // MARK: Same value: refused at once
 
-    func test_blockingCommand_insideBlockingClosureOfSameValue_failsWithReentrantAccess() {
+    @Test func blockingCommand_insideBlockingClosureOfSameValue_failsWithReentrantAccess() throws {
         let value = QueueSafeValue(value: 1)
         let closureRan = Locked(false)
         let inner = Locked<[Result<Int, QueueSafeValueError>]?>(nil)
@@ -77,11 +79,11 @@ final class ReentrancyTests: XCTestCase {
                 })
         }
         assertAllReentrant(inner.value, closureRan)
-        XCTAssertEqual(outer.value, .success(2))
-        XCTAssertEqual(value.waitBounded.lowestPriority.get(), .success(2))
+        #expect(outer.value == .success(2))
+        #expect(value.waitBounded.lowestPriority.get() == .success(2))
     }
 
-    func test_blockingCommand_insideClosureGrantedAfterWaiting_failsWithReentrantAccess() {
+    @Test func blockingCommand_insideClosureGrantedAfterWaiting_failsWithReentrantAccess() throws {
         // The outer commands get the section by hand-off (not on the idle fast path).
         let value = QueueSafeValue(value: 1)
         let closureRan = Locked(false)
@@ -108,11 +110,11 @@ final class ReentrancyTests: XCTestCase {
         holder.release()
         threads.join()
         waitOrFail(finished)
-        XCTAssertEqual(inner.count, 3)
+        #expect(inner.count == 3)
         for results in inner.snapshot { assertAllReentrant(results, closureRan) }
     }
 
-    func test_blockingCommand_insideBlockingGetAndMapClosures_failsWithReentrantAccess() {
+    @Test func blockingCommand_insideBlockingGetAndMapClosures_failsWithReentrantAccess() throws {
         let value = QueueSafeValue(value: 1)
         let closureRan = Locked(false)
         let fromGet = Locked<[Result<Int, QueueSafeValueError>]?>(nil)
@@ -128,7 +130,7 @@ final class ReentrancyTests: XCTestCase {
         assertAllReentrant(fromMap.value, closureRan)
     }
 
-    func test_blockingCommand_insideBlockingManualCompletionClosure_failsWithReentrantAccess() {
+    @Test func blockingCommand_insideBlockingManualCompletionClosure_failsWithReentrantAccess() throws {
         let value = QueueSafeValue(value: 1)
         let closureRan = Locked(false)
         let beforeDone = Locked<[Result<Int, QueueSafeValueError>]?>(nil)
@@ -142,10 +144,10 @@ final class ReentrancyTests: XCTestCase {
         }
         assertAllReentrant(beforeDone.value, closureRan)
         assertAllReentrant(afterDone.value, closureRan)
-        XCTAssertEqual(value.waitBounded.lowestPriority.get(), .success(1))
+        #expect(value.waitBounded.lowestPriority.get() == .success(1))
     }
 
-    func test_blockingCommand_insideDispatchClosures_failsWithReentrantAccess() {
+    @Test func blockingCommand_insideDispatchClosures_failsWithReentrantAccess() throws {
         let value = QueueSafeValue(value: 1)
         let closureRan = Locked(false)
         let inner = Recorder<[Result<Int, QueueSafeValueError>]>()
@@ -181,12 +183,12 @@ final class ReentrancyTests: XCTestCase {
             group.leave()
         }
         waitOrFail(group)
-        XCTAssertEqual(inner.count, 6)
+        #expect(inner.count == 6)
         for results in inner.snapshot { assertAllReentrant(results, closureRan) }
-        XCTAssertEqual(value.wait(timeout: .seconds(30)).lowestPriority.get(), .success(1))
+        #expect(value.wait(timeout: .seconds(30)).lowestPriority.get() == .success(1))
     }
 
-    func test_blockingCommand_insideSyncedValueClosure_failsWithReentrantAccess() {
+    @Test func blockingCommand_insideSyncedValueClosure_failsWithReentrantAccess() throws {
         let synced = QueueSafeSyncedValue(value: 1)
         let timed = QueueSafeSyncedValue(value: 1, timeout: .seconds(30))
         let inner = Recorder<Result<Int, QueueSafeValueError>>()
@@ -198,12 +200,12 @@ final class ReentrancyTests: XCTestCase {
             }
             timed.lowestPriority.get { _ in inner.append(timed.lowestPriority.get()) }
         }
-        XCTAssertEqual(inner.snapshot, Array(repeating: .failure(.reentrantAccess), count: 3))
-        XCTAssertEqual(timed.lowestPriority.get(), .success(1))
-        XCTAssertEqual(synced.lowestPriority.get(), .success(3))
+        #expect(inner.snapshot == Array(repeating: .failure(.reentrantAccess), count: 3))
+        #expect(timed.lowestPriority.get() == .success(1))
+        #expect(synced.lowestPriority.get() == .success(3))
     }
 
-    func test_reentrancyFailure_leavesQueueWorking() {
+    @Test func reentrancyFailure_leavesQueueWorking() throws {
         let value = QueueSafeValue(value: 0)
         onBoundedThread {
             for _ in 0..<3 {
@@ -213,19 +215,21 @@ final class ReentrancyTests: XCTestCase {
                 }
             }
         }
-        XCTAssertEqual(value.storage.engine.pendingCount, 0)
-        XCTAssertEqual(value.wait(timeout: .seconds(30)).lowestPriority.get(), .success(3))
+        #expect(value.storage.engine.pendingCount == 0)
+        #expect(value.wait(timeout: .seconds(30)).lowestPriority.get() == .success(3))
         let finished = DispatchSemaphore(value: 0)
+        let received = Recorder<Result<Int, QueueSafeValueError>>()
         value.async(performIn: .global()).lowestPriority.get { result in
-            XCTAssertEqual(result, .success(3))
+            received.append(result)
             finished.signal()
         }
         waitOrFail(finished)
+        #expect(received.snapshot == [.success(3)])
     }
 
     // MARK: Other values: allowed
 
-    func test_commandOfDifferentValue_insideCriticalSection_runsNormally() {
+    @Test func commandOfDifferentValue_insideCriticalSection_runsNormally() throws {
         let outer = QueueSafeValue(value: 1)
         let other = QueueSafeValue(value: 10)
         let inner = Recorder<Result<Int, QueueSafeValueError>>()
@@ -237,7 +241,7 @@ final class ReentrancyTests: XCTestCase {
                 counter = 2
             }
         }
-        XCTAssertEqual(inner.snapshot, [.success(11), .success(11)])
+        #expect(inner.snapshot == [.success(11), .success(11)])
 
         let fromDispatch = Recorder<Result<Int, QueueSafeValueError>>()
         let finished = DispatchSemaphore(value: 0)
@@ -247,10 +251,10 @@ final class ReentrancyTests: XCTestCase {
             finished.signal()
         }
         waitOrFail(finished)
-        XCTAssertEqual(fromDispatch.snapshot, [.success(12)])
+        #expect(fromDispatch.snapshot == [.success(12)])
     }
 
-    func test_nestedSections_refuseOnlyTheValuesAlreadyEntered() {
+    @Test func nestedSections_refuseOnlyTheValuesAlreadyEntered() throws {
         let first = QueueSafeValue(value: "a")
         let second = QueueSafeValue(value: "b")
         let results = Recorder<Result<String, QueueSafeValueError>>()
@@ -267,15 +271,16 @@ final class ReentrancyTests: XCTestCase {
                 firstValue += "1"
             }
         }
-        XCTAssertEqual(
-            results.snapshot,
-            [.failure(.reentrantAccess), .failure(.reentrantAccess), .success("b2"), .failure(.reentrantAccess)])
-        XCTAssertEqual(first.waitBounded.lowestPriority.get(), .success("a1"))
+        #expect(
+            results.snapshot == [
+                .failure(.reentrantAccess), .failure(.reentrantAccess), .success("b2"), .failure(.reentrantAccess),
+            ])
+        #expect(first.waitBounded.lowestPriority.get() == .success("a1"))
     }
 
     // MARK: No false positives
 
-    func test_threadThatRanADispatchClosure_isNotInsideOnceTheClosureReturned_evenWhileDoneIsPending() {
+    @Test func threadThatRanADispatchClosure_isNotInsideOnceTheClosureReturned_evenWhileDoneIsPending() throws {
         // The manual-completion closure returned on a serial queue, and the value is still held
         // until `done()`. A later block on the same queue (likely the same thread) is not inside the
         // section: its blocking command must wait for its turn, not fail as reentrant.
@@ -293,13 +298,13 @@ final class ReentrancyTests: XCTestCase {
             finished.signal()
         }
         waitForPending(value.storage.engine, count: 1)
-        XCTAssertNil(later.value)
+        #expect(later.value == nil)
         storedDone.value?()
         waitOrFail(finished)
-        XCTAssertEqual(later.value, .success(2))
+        #expect(later.value == .success(2))
     }
 
-    func test_blockingCommand_afterOwnSectionEnded_onSameThread_runsNormally() {
+    @Test func blockingCommand_afterOwnSectionEnded_onSameThread_runsNormally() throws {
         let value = QueueSafeValue(value: 0)
         let queue = DispatchQueue(label: "serial")
         let results = Recorder<Result<Int, QueueSafeValueError>>()
@@ -315,6 +320,6 @@ final class ReentrancyTests: XCTestCase {
             finished.signal()
         }
         waitOrFail(finished)
-        XCTAssertEqual(results.snapshot, [.success(1), .success(2), .success(3)])
+        #expect(results.snapshot == [.success(1), .success(2), .success(3)])
     }
 }

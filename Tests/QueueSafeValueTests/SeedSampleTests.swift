@@ -1,7 +1,7 @@
 import Dispatch
 import Foundation
 import QueueSafeValue
-import XCTest
+import Testing
 
 // API-compatibility fixtures: every code sample of the original QueueSafeValue library's README,
 // copied token for token (only indentation restored) into one test method per sample. They must
@@ -30,15 +30,15 @@ private let printedLines = Locked<[PrintedLine]>([])
 /// Shadows `Swift.print` for the samples in this file.
 private func print(_ items: Any..., separator: String = " ", terminator: String = "\n") {
     let text = items.map { String(describing: $0) }.joined(separator: separator)
-    printedLines.withLock { $0.append(PrintedLine(text: text, queue: currentQueueLabel())) }
+    printedLines.withLock { $0.append(PrintedLine(text: text, queue: TaggedQueue.currentLabel())) }
     Swift.print("[README sample] \(text)", terminator: terminator)
 }
 
 // MARK: - SeedSampleTests
 
-final class SeedSampleTests: XCTestCase {
-    override func setUp() {
-        super.setUp()
+// Serialized: the samples print through one shared recording, which each test resets.
+@Suite(.runsAlongsideOthers, .serialized) struct SeedSampleTests {
+    init() {
         printedLines.set([])
     }
 
@@ -46,10 +46,9 @@ final class SeedSampleTests: XCTestCase {
     /// queue) in any order, since the two options of a sample run concurrently.
     private func expectPrinted(
         _ expected: [(String, DispatchQueue)],
-        file: StaticString = #filePath,
-        line: UInt = #line
+        sourceLocation: SourceLocation = #_sourceLocation
     ) {
-        expectEventually("\(expected.count) printed lines", file: file, line: line) {
+        waitUntil("\(expected.count) printed lines", sourceLocation: sourceLocation) {
             printedLines.value.count >= expected.count
         }
         // Anything printed late (more lines than expected) would show up here.
@@ -57,20 +56,20 @@ final class SeedSampleTests: XCTestCase {
         RunLoop.main.run(until: Date().addingTimeInterval(0.02))
         let actual = printedLines.value.map(\.description).sorted()
         let wanted = expected.map { PrintedLine(text: $0.0, queue: $0.1.label).description }.sorted()
-        XCTAssertEqual(actual, wanted, file: file, line: line)
+        #expect(actual == wanted, sourceLocation: sourceLocation)
     }
 
     /// Waits until the main queue has run everything enqueued on it so far.
-    private func drainMainQueue(file: StaticString = #filePath, line: UInt = #line) {
+    private func drainMainQueue(sourceLocation: SourceLocation = #_sourceLocation) {
         let drained = Locked(false)
         DispatchQueue.main.async { drained.set(true) }
-        expectEventually("the main queue to drain", file: file, line: line) { drained.value }
+        waitUntil("the main queue to drain", sourceLocation: sourceLocation) { drained.value }
     }
 
     // MARK: Synchronous commands
 
     // swift-format-ignore
-    func test_readmeSample_sync1_get_returnsCurrentValue() {
+    @Test func readmeSample_sync1_get_returnsCurrentValue() throws {
         // Option 1
         let queueSafeValue = QueueSafeValue(value: true)
         DispatchQueue.global(qos: .utility).async {
@@ -92,12 +91,12 @@ final class SeedSampleTests: XCTestCase {
         }
 
         expectPrinted([("true", .global(qos: .utility)), ("a", .global(qos: .utility))])
-        XCTAssertEqual(queueSafeValue.waitBounded.lowestPriority.get(), .success(true))
-        XCTAssertEqual(queueSafeSyncedValue.lowestPriority.get(), .success("a"))
+        #expect(queueSafeValue.waitBounded.lowestPriority.get() == .success(true))
+        #expect(queueSafeSyncedValue.lowestPriority.get() == .success("a"))
     }
 
     // swift-format-ignore
-    func test_readmeSample_sync2_getWithCommandClosure_passesCurrentValue() {
+    @Test func readmeSample_sync2_getWithCommandClosure_passesCurrentValue() throws {
         // Option 1
         let queueSafeValue = QueueSafeValue(value: 6)
         DispatchQueue.global(qos: .unspecified).async {
@@ -124,7 +123,7 @@ final class SeedSampleTests: XCTestCase {
     }
 
     // swift-format-ignore
-    func test_readmeSample_sync3_getWithManualCompletion_passesCurrentValueAndEndsOnDone() {
+    @Test func readmeSample_sync3_getWithManualCompletion_passesCurrentValueAndEndsOnDone() throws {
         // Option 1
         let queueSafeValue = QueueSafeValue(value: 4.44)
         DispatchQueue.global(qos: .unspecified).async {
@@ -151,14 +150,14 @@ final class SeedSampleTests: XCTestCase {
 
         expectPrinted([("4.44", .global(qos: .unspecified)), ("4.45", .global(qos: .utility))])
         // The commands ended (done was called), so the values are free again.
-        XCTAssertEqual(queueSafeValue.waitBounded.lowestPriority.get(), .success(4.44))
-        XCTAssertEqual(queueSafeSyncedValue.lowestPriority.get(), .success(4.45))
-        XCTAssertEqual(queueSafeValue.abandonedCompletionCount, 0)
-        XCTAssertEqual(queueSafeSyncedValue.abandonedCompletionCount, 0)
+        #expect(queueSafeValue.waitBounded.lowestPriority.get() == .success(4.44))
+        #expect(queueSafeSyncedValue.lowestPriority.get() == .success(4.45))
+        #expect(queueSafeValue.abandonedCompletionCount == 0)
+        #expect(queueSafeSyncedValue.abandonedCompletionCount == 0)
     }
 
     // swift-format-ignore
-    func test_readmeSample_sync4_setNewValue_returnsUpdatedValue() {
+    @Test func readmeSample_sync4_setNewValue_returnsUpdatedValue() throws {
         // Option 1
         let queueSafeValue = QueueSafeValue<Int>(value: 1)
         DispatchQueue.global(qos: .userInitiated).async {
@@ -180,12 +179,12 @@ final class SeedSampleTests: XCTestCase {
         }
 
         expectPrinted([("2", .global(qos: .userInitiated)), ("b1", .global(qos: .userInitiated))])
-        XCTAssertEqual(queueSafeValue.waitBounded.lowestPriority.get(), .success(2))
-        XCTAssertEqual(queueSafeSyncedValue.lowestPriority.get(), .success("b1"))
+        #expect(queueSafeValue.waitBounded.lowestPriority.get() == .success(2))
+        #expect(queueSafeSyncedValue.lowestPriority.get() == .success("b1"))
     }
 
     // swift-format-ignore
-    func test_readmeSample_sync5_setWithAccessClosure_onMainQueue_returnsUpdatedValue() {
+    @Test func readmeSample_sync5_setWithAccessClosure_onMainQueue_returnsUpdatedValue() throws {
         // Option 1
         let queueSafeValue = QueueSafeValue(value: 1)
         DispatchQueue.main.async {
@@ -208,18 +207,16 @@ final class SeedSampleTests: XCTestCase {
 
         drainMainQueue()
         let lines = printedLines.value
-        XCTAssertEqual(lines.count, 2)
-        XCTAssertEqual(lines.first, PrintedLine(text: "3", queue: DispatchQueue.main.label))
+        #expect(lines.count == 2)
+        #expect(lines.first == PrintedLine(text: "3", queue: DispatchQueue.main.label))
         // A dictionary prints its pairs in an unspecified order.
-        XCTAssertTrue(
-            [#"["a": 1, "b": 2]"#, #"["b": 2, "a": 1]"#].map { PrintedLine(text: $0, queue: DispatchQueue.main.label) }
-                .contains(lines.last), "\(lines)")
-        XCTAssertEqual(queueSafeValue.waitBounded.lowestPriority.get(), .success(3))
-        XCTAssertEqual(queueSafeSyncedValue.lowestPriority.get(), .success(["a": 1, "b": 2]))
+        #expect([#"["a": 1, "b": 2]"#, #"["b": 2, "a": 1]"#].map { PrintedLine(text: $0, queue: DispatchQueue.main.label) } .contains(lines.last), "\(lines)")
+        #expect(queueSafeValue.waitBounded.lowestPriority.get() == .success(3))
+        #expect(queueSafeSyncedValue.lowestPriority.get() == .success(["a": 1, "b": 2]))
     }
 
     // swift-format-ignore
-    func test_readmeSample_sync6_setWithManualCompletion_onMainQueue_returnsUpdatedValue() {
+    @Test func readmeSample_sync6_setWithManualCompletion_onMainQueue_returnsUpdatedValue() throws {
         // Option 1
         let queueSafeValue = QueueSafeValue(value: "value 1")
         DispatchQueue.main.async {
@@ -247,12 +244,12 @@ final class SeedSampleTests: XCTestCase {
         }
 
         expectPrinted([("value 2", .main), ("value b", .main)])
-        XCTAssertEqual(queueSafeValue.waitBounded.lowestPriority.get(), .success("value 2"))
-        XCTAssertEqual(queueSafeSyncedValue.lowestPriority.get(), .success("value b"))
+        #expect(queueSafeValue.waitBounded.lowestPriority.get() == .success("value 2"))
+        #expect(queueSafeSyncedValue.lowestPriority.get() == .success("value b"))
     }
 
     // swift-format-ignore
-    func test_readmeSample_sync7_map_returnsTransformedValue() {
+    @Test func readmeSample_sync7_map_returnsTransformedValue() throws {
         // Option 1
         let queueSafeValue = QueueSafeValue(value: 5)
         DispatchQueue.global(qos: .background).async {
@@ -275,14 +272,14 @@ final class SeedSampleTests: XCTestCase {
 
         expectPrinted([("5", .global(qos: .background)), ("Optional(1)", .global(qos: .background))])
         // `map` does not change the value.
-        XCTAssertEqual(queueSafeValue.waitBounded.lowestPriority.get(), .success(5))
-        XCTAssertEqual(queueSafeSyncedValue.lowestPriority.get(), .success("1"))
+        #expect(queueSafeValue.waitBounded.lowestPriority.get() == .success(5))
+        #expect(queueSafeSyncedValue.lowestPriority.get() == .success("1"))
     }
 
     // MARK: Asynchronous commands
 
     // swift-format-ignore
-    func test_readmeSample_async1_getWithCommandClosure_runsOnGivenQueue() {
+    @Test func readmeSample_async1_getWithCommandClosure_runsOnGivenQueue() throws {
         // Option 1
         let queueSafeValue = QueueSafeValue(value: true)
         queueSafeValue.async(performIn: .global(qos: .utility)).highestPriority.get { result in
@@ -305,7 +302,7 @@ final class SeedSampleTests: XCTestCase {
     }
 
     // swift-format-ignore
-    func test_readmeSample_async2_getWithManualCompletion_runsOnGivenQueueAndEndsOnDone() {
+    @Test func readmeSample_async2_getWithManualCompletion_runsOnGivenQueueAndEndsOnDone() throws {
         // Option 1
         let queueSafeValue = QueueSafeValue(value: "test")
         queueSafeValue.async(performIn: .global(qos: .utility)).highestPriority.get { result, done in
@@ -328,19 +325,21 @@ final class SeedSampleTests: XCTestCase {
 
         expectPrinted([("test", .global(qos: .utility)), ("super test", .global(qos: .background))])
         // Both commands ended: later commands get the values.
-        XCTAssertEqual(queueSafeValue.waitBounded.lowestPriority.get(), .success("test"))
+        #expect(queueSafeValue.waitBounded.lowestPriority.get() == .success("test"))
         let next = DispatchSemaphore(value: 0)
+        let received = Recorder<Result<String, QueueSafeValueError>>()
         queueSafeAsyncedValue.lowestPriority.get { result in
-            XCTAssertEqual(result, .success("super test"))
+            received.append(result)
             next.signal()
         }
         waitOrFail(next, "a command after the sample's command")
-        XCTAssertEqual(queueSafeValue.abandonedCompletionCount, 0)
-        XCTAssertEqual(queueSafeAsyncedValue.abandonedCompletionCount, 0)
+        #expect(received.snapshot == [.success("super test")])
+        #expect(queueSafeValue.abandonedCompletionCount == 0)
+        #expect(queueSafeAsyncedValue.abandonedCompletionCount == 0)
     }
 
     // swift-format-ignore
-    func test_readmeSample_async3_setNewValue_appliesInIssueOrderAndReportsUpdatedValue() {
+    @Test func readmeSample_async3_setNewValue_appliesInIssueOrderAndReportsUpdatedValue() throws {
         // Option 1
         let queueSafeValue = QueueSafeValue(value: 7)
         // Without completion block
@@ -366,17 +365,19 @@ final class SeedSampleTests: XCTestCase {
         }
 
         expectPrinted([("9", .main), ("9", .global())])
-        XCTAssertEqual(queueSafeValue.waitBounded.lowestPriority.get(), .success(9))
+        #expect(queueSafeValue.waitBounded.lowestPriority.get() == .success(9))
         let next = DispatchSemaphore(value: 0)
+        let received = Recorder<Result<Int, QueueSafeValueError>>()
         queueSafeAsyncedValue.lowestPriority.get { result in
-            XCTAssertEqual(result, .success(9))
+            received.append(result)
             next.signal()
         }
         waitOrFail(next, "a command after the sample's commands")
+        #expect(received.snapshot == [.success(9)])
     }
 
     // swift-format-ignore
-    func test_readmeSample_async4_setWithAccessClosure_appliesInIssueOrderAndReportsUpdatedValue() {
+    @Test func readmeSample_async4_setWithAccessClosure_appliesInIssueOrderAndReportsUpdatedValue() throws {
         // Option 1.
         let queueSafeValue = QueueSafeValue(value: 1)
         // Without completion block
@@ -406,17 +407,19 @@ final class SeedSampleTests: XCTestCase {
         }
 
         expectPrinted([("11", .global(qos: .background)), ("11", .global(qos: .userInteractive))])
-        XCTAssertEqual(queueSafeValue.waitBounded.lowestPriority.get(), .success(11))
+        #expect(queueSafeValue.waitBounded.lowestPriority.get() == .success(11))
         let next = DispatchSemaphore(value: 0)
+        let received = Recorder<Result<Int, QueueSafeValueError>>()
         queueSafeAsyncedValue.lowestPriority.get { result in
-            XCTAssertEqual(result, .success(11))
+            received.append(result)
             next.signal()
         }
         waitOrFail(next, "a command after the sample's commands")
+        #expect(received.snapshot == [.success(11)])
     }
 
     // swift-format-ignore
-    func test_readmeSample_async5_setWithManualCompletion_appliesInIssueOrderAndReportsUpdatedValue() {
+    @Test func readmeSample_async5_setWithManualCompletion_appliesInIssueOrderAndReportsUpdatedValue() throws {
         // Option 1.
         let queueSafeValue = QueueSafeValue(value: 999.1)
         // Without completion block
@@ -454,14 +457,16 @@ final class SeedSampleTests: XCTestCase {
         }
 
         expectPrinted([("999.3", .global(qos: .background)), ("1000.3", .global(qos: .userInteractive))])
-        XCTAssertEqual(queueSafeValue.waitBounded.lowestPriority.get(), .success(999.3))
+        #expect(queueSafeValue.waitBounded.lowestPriority.get() == .success(999.3))
         let next = DispatchSemaphore(value: 0)
+        let received = Recorder<Result<Double, QueueSafeValueError>>()
         queueSafeAsyncedValue.lowestPriority.get { result in
-            XCTAssertEqual(result, .success(1000.3))
+            received.append(result)
             next.signal()
         }
         waitOrFail(next, "a command after the sample's commands")
-        XCTAssertEqual(queueSafeValue.abandonedCompletionCount, 0)
-        XCTAssertEqual(queueSafeAsyncedValue.abandonedCompletionCount, 0)
+        #expect(received.snapshot == [.success(1000.3)])
+        #expect(queueSafeValue.abandonedCompletionCount == 0)
+        #expect(queueSafeAsyncedValue.abandonedCompletionCount == 0)
     }
 }

@@ -1,61 +1,30 @@
 import Dispatch
 import Foundation
-import XCTest
+import Testing
 
 @testable import QueueSafeValue
 
 /// A plain actor with the same read-`await`-write increment, to show what an actor does not give.
-private actor ConcurrencyActorCounter {
+private actor ActorCounter {
     var count = 0
 
-    func incrementAcrossSuspension(gate: ConcurrencyArrivalGate) async {
+    /// Reads the count, then suspends until `expected` increments have arrived (the last one to
+    /// arrive opens `gate`), then writes.
+    func incrementAcrossSuspension(arrived: Locked<Int>, expected: Int, gate: Gate) async {
         let current = count
-        await gate.arriveAndWait()
+        if arrived.increment() == expected { gate.open() }
+        await gate.wait()
         count = current + 1
-    }
-}
-
-/// Suspends every caller until `expected` callers have arrived, then lets them all go.
-private actor ConcurrencyArrivalGate {
-    private let expected: Int
-    private var waiting: [CheckedContinuation<Void, Never>] = []
-
-    init(expected: Int) {
-        self.expected = expected
-    }
-
-    func arriveAndWait() async {
-        await withCheckedContinuation { continuation in
-            waiting.append(continuation)
-            guard waiting.count == expected else { return }
-            for waiter in waiting { waiter.resume() }
-            waiting = []
-        }
     }
 }
 
 /// Awaiting commands (`value.async.{priority}.{command}`): results, critical sections that last
 /// across suspension points, and the uncontended path.
-final class AwaitCommandTests: XCTestCase {
+@Suite(.runsAlongsideOthers) struct AwaitCommandTests {
 
     // MARK: Commands
 
-    func test_get_returnsTheStoredValue() async throws {
-        let value = QueueSafeValue(value: 42)
-        let read = try await value.async.highestPriority.get()
-        XCTAssertEqual(read, 42)
-    }
-
-    func test_setNewValue_returnsTheUpdatedValueAndStoresIt() async throws {
-        let value = QueueSafeValue(value: 1)
-        let returned = try await value.async.lowestPriority.set(newValue: 7)
-        XCTAssertEqual(returned, 7)
-        let read = try await value.async.priority(.medium).get()
-        XCTAssertEqual(read, 7)
-        XCTAssertEqual(try value.wait.highestPriority.get().get(), 7)
-    }
-
-    func test_setClosure_canAwaitInsideAndReturnsTheUpdatedValue() async throws {
+    @Test func setClosure_canAwaitInsideAndReturnsTheUpdatedValue() async throws {
         let value = QueueSafeValue(value: 10)
         @Sendable func something() async -> Int {
             await Task.yield()
@@ -65,36 +34,36 @@ final class AwaitCommandTests: XCTestCase {
         let returned = try await value.async.highestPriority.set { value in
             value += await something()
         }
-        XCTAssertEqual(returned, 15)
+        #expect(returned == 15)
         let read = try await value.async.highestPriority.get()
-        XCTAssertEqual(read, 15)
+        #expect(read == 15)
     }
 
-    func test_map_transformsWithoutChangingTheValue() async throws {
+    @Test func map_transformsWithoutChangingTheValue() async throws {
         let value = QueueSafeValue(value: [1, 2, 3])
         let mapped = try await value.async.priority(.high).map { array -> String in
             await Task.yield()
             return array.map(String.init).joined(separator: ",")
         }
-        XCTAssertEqual(mapped, "1,2,3")
+        #expect(mapped == "1,2,3")
         let read = try await value.async.highestPriority.get()
-        XCTAssertEqual(read, [1, 2, 3])
+        #expect(read == [1, 2, 3])
     }
 
-    func test_commands_onAContainerReleasedBeforeTheCall_throwValueContainerDeinited() async throws {
+    @Test func commands_onAContainerReleasedBeforeTheCall_throwValueContainerDeinited() async throws {
         var value: QueueSafeValue<Int>? = QueueSafeValue(value: 1)
         let commands = value!.async.highestPriority
         value = nil
-        let error = await concurrencyError { try await commands.get() }
-        XCTAssertEqual(error, .valueContainerDeinited)
+        let error = await thrownError { try await commands.get() }
+        #expect(error == .valueContainerDeinited)
     }
 
     // MARK: Critical sections across suspension points
 
-    func test_readAwaitWrite_from200ConcurrentTasks_losesNoUpdate() async throws {
+    @Test func readAwaitWrite_from200ConcurrentTasks_losesNoUpdate() async throws {
         let value = QueueSafeValue(value: 0)
         let taskCount = 200
-        try await concurrencyWithTimeout {
+        try await withHangTimeout {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for index in 0..<taskCount {
                     group.addTask {
@@ -113,7 +82,7 @@ final class AwaitCommandTests: XCTestCase {
             }
         }
         let final = try await value.async.highestPriority.get()
-        XCTAssertEqual(final, taskCount, "an update was lost: the section did not last across the await")
+        #expect(final == taskCount, "an update was lost: the section did not last across the await")
     }
 
     /// The contrast the docs draw: an actor lets other calls interleave at every `await`. Each
@@ -121,38 +90,42 @@ final class AwaitCommandTests: XCTestCase {
     /// increment has read, which an actor allows, so all of them read 0 and 199 of the 200 updates
     /// are lost. (On a QueueSafeValue the same gate could never open: the section is held across
     /// the `await`, which is what the test above relies on.)
-    func test_readAwaitWrite_onAPlainActor_interleavesAtTheAwait_andLosesUpdates() async throws {
-        let counter = ConcurrencyActorCounter()
+    @Test func readAwaitWrite_onAPlainActor_interleavesAtTheAwait_andLosesUpdates() async throws {
+        let counter = ActorCounter()
         let taskCount = 200
-        let gate = ConcurrencyArrivalGate(expected: taskCount)
-        try await concurrencyWithTimeout {
+        let arrived = Locked(0)
+        let gate = Gate()
+        try await withHangTimeout {
             await withTaskGroup(of: Void.self) { group in
                 for _ in 0..<taskCount {
-                    group.addTask { await counter.incrementAcrossSuspension(gate: gate) }
+                    group.addTask {
+                        await counter.incrementAcrossSuspension(arrived: arrived, expected: taskCount, gate: gate)
+                    }
                 }
             }
         }
         let final = await counter.count
-        XCTAssertEqual(final, 1, "every increment read the count before any of them wrote it")
+        #expect(final == 1, "every increment read the count before any of them wrote it")
     }
 
-    func test_exclusivity_acrossSuspensionPoints_neverTwoSectionsAtOnce_withAllSchedules() async throws {
+    @Test func exclusivity_acrossSuspensionPoints_neverTwoSectionsAtOnce_withAllSchedules() async throws {
         let value = QueueSafeValue(value: 0)
-        let recorder = ConcurrencyRecorder<Int>()
+        let probe = SectionProbe()
         let awaitingCount = 60
         let blockingCount = 20
         let dispatchCount = 20
         let dispatchQueue = DispatchQueue(label: "exclusivity.dispatch", attributes: .concurrent)
-        let dispatched = ConcurrencyCounter()
-        let blocked = ConcurrencyCounter()
+        let dispatched = Locked(0)
+        let blocked = Locked(0)
 
+        let threads = ThreadGroup()
         for index in 0..<blockingCount {
-            concurrencyStartThread {
+            threads.spawn {
                 _ = value.wait.priority(CommandPriority(rawValue: UInt8(index * 7 % 256))).set { value in
-                    recorder.enter()
+                    probe.enter()
                     usleep(100)
                     value += 1
-                    recorder.leave()
+                    probe.leave()
                 }
                 blocked.increment()
             }
@@ -160,58 +133,59 @@ final class AwaitCommandTests: XCTestCase {
         for index in 0..<dispatchCount {
             value.async(performIn: dispatchQueue).priority(CommandPriority(rawValue: UInt8(index * 13 % 256))).set(
                 accessClosure: { value in
-                    recorder.enter()
+                    probe.enter()
                     usleep(100)
                     value += 1
-                    recorder.leave()
+                    probe.leave()
                 },
                 completion: { _ in dispatched.increment() })
         }
-        try await concurrencyWithTimeout {
+        try await withHangTimeout {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for index in 0..<awaitingCount {
                     group.addTask {
                         try await value.async.priority(CommandPriority(rawValue: UInt8(index * 31 % 256))).set {
                             value in
-                            recorder.enter()
+                            probe.enter()
                             await Task.yield()
                             try? await Task.sleep(nanoseconds: 200_000)
                             await Task.yield()
                             value += 1
-                            recorder.leave()
+                            probe.leave()
                         }
                     }
                 }
                 try await group.waitForAll()
             }
         }
-        try await concurrencyWaitUntil("blocking and dispatch commands finished") {
+        try await waitUntil("blocking and dispatch commands finished") {
             blocked.value == blockingCount && dispatched.value == dispatchCount
         }
-        XCTAssertEqual(recorder.maxInside, 1, "two commands were inside the critical section at once")
+        try await threads.join()
+        #expect(probe.maximumInside == 1, "two commands were inside the critical section at once")
         let final = try await value.async.highestPriority.get()
-        XCTAssertEqual(final, awaitingCount + blockingCount + dispatchCount)
+        #expect(final == (awaitingCount + blockingCount + dispatchCount))
     }
 
-    func test_awaitingCommands_onTwoDifferentValues_doNotExcludeEachOther() async throws {
+    @Test func awaitingCommands_onTwoDifferentValues_doNotExcludeEachOther() async throws {
         let first = QueueSafeValue(value: 0)
         let second = QueueSafeValue(value: 0)
-        let gate = ConcurrencyGate()
+        let gate = Gate()
         let holder = Task {
             try await first.async.highestPriority.set { value in
                 await gate.wait()
                 value = 1
             }
         }
-        try await concurrencyWaitUntil("holder waits on the gate") { gate.waiterCount == 1 }
-        let read = try await concurrencyWithTimeout {
+        try await waitUntil("holder waits on the gate") { gate.waiterCount == 1 }
+        let read = try await withHangTimeout {
             try await second.async.highestPriority.set(newValue: 2)
         }
-        XCTAssertEqual(read, 2)
+        #expect(read == 2)
         gate.open()
         _ = try await holder.value
         let firstValue = try await first.async.highestPriority.get()
-        XCTAssertEqual(firstValue, 1)
+        #expect(firstValue == 1)
     }
 
     // MARK: The uncontended path
@@ -220,54 +194,52 @@ final class AwaitCommandTests: XCTestCase {
     /// completes before any other main-actor job can run. A probe job enqueued on the main actor
     /// first would run at the first suspension point (the main actor is FIFO), so it must not have
     /// run yet. The control at the end shows the probe does fire as soon as the task suspends.
-    @MainActor
-    func test_uncontendedCommand_fromTheMainActor_doesNotSuspend() async throws {
+    @Test @MainActor func uncontendedCommand_fromTheMainActor_doesNotSuspend() async throws {
         let value = QueueSafeValue(value: 0)
-        let probe = ConcurrencyCounter()
+        let probe = Locked(0)
         let probeTask = Task { @MainActor in _ = probe.increment() }
 
         let read = try await value.async.highestPriority.get()
-        XCTAssertEqual(probe.value, 0, "get suspended on an idle value")
+        #expect(probe.value == 0, "get suspended on an idle value")
         let stored = try await value.async.priority(.low).set(newValue: read + 1)
-        XCTAssertEqual(probe.value, 0, "set(newValue:) suspended on an idle value")
+        #expect(probe.value == 0, "set(newValue:) suspended on an idle value")
         let updated = try await value.async.lowestPriority.set { $0 += 1 }
-        XCTAssertEqual(probe.value, 0, "set(closure) suspended on an idle value")
+        #expect(probe.value == 0, "set(closure) suspended on an idle value")
         let mapped = try await value.async.highestPriority.map { $0 * 10 }
-        XCTAssertEqual(probe.value, 0, "map suspended on an idle value")
-        XCTAssertEqual([stored, updated, mapped], [1, 2, 20])
+        #expect(probe.value == 0, "map suspended on an idle value")
+        #expect([stored, updated, mapped] == [1, 2, 20] as [Int])
 
         // Control: a real suspension point lets the probe run.
         await Task.yield()
         await probeTask.value
-        XCTAssertEqual(probe.value, 1)
+        #expect(probe.value == 1)
     }
 
     /// The contrast: on a busy value the command does suspend (and the probe runs meanwhile).
-    @MainActor
-    func test_contendedCommand_fromTheMainActor_suspendsAndLetsOtherMainActorWorkRun() async throws {
+    @Test @MainActor func contendedCommand_fromTheMainActor_suspendsAndLetsOtherMainActorWorkRun() async throws {
         let value = QueueSafeValue(value: 0)
-        let gate = ConcurrencyGate()
+        let gate = Gate()
         let holder = Task.detached {
             try await value.async.highestPriority.set { value in
                 await gate.wait()
                 value = 1
             }
         }
-        try await concurrencyWaitUntil("holder waits on the gate") { gate.waiterCount == 1 }
-        let probe = ConcurrencyCounter()
+        try await waitUntil("holder waits on the gate") { gate.waiterCount == 1 }
+        let probe = Locked(0)
         Task { @MainActor in
             probe.increment()
             gate.open()
         }
         let read = try await value.async.highestPriority.get()
-        XCTAssertEqual(read, 1)
-        XCTAssertEqual(probe.value, 1)
+        #expect(read == 1)
+        #expect(probe.value == 1)
         _ = try await holder.value
     }
 
     /// The same check on a custom actor: an uncontended command keeps the actor busy from start to
     /// end, so a job enqueued on the actor before it cannot have run.
-    func test_uncontendedCommand_fromAnActor_doesNotSuspend() async throws {
+    @Test func uncontendedCommand_fromAnActor_doesNotSuspend() async throws {
         actor Probe {
             var fired = false
             func fire() { fired = true }
@@ -282,24 +254,23 @@ final class AwaitCommandTests: XCTestCase {
         let value = QueueSafeValue(value: 0)
         let probe = Probe()
         let probeRan = try await probe.runCommandAndReportWhetherProbeRan(on: value)
-        XCTAssertFalse(probeRan, "the command suspended on an idle value")
+        #expect(!probeRan, "the command suspended on an idle value")
     }
 
     // MARK: Isolation of the closure
 
     /// The closure runs in the caller's isolation: from the main actor it can touch main-actor
     /// state synchronously, before and after its own `await`.
-    @MainActor
-    func test_closure_runsInTheCallersIsolation_acrossItsSuspensionPoints() async throws {
+    @Test @MainActor func closure_runsInTheCallersIsolation_acrossItsSuspensionPoints() async throws {
         let value = QueueSafeValue(value: 0)
-        let gate = ConcurrencyGate()
+        let gate = Gate()
         let holder = Task.detached {
             try await value.async.highestPriority.set { value in
                 await gate.wait()
                 value = 5
             }
         }
-        try await concurrencyWaitUntil("holder waits on the gate") { gate.waiterCount == 1 }
+        try await waitUntil("holder waits on the gate") { gate.waiterCount == 1 }
         Task.detached { gate.open() }
         let result = try await value.async.highestPriority.set { value in
             MainActor.assertIsolated()
@@ -307,7 +278,7 @@ final class AwaitCommandTests: XCTestCase {
             MainActor.assertIsolated()
             value += 1
         }
-        XCTAssertEqual(result, 6)
+        #expect(result == 6)
         _ = try await holder.value
     }
 }

@@ -1,11 +1,11 @@
 import Dispatch
 import Foundation
-import XCTest
+import Testing
 
 @testable import QueueSafeValue
 
 /// State owned by an actor, changed synchronously by operations isolated to it.
-private actor ConcurrencyLogActor {
+private actor LogActor {
     var log: [Int] = []
 
     func record(_ entry: Int) { log.append(entry) }
@@ -13,13 +13,12 @@ private actor ConcurrencyLogActor {
 
 /// Main-actor state, changed synchronously by main-actor operations.
 @MainActor
-private final class ConcurrencyMainLog {
-    static let shared = ConcurrencyMainLog()
+private final class MainLog {
     var log: [Int] = []
 }
 
 /// Records, under one lock, which operations ended before `cancelAll()` was called.
-private final class ConcurrencyCancelAllProbe: @unchecked Sendable {
+private final class CancelAllProbe: @unchecked Sendable {
     private let lock = NSLock()
     private var cancelled = false
     private var started = 0
@@ -68,99 +67,104 @@ private final class ConcurrencyCancelAllProbe: @unchecked Sendable {
 }
 
 /// `CommandQueue`: ordered asynchronous work with priorities, cancellation and reentrancy checks.
-final class CommandQueueTests: XCTestCase {
+@Suite(.runsAlongsideOthers) struct CommandQueueTests {
 
     /// Enqueues `count` operations from synchronous code. Operation `i` records `2i` when it begins
     /// and `2i + 1` when it ends, and suspends in between.
     private func enqueueRecordingOperations(
         on queue: CommandQueue,
         count: Int,
-        recorder: ConcurrencyRecorder<Int>
+        recorder: Recorder<Int>,
+        probe: SectionProbe
     ) -> [Task<Int, any Error>] {
         (0..<count).map { index in
             queue.enqueue {
-                recorder.enter()
+                probe.enter()
                 recorder.append(2 * index)
                 await Task.yield()
                 if index.isMultiple(of: 50) { try await Task.sleep(nanoseconds: 200_000) }
                 recorder.append(2 * index + 1)
-                recorder.leave()
+                probe.leave()
                 return index
             }
         }
     }
 
     /// Enqueues an operation that waits on `gate`, holding the queue; returns once it runs.
-    private func block(_ queue: CommandQueue, until gate: ConcurrencyGate) async throws -> Task<Bool, any Error> {
-        let entered = ConcurrencyCounter()
+    private func block(_ queue: CommandQueue, until gate: Gate) async throws -> Task<Bool, any Error> {
+        let entered = Locked(0)
         let blocker = queue.enqueue(priority: .lowest) { () -> Bool in
             entered.increment()
             await gate.wait()
             return Task.isCancelled
         }
-        try await concurrencyWaitUntil("the blocking operation started") { entered.value == 1 }
+        try await waitUntil("the blocking operation started") { entered.value == 1 }
         return blocker
     }
 
     // MARK: Order
 
-    func test_enqueue_1000FromSynchronousCode_beginAndEndInEnqueueOrder_withoutOverlap() async throws {
+    @Test func enqueue_1000FromSynchronousCode_beginAndEndInEnqueueOrder_withoutOverlap() async throws {
         let queue = CommandQueue()
-        let recorder = ConcurrencyRecorder<Int>()
+        let recorder = Recorder<Int>()
+        let probe = SectionProbe()
         let count = 1_000
-        let tasks = enqueueRecordingOperations(on: queue, count: count, recorder: recorder)
-        let results = try await concurrencyWithTimeout {
+        let tasks = enqueueRecordingOperations(on: queue, count: count, recorder: recorder, probe: probe)
+        let results = try await withHangTimeout {
             var results: [Int] = []
             for task in tasks { results.append(try await task.value) }
             return results
         }
-        XCTAssertEqual(results, Array(0..<count))
-        let events = recorder.events
-        XCTAssertEqual(events.count, 2 * count)
-        XCTAssertEqual(events, Array(0..<2 * count), "operations did not begin and end in enqueue order")
-        XCTAssertEqual(recorder.maxInside, 1, "two operations overlapped")
+        #expect(results == Array(0..<count))
+        let events = recorder.snapshot
+        #expect(events.count == (2 * count))
+        #expect(events == Array(0..<2 * count), "operations did not begin and end in enqueue order")
+        #expect(probe.maximumInside == 1, "two operations overlapped")
     }
 
-    func test_enqueue_fromSeveralThreads_eachThreadsOperationsKeepTheirOrder() async throws {
+    @Test func enqueue_fromSeveralThreads_eachThreadsOperationsKeepTheirOrder() async throws {
         let queue = CommandQueue()
-        let recorder = ConcurrencyRecorder<Int>()
+        let recorder = Recorder<Int>()
+        let probe = SectionProbe()
         let threads = 4
         let perThread = 100
-        let done = ConcurrencyCounter()
-        let tasks = ConcurrencyRecorder<Task<Void, any Error>>()
+        let done = Locked(0)
+        let tasks = Recorder<Task<Void, any Error>>()
+        let spawned = ThreadGroup()
         for thread in 0..<threads {
-            concurrencyStartThread {
+            spawned.spawn {
                 for index in 0..<perThread {
                     tasks.append(
                         queue.enqueue {
-                            recorder.enter()
+                            probe.enter()
                             await Task.yield()
                             recorder.append(thread * 1_000 + index)
-                            recorder.leave()
+                            probe.leave()
                         })
                 }
                 done.increment()
             }
         }
-        try await concurrencyWaitUntil("every thread enqueued") { done.value == threads }
-        let all = tasks.events
-        try await concurrencyWithTimeout {
+        try await waitUntil("every thread enqueued") { done.value == threads }
+        try await spawned.join()
+        let all = tasks.snapshot
+        try await withHangTimeout {
             for task in all { try await task.value }
         }
-        let events = recorder.events
-        XCTAssertEqual(events.count, threads * perThread)
+        let events = recorder.snapshot
+        #expect(events.count == (threads * perThread))
         for thread in 0..<threads {
             let mine = events.filter { $0 / 1_000 == thread }
-            XCTAssertEqual(mine, (0..<perThread).map { thread * 1_000 + $0 }, "thread \(thread)'s order broke")
+            #expect(mine == ((0..<perThread).map { thread * 1_000 + $0 }), "thread \(thread)'s order broke")
         }
-        XCTAssertEqual(recorder.maxInside, 1)
+        #expect(probe.maximumInside == 1)
     }
 
-    func test_pendingOperations_runHighestPriorityFirst_FIFOWithinAPriority() async throws {
+    @Test func pendingOperations_runHighestPriorityFirst_FIFOWithinAPriority() async throws {
         let queue = CommandQueue()
-        let gate = ConcurrencyGate()
+        let gate = Gate()
         let blocker = try await block(queue, until: gate)
-        let log = ConcurrencyRecorder<Int>()
+        let log = Recorder<Int>()
         let priorities: [CommandPriority] = [
             .low, .highest, .medium, .lowest, .high, .medium, .highest, .low, CommandPriority(rawValue: 200), .lowest,
             .high, .medium,
@@ -169,154 +173,154 @@ final class CommandQueueTests: XCTestCase {
         for (index, priority) in priorities.enumerated() {
             tasks.append(queue.enqueue(priority: priority) { log.append(index) })
         }
-        XCTAssertEqual(queue.engine.pendingCount, priorities.count)
+        #expect(queue.engine.pendingCount == priorities.count)
         gate.open()
         _ = try await blocker.value
         let all = tasks
-        try await concurrencyWithTimeout {
+        try await withHangTimeout {
             for task in all { try await task.value }
         }
         let expected = priorities.indices.sorted { lhs, rhs in
             priorities[lhs] != priorities[rhs] ? priorities[lhs] > priorities[rhs] : lhs < rhs
         }
-        XCTAssertEqual(log.events, expected)
+        #expect(log.snapshot == expected)
     }
 
-    func test_runningOperation_isNeverPreempted_byHigherPriorityWork() async throws {
+    @Test func runningOperation_isNeverPreempted_byHigherPriorityWork() async throws {
         let queue = CommandQueue()
-        let log = ConcurrencyRecorder<String>()
-        let gate = ConcurrencyGate()
-        let entered = ConcurrencyCounter()
+        let log = Recorder<String>()
+        let gate = Gate()
+        let entered = Locked(0)
         let low = queue.enqueue(priority: .lowest) {
             entered.increment()
             log.append("low begins")
             await gate.wait()
             log.append("low ends")
         }
-        try await concurrencyWaitUntil("the low operation started") { entered.value == 1 }
+        try await waitUntil("the low operation started") { entered.value == 1 }
         let high = queue.enqueue(priority: .highest) { log.append("high") }
         gate.open()
-        try await concurrencyWithTimeout {
+        try await withHangTimeout {
             try await low.value
             try await high.value
         }
-        XCTAssertEqual(log.events, ["low begins", "low ends", "high"])
+        #expect(log.snapshot == ["low begins", "low ends", "high"])
     }
 
     // MARK: Results and errors
 
-    func test_perform_returnsTheOperationsResult() async throws {
+    @Test func perform_returnsTheOperationsResult() async throws {
         let queue = CommandQueue()
         let result = try await queue.perform(priority: .high) { () -> String in
             await Task.yield()
             return "result"
         }
-        XCTAssertEqual(result, "result")
+        #expect(result == "result")
     }
 
-    func test_perform_rethrowsTheOperationsError() async {
+    @Test func perform_rethrowsTheOperationsError() async throws {
         let queue = CommandQueue()
         do {
             _ = try await queue.perform { () -> Int in
                 await Task.yield()
-                throw ConcurrencyTestError(code: 7)
+                throw TestError.thrown(id: 7)
             }
-            XCTFail("perform did not throw")
+            Issue.record("perform did not throw")
         } catch {
-            XCTAssertEqual(error as? ConcurrencyTestError, ConcurrencyTestError(code: 7))
+            #expect((error as? TestError) == TestError.thrown(id: 7))
         }
         // The queue is usable after a throwing operation.
         let after = try? await queue.perform { 1 }
-        XCTAssertEqual(after, 1)
+        #expect(after == 1)
     }
 
-    func test_enqueuedTask_throwsTheOperationsError_andTheQueueMovesOn() async throws {
+    @Test func enqueuedTask_throwsTheOperationsError_andTheQueueMovesOn() async throws {
         let queue = CommandQueue()
-        let failing = queue.enqueue { () -> Int in throw ConcurrencyTestError(code: 3) }
+        let failing = queue.enqueue { () -> Int in throw TestError.thrown(id: 3) }
         let next = queue.enqueue { 4 }
         let failure = await failing.result
-        XCTAssertThrowsError(try failure.get()) { XCTAssertEqual($0 as? ConcurrencyTestError, .init(code: 3)) }
-        let value = try await concurrencyWithTimeout { try await next.value }
-        XCTAssertEqual(value, 4)
+        #expect(throws: TestError.thrown(id: 3)) { try failure.get() }
+        let value = try await withHangTimeout { try await next.value }
+        #expect(value == 4)
     }
 
-    func test_perform_cancellingTheCaller_removesItsPendingOperation_whichNeverRuns() async throws {
+    @Test func perform_cancellingTheCaller_removesItsPendingOperation_whichNeverRuns() async throws {
         let queue = CommandQueue()
-        let gate = ConcurrencyGate()
+        let gate = Gate()
         let blocker = try await block(queue, until: gate)
-        let ran = ConcurrencyCounter()
+        let ran = Locked(0)
         let caller = Task { try await queue.perform { ran.increment() } }
-        try await concurrencyWaitUntil("the operation is queued") { queue.engine.pendingCount == 1 }
+        try await waitUntil("the operation is queued") { queue.engine.pendingCount == 1 }
         caller.cancel()
-        let result = try await concurrencyWithTimeout { await caller.result }
-        XCTAssertThrowsError(try result.get()) { XCTAssertEqual($0 as? QueueSafeValueError, .cancelled) }
-        XCTAssertEqual(queue.engine.pendingCount, 0)
+        let result = try await withHangTimeout { await caller.result }
+        #expect(throws: QueueSafeValueError.cancelled) { try result.get() }
+        #expect(queue.engine.pendingCount == 0)
         gate.open()
         _ = try await blocker.value
         _ = try await queue.perform { 0 }
-        XCTAssertEqual(ran.value, 0)
+        #expect(ran.value == 0)
     }
 
     // MARK: Cancellation
 
-    func test_cancelAll_cancelsTheRunningOperation_andPendingOnesNeverStart_laterWorkRunsNormally() async throws {
+    @Test func cancelAll_cancelsTheRunningOperation_andPendingOnesNeverStart_laterWorkRunsNormally() async throws {
         let queue = CommandQueue()
-        let gate = ConcurrencyGate()
-        let started = ConcurrencyRecorder<Int>()
+        let gate = Gate()
+        let started = Recorder<Int>()
         let blocker = try await block(queue, until: gate)
         let pending = (0..<5).map { index in
             queue.enqueue(priority: CommandPriority(rawValue: UInt8(index * 50))) { started.append(index) }
         }
-        XCTAssertEqual(queue.engine.pendingCount, pending.count)
+        #expect(queue.engine.pendingCount == pending.count)
 
         queue.cancelAll()
 
-        XCTAssertTrue(blocker.isCancelled, "the running operation's task was not cancelled")
+        #expect(blocker.isCancelled, "the running operation's task was not cancelled")
         for task in pending {
-            XCTAssertTrue(task.isCancelled, "a pending operation's task was not cancelled")
+            #expect(task.isCancelled, "a pending operation's task was not cancelled")
         }
-        XCTAssertEqual(queue.engine.pendingCount, 0, "pending operations are still queued")
+        #expect(queue.engine.pendingCount == 0, "pending operations are still queued")
         for task in pending {
-            let result = try await concurrencyWithTimeout { await task.result }
-            XCTAssertThrowsError(try result.get()) { XCTAssertEqual($0 as? QueueSafeValueError, .cancelled) }
+            let result = try await withHangTimeout { await task.result }
+            #expect(throws: QueueSafeValueError.cancelled) { try result.get() }
         }
-        XCTAssertEqual(gate.waiterCount, 1, "the running operation should still be running")
+        #expect(gate.waiterCount == 1, "the running operation should still be running")
 
         // Work enqueued afterwards runs normally, after the running operation has ended.
-        let log = ConcurrencyRecorder<String>()
+        let log = Recorder<String>()
         let later = queue.enqueue { () -> Bool in
             log.append("later")
             return Task.isCancelled
         }
-        XCTAssertFalse(later.isCancelled)
+        #expect(!later.isCancelled)
         try await Task.sleep(nanoseconds: 5_000_000)
-        XCTAssertEqual(log.events, [], "later work started while the cancelled operation still ran")
+        #expect(log.snapshot == [], "later work started while the cancelled operation still ran")
         gate.open()
-        let blockerSawCancellation = try await concurrencyWithTimeout { try await blocker.value }
-        XCTAssertTrue(blockerSawCancellation, "the running operation did not see Task.isCancelled")
-        let laterSawCancellation = try await concurrencyWithTimeout { try await later.value }
-        XCTAssertFalse(laterSawCancellation)
-        XCTAssertEqual(log.events, ["later"])
-        XCTAssertEqual(started.events, [], "a cancelled pending operation started")
+        let blockerSawCancellation = try await withHangTimeout { try await blocker.value }
+        #expect(blockerSawCancellation, "the running operation did not see Task.isCancelled")
+        let laterSawCancellation = try await withHangTimeout { try await later.value }
+        #expect(!laterSawCancellation)
+        #expect(log.snapshot == ["later"])
+        #expect(started.snapshot == [], "a cancelled pending operation started")
     }
 
-    func test_cancelAll_onAnIdleQueue_leavesLaterWorkAlone() async throws {
+    @Test func cancelAll_onAnIdleQueue_leavesLaterWorkAlone() async throws {
         let queue = CommandQueue()
         queue.cancelAll()
         let task = queue.enqueue { Task.isCancelled }
-        let sawCancellation = try await concurrencyWithTimeout { try await task.value }
-        XCTAssertFalse(sawCancellation)
-        XCTAssertFalse(task.isCancelled)
+        let sawCancellation = try await withHangTimeout { try await task.value }
+        #expect(!sawCancellation)
+        #expect(!task.isCancelled)
     }
 
     /// `cancelAll()` races with operations that run as soon as they are enqueued: every operation
     /// either ended before `cancelAll()` was called or has its task cancelled; one that had not
     /// started never starts, except the one the queue had already handed the turn to, which then
     /// sees the cancellation.
-    func test_cancelAll_racingWithRunningWork_cancelsEveryOperationThatHadNotEnded() async throws {
+    @Test func cancelAll_racingWithRunningWork_cancelsEveryOperationThatHadNotEnded() async throws {
         for _ in 0..<20 {
             let queue = CommandQueue()
-            let probe = ConcurrencyCancelAllProbe()
+            let probe = CancelAllProbe()
             let tasks = (0..<20).map { index in
                 queue.enqueue { () -> Int in
                     probe.operationStarted(index) { Task.isCancelled }
@@ -328,63 +332,63 @@ final class CommandQueueTests: XCTestCase {
             probe.cancelAll(queue)
             var succeeded = 0
             for (index, task) in tasks.enumerated() {
-                let result = try await concurrencyWithTimeout { await task.result }
-                XCTAssertTrue(
+                let result = try await withHangTimeout { await task.result }
+                #expect(
                     probe.endedBeforeCancelAll.contains(index) || task.isCancelled,
                     "task \(index) was neither finished nor cancelled")
                 switch result {
                 case .success: succeeded += 1
-                case .failure(let error): XCTAssertEqual(error as? QueueSafeValueError, .cancelled)
+                case .failure(let error): #expect((error as? QueueSafeValueError) == .cancelled)
                 }
             }
-            XCTAssertEqual(probe.startedCount, succeeded, "an operation ran but its task reported cancelled")
-            XCTAssertLessThanOrEqual(
-                probe.startedCount - probe.endedBeforeCancelAll.count, 1,
+            #expect(probe.startedCount == succeeded, "an operation ran but its task reported cancelled")
+            #expect(
+                (probe.startedCount - probe.endedBeforeCancelAll.count) <= 1,
                 "more than one operation was running or started around cancelAll()")
-            XCTAssertTrue(
+            #expect(
                 probe.startedAfterCancelAllSawCancellation,
                 "an operation that started after cancelAll() did not see Task.isCancelled")
-            let after = try await concurrencyWithTimeout { try await queue.perform { 5 } }
-            XCTAssertEqual(after, 5)
+            let after = try await withHangTimeout { try await queue.perform { 5 } }
+            #expect(after == 5)
         }
     }
 
-    func test_cancellingOnePendingTask_removesItFromTheQueue_andTheOthersRunInOrder() async throws {
+    @Test func cancellingOnePendingTask_removesItFromTheQueue_andTheOthersRunInOrder() async throws {
         let queue = CommandQueue()
-        let gate = ConcurrencyGate()
+        let gate = Gate()
         let blocker = try await block(queue, until: gate)
-        let log = ConcurrencyRecorder<Int>()
+        let log = Recorder<Int>()
         let tasks = (0..<4).map { index in queue.enqueue { log.append(index) } }
-        XCTAssertEqual(queue.engine.pendingCount, 4)
+        #expect(queue.engine.pendingCount == 4)
         tasks[2].cancel()
-        try await concurrencyWaitUntil("the cancelled operation left the queue") { queue.engine.pendingCount == 3 }
-        let cancelled = try await concurrencyWithTimeout { await tasks[2].result }
-        XCTAssertThrowsError(try cancelled.get()) { XCTAssertEqual($0 as? QueueSafeValueError, .cancelled) }
-        XCTAssertEqual(gate.waiterCount, 1, "the blocker should still hold the queue")
+        try await waitUntil("the cancelled operation left the queue") { queue.engine.pendingCount == 3 }
+        let cancelled = try await withHangTimeout { await tasks[2].result }
+        #expect(throws: QueueSafeValueError.cancelled) { try cancelled.get() }
+        #expect(gate.waiterCount == 1, "the blocker should still hold the queue")
         gate.open()
         _ = try await blocker.value
-        try await concurrencyWithTimeout {
+        try await withHangTimeout {
             for index in [0, 1, 3] { try await tasks[index].value }
         }
-        XCTAssertEqual(log.events, [0, 1, 3])
+        #expect(log.snapshot == [0, 1, 3])
     }
 
     /// Rounds of enqueues and `cancelAll()` racing with the running work: every task either ran its
     /// operation or threw `.cancelled` without running it, operations never overlap and the queue
     /// keeps working.
-    func test_cancelAll_racingWithWork_everyTaskRunsOrThrowsCancelled_andTheQueueKeepsWorking() async throws {
+    @Test func cancelAll_racingWithWork_everyTaskRunsOrThrowsCancelled_andTheQueueKeepsWorking() async throws {
         let queue = CommandQueue()
-        let recorder = ConcurrencyRecorder<Int>()
-        let ran = ConcurrencyCounter()
+        let probe = SectionProbe()
+        let ran = Locked(0)
         var tasks: [Task<Int, any Error>] = []
         for round in 0..<30 {
             for index in 0..<10 {
                 tasks.append(
                     queue.enqueue(priority: CommandPriority(rawValue: UInt8(index * 20))) {
-                        recorder.enter()
+                        probe.enter()
                         ran.increment()
                         if index.isMultiple(of: 2) { await Task.yield() }
-                        recorder.leave()
+                        probe.leave()
                         return index
                     })
             }
@@ -393,24 +397,24 @@ final class CommandQueueTests: XCTestCase {
         }
         var succeeded = 0
         for task in tasks {
-            let result = try await concurrencyWithTimeout { await task.result }
+            let result = try await withHangTimeout { await task.result }
             switch result {
             case .success: succeeded += 1
-            case .failure(let error): XCTAssertEqual(error as? QueueSafeValueError, .cancelled)
+            case .failure(let error): #expect((error as? QueueSafeValueError) == .cancelled)
             }
         }
-        XCTAssertEqual(ran.value, succeeded, "an operation ran but its task reported cancelled")
-        XCTAssertEqual(recorder.maxInside, 1)
-        XCTAssertEqual(queue.engine.pendingCount, 0)
-        let after = try await concurrencyWithTimeout { try await queue.perform { 1 } }
-        XCTAssertEqual(after, 1)
+        #expect(ran.value == succeeded, "an operation ran but its task reported cancelled")
+        #expect(probe.maximumInside == 1)
+        #expect(queue.engine.pendingCount == 0)
+        let after = try await withHangTimeout { try await queue.perform { 1 } }
+        #expect(after == 1)
     }
 
     // MARK: Isolation
 
-    func test_enqueueIsolatedToAnActor_runsIsolatedToIt_andKeepsTheOrderAcrossSuspensions() async throws {
+    @Test func enqueueIsolatedToAnActor_runsIsolatedToIt_andKeepsTheOrderAcrossSuspensions() async throws {
         let queue = CommandQueue()
-        let actor = ConcurrencyLogActor()
+        let actor = LogActor()
         let count = 100
         let tasks = (0..<count).map { index in
             queue.enqueue(isolatedTo: actor) { actor in
@@ -429,103 +433,102 @@ final class CommandQueueTests: XCTestCase {
                 await Task.yield()
             }
         }
-        try await concurrencyWithTimeout {
+        try await withHangTimeout {
             for task in tasks { try await task.value }
             await other.value
         }
         let log = await actor.log.filter { $0 >= 0 }
-        XCTAssertEqual(log, Array(0..<2 * count))
+        #expect(log == Array(0..<2 * count))
     }
 
-    func test_performIsolatedToAnActor_returnsTheResult() async throws {
+    @Test func performIsolatedToAnActor_returnsTheResult() async throws {
         let queue = CommandQueue()
-        let actor = ConcurrencyLogActor()
+        let actor = LogActor()
         let count = try await queue.perform(isolatedTo: actor) { actor -> Int in
             actor.assertIsolated()
             actor.log.append(1)
             return actor.log.count
         }
-        XCTAssertEqual(count, 1)
+        #expect(count == 1)
     }
 
-    func test_enqueueOnMainActor_fromANonisolatedTest_runsOnTheMainActor_inOrder() async throws {
+    @Test func enqueueOnMainActor_fromANonisolatedTest_runsOnTheMainActor_inOrder() async throws {
         let queue = CommandQueue()
-        await MainActor.run { ConcurrencyMainLog.shared.log = [] }
+        let mainLog = await MainActor.run { MainLog() }
         let tasks = (0..<50).map { index in
             queue.enqueueOnMainActor {
                 MainActor.assertIsolated()
-                ConcurrencyMainLog.shared.log.append(2 * index)
+                mainLog.log.append(2 * index)
                 await Task.yield()
                 MainActor.assertIsolated()
-                ConcurrencyMainLog.shared.log.append(2 * index + 1)
+                mainLog.log.append(2 * index + 1)
             }
         }
-        try await concurrencyWithTimeout {
+        try await withHangTimeout {
             for task in tasks { try await task.value }
         }
-        let log = await MainActor.run { ConcurrencyMainLog.shared.log }
-        XCTAssertEqual(log, Array(0..<100))
+        let log = await mainLog.log
+        #expect(log == Array(0..<100))
     }
 
-    @MainActor
-    func test_enqueueOnMainActor_fromTheMainActor_runsOnceTheCallerSuspends() async throws {
+    @Test @MainActor func enqueueOnMainActor_fromTheMainActor_runsOnceTheCallerSuspends() async throws {
         let queue = CommandQueue()
-        ConcurrencyMainLog.shared.log = []
+        let mainLog = MainLog()
         let tasks = (0..<10).map { index in
-            queue.enqueueOnMainActor { ConcurrencyMainLog.shared.log.append(index) }
+            queue.enqueueOnMainActor { mainLog.log.append(index) }
         }
         let performed = try await queue.performOnMainActor { () -> Int in
             MainActor.assertIsolated()
-            return ConcurrencyMainLog.shared.log.count
+            return mainLog.log.count
         }
-        XCTAssertEqual(performed, 10)
+        #expect(performed == 10)
         for task in tasks { try await task.value }
-        XCTAssertEqual(ConcurrencyMainLog.shared.log, Array(0..<10))
+        #expect(mainLog.log == Array(0..<10))
     }
 
     // MARK: Reentrancy
 
-    func test_perform_fromInsideAnOperation_throwsReentrantAccessAtOnce() async throws {
+    @Test func perform_fromInsideAnOperation_throwsReentrantAccessAtOnce() async throws {
         let queue = CommandQueue()
-        let actor = ConcurrencyLogActor()
-        let errors = try await concurrencyWithTimeout {
+        let actor = LogActor()
+        let errors = try await withHangTimeout {
             try await queue.perform { () -> [QueueSafeValueError?] in
                 var errors: [QueueSafeValueError?] = []
-                errors.append(await concurrencyError { try await queue.perform { 1 } })
-                errors.append(await concurrencyError { try await queue.perform(isolatedTo: actor) { _ in 1 } })
-                errors.append(await concurrencyError { try await queue.performOnMainActor { 1 } })
+                errors.append(await thrownError { try await queue.perform { 1 } })
+                errors.append(await thrownError { try await queue.perform(isolatedTo: actor) { _ in 1 } })
+                errors.append(await thrownError { try await queue.performOnMainActor { 1 } })
                 return errors
             }
         }
-        XCTAssertEqual(errors, [.reentrantAccess, .reentrantAccess, .reentrantAccess])
-        XCTAssertEqual(queue.engine.pendingCount, 0, "a reentrant perform left an entry in the queue")
+        #expect(errors == [.reentrantAccess, .reentrantAccess, .reentrantAccess])
+        #expect(queue.engine.pendingCount == 0, "a reentrant perform left an entry in the queue")
     }
 
-    func test_perform_fromAChildTaskOfAnOperation_throwsReentrantAccess() async throws {
+    @Test func perform_fromAChildTaskOfAnOperation_throwsReentrantAccess() async throws {
         let queue = CommandQueue()
-        let error = try await concurrencyWithTimeout {
+        let error = try await withHangTimeout {
             try await queue.perform { () -> QueueSafeValueError? in
                 await withTaskGroup(of: QueueSafeValueError?.self) { group in
-                    group.addTask { await concurrencyError { try await queue.perform { 1 } } }
+                    group.addTask { await thrownError { try await queue.perform { 1 } } }
                     return await group.next()!
                 }
             }
         }
-        XCTAssertEqual(error, .reentrantAccess)
+        #expect(error == .reentrantAccess)
     }
 
-    func test_perform_onAnotherQueue_fromInsideAnOperation_runsNormally() async throws {
+    @Test func perform_onAnotherQueue_fromInsideAnOperation_runsNormally() async throws {
         let outer = CommandQueue()
         let inner = CommandQueue()
-        let result = try await concurrencyWithTimeout {
+        let result = try await withHangTimeout {
             try await outer.perform { try await inner.perform { 42 } }
         }
-        XCTAssertEqual(result, 42)
+        #expect(result == 42)
     }
 
-    func test_enqueue_fromInsideAnOperation_isAllowed_andRunsAfterIt() async throws {
+    @Test func enqueue_fromInsideAnOperation_isAllowed_andRunsAfterIt() async throws {
         let queue = CommandQueue()
-        let log = ConcurrencyRecorder<String>()
+        let log = Recorder<String>()
         let outer = queue.enqueue { () -> Task<Void, any Error> in
             log.append("outer begins")
             let inner = queue.enqueue { log.append("inner") }
@@ -534,33 +537,33 @@ final class CommandQueueTests: XCTestCase {
             log.append("outer ends")
             return inner
         }
-        try await concurrencyWithTimeout {
+        try await withHangTimeout {
             let inner = try await outer.value
             try await inner.value
         }
-        XCTAssertEqual(log.events, ["outer begins", "outer ends", "inner"])
+        #expect(log.snapshot == ["outer begins", "outer ends", "inner"])
     }
 
     /// A task started inside an operation inherits its task locals, but once the operation has
     /// ended its `perform` is not reentrant: it simply waits for its turn.
-    func test_unstructuredTaskStartedInsideAnOperation_performsNormallyAfterTheOperationEnded() async throws {
+    @Test func unstructuredTaskStartedInsideAnOperation_performsNormallyAfterTheOperationEnded() async throws {
         let queue = CommandQueue()
-        let gate = ConcurrencyGate()
+        let gate = Gate()
         let outer = queue.enqueue { () -> Task<Int, any Error> in
             Task {
                 await gate.wait()
                 return try await queue.perform { 7 }
             }
         }
-        let started = try await concurrencyWithTimeout { try await outer.value }
+        let started = try await withHangTimeout { try await outer.value }
         // Another operation holds the queue when the task's `perform` arrives.
-        let holderGate = ConcurrencyGate()
+        let holderGate = Gate()
         let holder = try await block(queue, until: holderGate)
         gate.open()
-        try await concurrencyWaitUntil("the task's operation is queued") { queue.engine.pendingCount == 1 }
+        try await waitUntil("the task's operation is queued") { queue.engine.pendingCount == 1 }
         holderGate.open()
         _ = try await holder.value
-        let result = try await concurrencyWithTimeout { try await started.value }
-        XCTAssertEqual(result, 7)
+        let result = try await withHangTimeout { try await started.value }
+        #expect(result == 7)
     }
 }

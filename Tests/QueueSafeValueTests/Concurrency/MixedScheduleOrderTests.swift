@@ -1,12 +1,12 @@
 import Dispatch
 import Foundation
-import XCTest
+import Testing
 
 @testable import QueueSafeValue
 
 /// Blocking (`wait`), dispatch (`async(performIn:)`) and awaiting (`async`) commands share one
 /// queue and one priority order: highest priority first, first-come-first-served within a priority.
-final class MixedScheduleOrderTests: XCTestCase {
+@Suite(.runsAlongsideOthers) struct MixedScheduleOrderTests {
     private enum Kind: CaseIterable {
         case blocking
         case dispatched
@@ -34,8 +34,9 @@ final class MixedScheduleOrderTests: XCTestCase {
     /// index (inside the critical section) and adds one to the value.
     private func issuePlan(
         on value: QueueSafeValue<Int>,
-        log: ConcurrencyRecorder<Int>,
-        finished: ConcurrencyCounter
+        log: Recorder<Int>,
+        finished: Locked<Int>,
+        threads: ThreadGroup
     ) async throws -> [Task<Int, any Error>] {
         let engine = value.storage.engine
         let dispatchQueue = DispatchQueue(label: "mixed.dispatch")
@@ -44,7 +45,7 @@ final class MixedScheduleOrderTests: XCTestCase {
             let pendingBefore = engine.pendingCount
             switch kind {
             case .blocking:
-                concurrencyStartThread {
+                threads.spawn {
                     let result = value.wait.priority(priority).set { value in
                         log.append(index)
                         value += 1
@@ -72,114 +73,107 @@ final class MixedScheduleOrderTests: XCTestCase {
                         return result
                     })
             }
-            try await concurrencyWaitUntil("command \(index) (\(kind), \(priority)) is queued") {
+            try await waitUntil("command \(index) (\(kind), \(priority)) is queued") {
                 engine.pendingCount == pendingBefore + 1
             }
         }
         return tasks
     }
 
-    private func waitForPlan(
-        _ tasks: [Task<Int, any Error>],
-        finished: ConcurrencyCounter,
-        value: QueueSafeValue<Int>
-    ) async throws {
-        try await concurrencyWithTimeout {
+    /// The schedule of the command that holds the value while the plan is issued.
+    enum Holder: String, CaseIterable, Sendable {
+        /// `value.async`, whose closure waits on a gate.
+        case awaiting
+        /// `value.wait` with manual completion, from a thread.
+        case blockingManualCompletion
+        /// `value.async(performIn:)` with manual completion.
+        case dispatchManualCompletion
+    }
+
+    /// Holds `value` with a command of the given schedule (setting it to 1 000) and returns what
+    /// lets it go, once it holds the value.
+    private func hold(
+        _ value: QueueSafeValue<Int>,
+        with holder: Holder,
+        threads: ThreadGroup
+    ) async throws -> @Sendable () async throws -> Void {
+        switch holder {
+        case .awaiting:
+            let gate = Gate()
+            let entered = Locked(0)
+            let task = Task {
+                try await value.async.lowestPriority.set { value in
+                    entered.increment()
+                    await gate.wait()
+                    value = 1_000
+                }
+            }
+            try await waitUntil("the holder holds the value") { entered.value == 1 }
+            return {
+                gate.open()
+                _ = try await task.value
+            }
+        case .blockingManualCompletion:
+            let completion = Recorder<CommandCompletionClosure>()
+            threads.spawn {
+                value.wait.lowestPriority.set(manualCompletion: { value, done in
+                    value = 1_000
+                    completion.append(done)
+                })
+            }
+            try await waitUntil("the holder holds the value") { completion.count == 1 }
+            return { completion.snapshot[0]() }
+        case .dispatchManualCompletion:
+            let completion = Recorder<CommandCompletionClosure>()
+            value.async(performIn: DispatchQueue(label: "mixed.holder")).lowestPriority.set(
+                manualCompletion: { value, done in
+                    value = 1_000
+                    completion.append(done)
+                })
+            try await waitUntil("the holder holds the value") { completion.count == 1 }
+            return { completion.snapshot[0]() }
+        }
+    }
+
+    @Test(arguments: Holder.allCases)
+    func mixedCommands_whileAValueIsHeld_runInOnePriorityOrder(holder: Holder) async throws {
+        let value = QueueSafeValue(value: 0)
+        let log = Recorder<Int>()
+        let finished = Locked(0)
+        let threads = ThreadGroup()
+        let release = try await hold(value, with: holder, threads: threads)
+
+        let tasks = try await issuePlan(on: value, log: log, finished: finished, threads: threads)
+        #expect(log.snapshot == [], "a command ran while the value was held")
+        try await release()
+        try await withHangTimeout {
             for task in tasks { _ = try await task.value }
         }
-        try await concurrencyWaitUntil("every command finished") { finished.value == Self.plan.count }
-    }
+        try await waitUntil("every command finished") { finished.value == Self.plan.count }
+        try await threads.join()
 
-    func test_mixedCommands_whileAnAwaitingCommandHoldsTheValue_runInOnePriorityOrder() async throws {
-        let value = QueueSafeValue(value: 0)
-        let log = ConcurrencyRecorder<Int>()
-        let finished = ConcurrencyCounter()
-        let gate = ConcurrencyGate()
-        let entered = ConcurrencyCounter()
-        let holder = Task {
-            try await value.async.lowestPriority.set { value in
-                entered.increment()
-                await gate.wait()
-                value = 1_000
-            }
-        }
-        try await concurrencyWaitUntil("the holder holds the value") { entered.value == 1 }
-
-        let tasks = try await issuePlan(on: value, log: log, finished: finished)
-        XCTAssertEqual(log.events, [], "a command ran while the value was held")
-        gate.open()
-        _ = try await holder.value
-        try await waitForPlan(tasks, finished: finished, value: value)
-
-        XCTAssertEqual(log.events, Self.expectedOrder)
+        #expect(log.snapshot == Self.expectedOrder)
         let final = try await value.async.highestPriority.get()
-        XCTAssertEqual(final, 1_000 + Self.plan.count)
-    }
-
-    func test_mixedCommands_whileABlockingManualCompletionCommandHoldsTheValue_runInOnePriorityOrder() async throws {
-        let value = QueueSafeValue(value: 0)
-        let log = ConcurrencyRecorder<Int>()
-        let finished = ConcurrencyCounter()
-        let completion = ConcurrencyRecorder<CommandCompletionClosure>()
-        let holderDone = ConcurrencyCounter()
-        concurrencyStartThread {
-            value.wait.lowestPriority.set(manualCompletion: { value, done in
-                value = 1_000
-                completion.append(done)
-            })
-            holderDone.increment()
-        }
-        try await concurrencyWaitUntil("the holder holds the value") { completion.count == 1 }
-
-        let tasks = try await issuePlan(on: value, log: log, finished: finished)
-        XCTAssertEqual(log.events, [], "a command ran while the value was held")
-        completion.events[0]()
-        try await waitForPlan(tasks, finished: finished, value: value)
-        try await concurrencyWaitUntil("the holder's thread returned") { holderDone.value == 1 }
-
-        XCTAssertEqual(log.events, Self.expectedOrder)
-        let final = try await value.async.highestPriority.get()
-        XCTAssertEqual(final, 1_000 + Self.plan.count)
-    }
-
-    func test_mixedCommands_whileADispatchManualCompletionCommandHoldsTheValue_runInOnePriorityOrder() async throws {
-        let value = QueueSafeValue(value: 0)
-        let log = ConcurrencyRecorder<Int>()
-        let finished = ConcurrencyCounter()
-        let completion = ConcurrencyRecorder<CommandCompletionClosure>()
-        value.async(performIn: DispatchQueue(label: "mixed.holder")).lowestPriority.set(
-            manualCompletion: { value, done in
-                value = 1_000
-                completion.append(done)
-            })
-        try await concurrencyWaitUntil("the holder holds the value") { completion.count == 1 }
-
-        let tasks = try await issuePlan(on: value, log: log, finished: finished)
-        XCTAssertEqual(log.events, [], "a command ran while the value was held")
-        completion.events[0]()
-        try await waitForPlan(tasks, finished: finished, value: value)
-
-        XCTAssertEqual(log.events, Self.expectedOrder)
-        let final = try await value.async.highestPriority.get()
-        XCTAssertEqual(final, 1_000 + Self.plan.count)
+        #expect(final == 1_000 + Self.plan.count)
     }
 
     /// Hand-offs between the three kinds under load: no update is lost and no command is stranded.
-    func test_mixedCommands_underContention_loseNoUpdate_andNeverOverlap() async throws {
+    @Test func mixedCommands_underContention_loseNoUpdate_andNeverOverlap() async throws {
         let value = QueueSafeValue(value: 0)
-        let recorder = ConcurrencyRecorder<Int>()
+        let probe = SectionProbe()
         let perKind = 150
         let threads = 3
         let dispatchQueue = DispatchQueue(label: "mixed.contention", attributes: .concurrent)
-        let finished = ConcurrencyCounter()
+        let finished = Locked(0)
 
+        let spawned = ThreadGroup()
         for thread in 0..<threads {
-            concurrencyStartThread {
+            spawned.spawn {
                 for index in 0..<perKind / threads {
                     _ = value.wait.priority(CommandPriority(rawValue: UInt8((index + thread) % 4 * 64))).set {
-                        recorder.enter()
+                        probe.enter()
                         $0 += 1
-                        recorder.leave()
+                        probe.leave()
                     }
                 }
                 finished.increment()
@@ -188,33 +182,34 @@ final class MixedScheduleOrderTests: XCTestCase {
         for index in 0..<perKind {
             value.async(performIn: dispatchQueue).priority(CommandPriority(rawValue: UInt8(index % 4 * 64))).set(
                 accessClosure: {
-                    recorder.enter()
+                    probe.enter()
                     $0 += 1
-                    recorder.leave()
+                    probe.leave()
                 },
                 completion: { _ in finished.increment() })
         }
-        try await concurrencyWithTimeout {
+        try await withHangTimeout {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for index in 0..<perKind {
                     group.addTask {
                         try await value.async.priority(CommandPriority(rawValue: UInt8(index % 4 * 64))).set {
-                            recorder.enter()
+                            probe.enter()
                             if index.isMultiple(of: 2) { await Task.yield() }
                             $0 += 1
-                            recorder.leave()
+                            probe.leave()
                         }
                     }
                 }
                 try await group.waitForAll()
             }
         }
-        try await concurrencyWaitUntil("blocking and dispatch commands finished") {
+        try await waitUntil("blocking and dispatch commands finished") {
             finished.value == threads + perKind
         }
-        XCTAssertEqual(recorder.maxInside, 1)
+        try await spawned.join()
+        #expect(probe.maximumInside == 1)
         let final = try await value.async.highestPriority.get()
-        XCTAssertEqual(final, 3 * perKind)
-        XCTAssertEqual(value.storage.engine.pendingCount, 0)
+        #expect(final == (3 * perKind))
+        #expect(value.storage.engine.pendingCount == 0)
     }
 }

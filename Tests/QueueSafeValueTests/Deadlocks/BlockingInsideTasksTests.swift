@@ -7,8 +7,12 @@ import Testing
 /// Blocking commands inside tasks: a short or uncontended one works as it does anywhere, but the
 /// one that would park the last free thread of the cooperative pool while a task holds the value
 /// (and needs a pool thread to resume) is refused with `.deadlock` instead of hanging the process.
-@Suite(.serialized) struct BlockingInsideTasksTests {
-    @Test func uncontendedBlockingCommandInsideATask_works() async {
+///
+/// Runs alone: the deadlock detector counts the cooperative pool's threads parked in blocking
+/// commands across the whole process, so another test's parked thread would change how many of
+/// these commands are refused; and the test needs both pool threads free to run its blockers.
+@Suite(.runsAlone) struct BlockingInsideTasksTests {
+    @Test func uncontendedBlockingCommandInsideATask_works() async throws {
         let value = QueueSafeValue(value: 1)
         let result = await Task.detached { value.wait.highestPriority.set { $0 += 1 } }.value
         #expect(result.valueOrZero == 2)
@@ -27,15 +31,15 @@ import Testing
         }.start()
         holding.wait()
         let waiter = Task.detached { value.waitBounded.highestPriority.set { $0 += 1 } }
-        try await concurrencyWaitUntil("the task's command waits") { value.diagnostics.waitingCount == 1 }
+        try await waitUntil("the task's command waits") { value.diagnostics.waitingCount == 1 }
         letGo.signal()
         #expect(await waiter.value.valueOrZero == 1)
     }
 
     @Test func blockingCommandsInsideTasks_thatWouldParkEveryPoolThread_whileATaskHolds_areRefused() async throws {
         let value = QueueSafeValue(value: 0, label: "token")
-        let holderInside = ConcurrencyGate()
-        let resume = ConcurrencyGate()
+        let holderInside = Gate()
+        let resume = Gate()
         // A task holds the value across an await: it needs a pool thread to resume and let go.
         let holder = Task.detached {
             try await value.async.highestPriority.set { value in
@@ -56,7 +60,7 @@ import Testing
             }
         }
         // The refusal comes back while the others still wait.
-        try await concurrencyWaitUntil("a blocking command is refused") {
+        try await waitUntil("a blocking command is refused") {
             results.value.contains { if case .failure(.deadlock) = $0 { true } else { false } }
         }
         resume.open()

@@ -6,7 +6,7 @@ import Testing
 
 /// Lock-order cycles between threads (and tasks) fail with `.deadlock` instead of hanging, and
 /// nothing that is not a cycle ever does.
-@Suite struct LockOrderDeadlockTests {
+@Suite(.runsAlongsideOthers) struct LockOrderDeadlockTests {
     /// Starts one thread per body, with all of them holding their first value before any asks for
     /// its second; waits (bounded) for all of them.
     private func runCycle(values: [QueueSafeValue<Int>], repeat round: Int) -> [Result<Int, QueueSafeValueError>] {
@@ -153,7 +153,7 @@ import Testing
         // A task holds `x` across an await and then awaits `y`; a thread holds `y` and waits for `x`.
         let x = QueueSafeValue(value: 0, label: "x")
         let y = QueueSafeValue(value: 0, label: "y")
-        let threadHoldsY = ConcurrencyGate()
+        let threadHoldsY = Gate()
         let threadResult = Locked<Result<Int, QueueSafeValueError>?>(nil)
         let threadDone = DispatchSemaphore(value: 0)
         Thread {
@@ -186,20 +186,5 @@ import Testing
         let yValue = y.wait.lowestPriority.get().valueOrZero
         #expect(threadDeadlocked || yValue == 0, "neither party of the cycle was refused")
         #expect(taskResult.isSuccess)
-    }
-}
-
-extension Result where Success == Int {
-    /// The value, or 0 for a failure (for sums in assertions).
-    var valueOrZero: Int {
-        if case .success(let value) = self { return value }
-        return 0
-    }
-}
-
-extension Result {
-    var isSuccess: Bool {
-        if case .success = self { return true }
-        return false
     }
 }

@@ -7,7 +7,7 @@ import Testing
 /// A blocking command issued from a block running on a queue, behind a dispatch command for that
 /// same queue, does not hang: the waiting thread runs the dispatch command itself (it runs on the
 /// queue), exactly once, and no `.deadlock` is reported — serial, concurrent or main queue.
-@Suite struct QueueCycleTests {
+@Suite(.runsAlongsideOthers) struct QueueCycleTests {
     // Every wait here is bounded (`waitBounded`): a queue cycle that hangs becomes `.timedOut`.
 
     /// Holds `value` on a thread of its own until `release()`.
@@ -30,7 +30,7 @@ import Testing
         /// Lets go once `condition` holds (bounded), from the holder's own thread.
         func release(when condition: @escaping @Sendable () -> Bool) {
             Thread { [letGo] in
-                _ = waitUntil(condition)
+                _ = waitUntil { condition() }
                 letGo.signal()
             }.start()
         }
@@ -119,7 +119,7 @@ import Testing
         return key
     }()
 
-    @Test @MainActor func mainQueue_blockingCommandBehindADispatchCommandForMain_doesNotHang() async {
+    @Test @MainActor func mainQueue_blockingCommandBehindADispatchCommandForMain_doesNotHang() async throws {
         let mark = Self.mainQueueMark
         #expect(DispatchQueue.getSpecific(key: mark) == true, "the main actor does not run on the main queue here")
         let value = QueueSafeValue(value: 0, label: "ui state")

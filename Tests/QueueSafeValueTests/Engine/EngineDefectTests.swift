@@ -5,10 +5,10 @@ import Testing
 
 /// The two defects issue 9 found through the public API, each as it was reported and in the
 /// variations around it. Both fail on the engine before the state machine.
-@Suite struct EngineDefectTests {
+@Suite(.runsAlongsideOthers) struct EngineDefectTests {
     // MARK: cancelAll() and finished work
 
-    @Test func cancelAll_doesNotCancelAnOperationThatAlreadyFinished() async {
+    @Test func cancelAll_doesNotCancelAnOperationThatAlreadyFinished() async throws {
         let queue = CommandQueue()
         let done = queue.enqueue { 1 }
         _ = await done.result
@@ -20,8 +20,8 @@ import Testing
         let queue = CommandQueue()
         let finished = queue.enqueue { 1 }
         _ = await finished.result
-        let started = ConcurrencyGate()
-        let release = ConcurrencyGate()
+        let started = Gate()
+        let release = Gate()
         let running = queue.enqueue { () -> Bool in
             started.open()
             await release.wait()

@@ -3,7 +3,7 @@ import Testing
 @testable import QueueSafeValue
 
 /// The engine's pure state machine, driven without threads: every transition and its action.
-@Suite struct EngineStateMachineTests {
+@Suite(.runsAlongsideOthers) struct EngineStateMachineTests {
     typealias Machine = EngineStateMachine<Int>
 
     // MARK: Keys and the heap
@@ -79,7 +79,7 @@ import Testing
             #expect(release.nextKind == kind)
             #expect(word & EngineWord.holderMask == kind.wordBits)
         }
-        #expect(granted == expectedRunOrder(priorities))
+        #expect(granted == CommandPriority.expectedRunOrder(priorities))
         #expect(word == 0, "the last release frees the section")
     }
 
@@ -142,7 +142,7 @@ import Testing
         var tickets: [Machine.Ticket] = []
         for index in 0..<200 {
             let (admission, next) = machine.enqueue(
-                index, kind: .dispatched, priority: allTestPriorities[index % 7], reentrant: false,
+                index, kind: .dispatched, priority: CommandPriority.testPriorities[index % 7], reentrant: false,
                 observed: word)
             guard case .queued(let ticket) = admission else {
                 Issue.record("got \(admission)")
@@ -159,7 +159,9 @@ import Testing
         #expect(machine.waitingCount == live.count)
         #expect(
             machine.waitingInOrder().map(\.waiter)
-                == expectedRunOrder(live.map { allTestPriorities[$0 % 7] }).map { live[$0] })
+                == CommandPriority.expectedRunOrder(live.map { CommandPriority.testPriorities[$0 % 7] }).map {
+                    live[$0]
+                })
     }
 
     /// Random enqueues, departures and releases against a sorted-array model of the queue.

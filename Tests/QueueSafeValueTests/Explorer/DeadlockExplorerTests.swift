@@ -3,63 +3,65 @@ import Testing
 
 @testable import QueueSafeValue
 
-/// Every interleaving of threads taking sections of several engines, nested, with the real wait-for
-/// graph deciding at each park: a cycle is never missed (no world ends with a thread stuck) and
-/// never invented (a refused wait closes a real cycle at that moment: each thread of it queued for
-/// a section the next one was granted).
-@Suite struct DeadlockExplorerTests {
-    typealias Take = CycleAcquisition
+extension Explorers {
+    /// Every interleaving of threads taking sections of several engines, nested, with the real wait-for
+    /// graph deciding at each park: a cycle is never missed (no world ends with a thread stuck) and
+    /// never invented (a refused wait closes a real cycle at that moment: each thread of it queued for
+    /// a section the next one was granted).
+    @Suite struct DeadlockExplorerTests {
+        typealias Take = CycleAcquisition
 
-    static let scenarios: [CycleScenario] = [
-        CycleScenario(
-            name: "two threads take two values in opposite orders",
-            engines: 2, threads: [[Take(engine: 0), Take(engine: 1)], [Take(engine: 1), Take(engine: 0)]]),
-        CycleScenario(
-            name: "three threads close a cycle of three values",
-            engines: 3,
-            threads: [
-                [Take(engine: 0), Take(engine: 1)], [Take(engine: 1), Take(engine: 2)],
-                [Take(engine: 2), Take(engine: 0)],
-            ]),
-        CycleScenario(
-            name: "a chain without a cycle",
-            engines: 3,
-            threads: [[Take(engine: 0), Take(engine: 1)], [Take(engine: 1), Take(engine: 2)], [Take(engine: 2)]]),
-        CycleScenario(
-            name: "three threads take two values in one order",
-            engines: 2,
-            threads: [
-                [Take(engine: 0), Take(engine: 1)], [Take(engine: 0), Take(engine: 1)],
-                [Take(engine: 0), Take(engine: 1)],
-            ]),
-        CycleScenario(
-            name: "three nested takes against a cycle and a chain",
-            engines: 3,
-            threads: [
-                [Take(engine: 0), Take(engine: 1), Take(engine: 2)], [Take(engine: 1), Take(engine: 2)],
-                [Take(engine: 2), Take(engine: 0)],
-            ]),
-        CycleScenario(
-            name: "two cycles through one value",
-            engines: 3,
-            threads: [
-                [Take(engine: 0), Take(engine: 1)], [Take(engine: 1), Take(engine: 0), Take(engine: 2)],
-                [Take(engine: 2), Take(engine: 1)],
-            ]),
-        CycleScenario(
-            name: "a cycle of timed waits, and a bystander",
-            engines: 2,
-            threads: [
-                [Take(engine: 0), Take(engine: 1, timed: true)], [Take(engine: 1), Take(engine: 0, timed: true)],
-                [Take(engine: 0)],
-            ]),
-    ]
+        static let scenarios: [CycleScenario] = [
+            CycleScenario(
+                name: "two threads take two values in opposite orders",
+                engines: 2, threads: [[Take(engine: 0), Take(engine: 1)], [Take(engine: 1), Take(engine: 0)]]),
+            CycleScenario(
+                name: "three threads close a cycle of three values",
+                engines: 3,
+                threads: [
+                    [Take(engine: 0), Take(engine: 1)], [Take(engine: 1), Take(engine: 2)],
+                    [Take(engine: 2), Take(engine: 0)],
+                ]),
+            CycleScenario(
+                name: "a chain without a cycle",
+                engines: 3,
+                threads: [[Take(engine: 0), Take(engine: 1)], [Take(engine: 1), Take(engine: 2)], [Take(engine: 2)]]),
+            CycleScenario(
+                name: "three threads take two values in one order",
+                engines: 2,
+                threads: [
+                    [Take(engine: 0), Take(engine: 1)], [Take(engine: 0), Take(engine: 1)],
+                    [Take(engine: 0), Take(engine: 1)],
+                ]),
+            CycleScenario(
+                name: "three nested takes against a cycle and a chain",
+                engines: 3,
+                threads: [
+                    [Take(engine: 0), Take(engine: 1), Take(engine: 2)], [Take(engine: 1), Take(engine: 2)],
+                    [Take(engine: 2), Take(engine: 0)],
+                ]),
+            CycleScenario(
+                name: "two cycles through one value",
+                engines: 3,
+                threads: [
+                    [Take(engine: 0), Take(engine: 1)], [Take(engine: 1), Take(engine: 0), Take(engine: 2)],
+                    [Take(engine: 2), Take(engine: 1)],
+                ]),
+            CycleScenario(
+                name: "a cycle of timed waits, and a bystander",
+                engines: 2,
+                threads: [
+                    [Take(engine: 0), Take(engine: 1, timed: true)], [Take(engine: 1), Take(engine: 0, timed: true)],
+                    [Take(engine: 0)],
+                ]),
+        ]
 
-    @Test(
-        .enabled(if: !TestEnvironment.isThreadSanitizerActive, "the explorer runs without ThreadSanitizer"),
-        arguments: scenarios.indices)
-    func everyInterleaving_findsEveryCycle_andNoOther(scenario index: Int) {
-        let scenario = Self.scenarios[index]
-        InterleavingExplorer.expectEveryInterleavingHolds(CycleWorld(scenario), scenario: scenario.name)
+        @Test(
+            .enabled(if: !TestEnvironment.isThreadSanitizerActive, "the explorer runs without ThreadSanitizer"),
+            arguments: scenarios.indices)
+        func everyInterleaving_findsEveryCycle_andNoOther(scenario index: Int) async {
+            let scenario = Self.scenarios[index]
+            await InterleavingExplorer.expectEveryInterleavingHolds(CycleWorld(scenario), scenario: scenario.name)
+        }
     }
 }

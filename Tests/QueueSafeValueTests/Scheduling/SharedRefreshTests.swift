@@ -1,19 +1,19 @@
 import Dispatch
 import Foundation
-import XCTest
+import Testing
 
 @testable import QueueSafeValue
 
 /// An access token with an expiry flag.
-private struct SchedulingToken: Sendable, Equatable {
+private struct Token: Sendable, Equatable {
     var value: String
     var isExpired: Bool
 
-    static let expired = SchedulingToken(value: "expired", isExpired: true)
+    static let expired = Token(value: "expired", isExpired: true)
 }
 
 /// A completion-handler authentication API: every `refresh` call waits until the test answers it.
-private final class SchedulingTestAuthServer: @unchecked Sendable {
+private final class AuthServer: @unchecked Sendable {
     private let state = Locked<(calls: Int, pending: [@Sendable (Result<String, any Error>) -> Void])>(
         (0, []))
 
@@ -35,7 +35,7 @@ private final class SchedulingTestAuthServer: @unchecked Sendable {
 }
 
 /// Issues `count` concurrent calls of `body` and returns their results.
-private func schedulingConcurrently<T: Sendable>(
+private func concurrently<T: Sendable>(
     _ count: Int,
     _ body: @escaping @Sendable () async throws -> T
 ) async -> [Result<T, any Error>] {
@@ -56,12 +56,12 @@ private func schedulingConcurrently<T: Sendable>(
 }
 
 /// The shared refresh: one token refresh for many concurrent requests, inside one critical section.
-final class SharedRefreshTests: XCTestCase {
+@Suite(.runsAlongsideOthers) struct SharedRefreshTests {
 
     // MARK: The pattern with QueueSafeValue alone
 
-    func test_tokenStoreInQueueSafeValue_hundredConcurrentRequestsFindItExpired_refreshOnce() async throws {
-        let store = QueueSafeValue(value: SchedulingToken.expired)
+    @Test func tokenStoreInQueueSafeValue_hundredConcurrentRequestsFindItExpired_refreshOnce() async throws {
+        let store = QueueSafeValue(value: Token.expired)
         let refreshes = Locked(0)
         let othersQueuedDuringRefresh = Locked(false)
 
@@ -74,118 +74,114 @@ final class SharedRefreshTests: XCTestCase {
                     return $0
                 }
                 // The refresh takes a while: every other request queues behind it meanwhile.
-                let queued = await schedulingWait { store.storage.engine.pendingCount == 99 }
+                let queued = (try? await waitUntil { store.storage.engine.pendingCount == 99 }) != nil
                 othersQueuedDuringRefresh.withLock { $0 = queued }
-                token = SchedulingToken(value: "fresh-\(number)", isExpired: false)
+                token = Token(value: "fresh-\(number)", isExpired: false)
             }.value
         }
 
-        let results = await schedulingConcurrently(100) { try await validToken() }
-        XCTAssertEqual(refreshes.value, 1)
-        XCTAssertTrue(othersQueuedDuringRefresh.value, "all 99 other requests waited behind the refresh")
-        XCTAssertEqual(try results.map { try $0.get() }, Array(repeating: "fresh-1", count: 100))
+        let results = await concurrently(100) { try await validToken() }
+        #expect(refreshes.value == 1)
+        #expect(othersQueuedDuringRefresh.value, "all 99 other requests waited behind the refresh")
+        #expect((try results.map { try $0.get() }) == Array(repeating: "fresh-1", count: 100))
     }
 
     // MARK: RefreshingValue
 
-    func test_refreshingValue_hundredConcurrentCallers_shareOneRefreshOfACompletionHandlerAPI() async throws {
-        let server = SchedulingTestAuthServer()
+    @Test func refreshingValue_hundredConcurrentCallers_shareOneRefreshOfACompletionHandlerAPI() async throws {
+        let server = AuthServer()
         let tokens = RefreshingValue(
-            value: SchedulingToken.expired, needsRefresh: { $0.isExpired },
+            value: Token.expired, needsRefresh: { $0.isExpired },
             refresh: { _ in
                 // Bridges the completion-handler API into the refresh.
                 let value = try await withCheckedThrowingContinuation { continuation in
                     server.refresh { continuation.resume(with: $0) }
                 }
-                return SchedulingToken(value: value, isExpired: false)
+                return Token(value: value, isExpired: false)
             })
         let answering = Task {
-            _ = await schedulingWait { server.waitingCalls == 1 && tokens.store.storage.engine.pendingCount == 99 }
+            try? await waitUntil { server.waitingCalls == 1 && tokens.store.storage.engine.pendingCount == 99 }
             server.answer(.success("fresh"))
         }
 
-        let results = await schedulingConcurrently(100) { try await tokens.get().value }
+        let results = await concurrently(100) { try await tokens.get().value }
         await answering.value
-        XCTAssertEqual(server.calls, 1)
-        XCTAssertEqual(try results.map { try $0.get() }, Array(repeating: "fresh", count: 100))
+        #expect(server.calls == 1)
+        #expect((try results.map { try $0.get() }) == Array(repeating: "fresh", count: 100))
         let stored = try await tokens.store.async.highestPriority.get()
-        XCTAssertEqual(stored, SchedulingToken(value: "fresh", isExpired: false))
+        #expect(stored == Token(value: "fresh", isExpired: false))
     }
 
-    func test_refreshingValue_failedRefresh_isReportedToEveryWaiter_andRetriedByTheNextCaller() async throws {
-        let server = SchedulingTestAuthServer()
+    @Test func refreshingValue_failedRefresh_isReportedToEveryWaiter_andRetriedByTheNextCaller() async throws {
+        let server = AuthServer()
         let tokens = RefreshingValue(
-            value: SchedulingToken.expired, needsRefresh: { $0.isExpired },
+            value: Token.expired, needsRefresh: { $0.isExpired },
             refresh: { _ in
                 let value = try await withCheckedThrowingContinuation { continuation in
                     server.refresh { continuation.resume(with: $0) }
                 }
-                return SchedulingToken(value: value, isExpired: false)
+                return Token(value: value, isExpired: false)
             })
         let failing = Task {
-            _ = await schedulingWait { server.waitingCalls == 1 && tokens.store.storage.engine.pendingCount == 99 }
-            server.answer(.failure(SchedulingTestError(id: 401)))
+            try? await waitUntil { server.waitingCalls == 1 && tokens.store.storage.engine.pendingCount == 99 }
+            server.answer(.failure(TestError.thrown(id: 401)))
         }
-        let results = await schedulingConcurrently(100) { try await tokens.get().value }
+        let results = await concurrently(100) { try await tokens.get().value }
         await failing.value
-        XCTAssertEqual(server.calls, 1, "the waiters share the failure instead of retrying one after another")
+        #expect(server.calls == 1, "the waiters share the failure instead of retrying one after another")
         for result in results {
-            XCTAssertThrowsError(try result.get()) {
-                XCTAssertEqual($0 as? SchedulingTestError, SchedulingTestError(id: 401))
-            }
+            #expect(throws: TestError.thrown(id: 401)) { try result.get() }
         }
 
         let succeeding = Task {
-            _ = await schedulingWait { server.waitingCalls == 1 }
+            try? await waitUntil { server.waitingCalls == 1 }
             server.answer(.success("retried"))
         }
         let retried = try await tokens.get()
         await succeeding.value
-        XCTAssertEqual(retried.value, "retried")
-        XCTAssertEqual(server.calls, 2)
+        #expect(retried.value == "retried")
+        #expect(server.calls == 2)
     }
 
-    func test_refreshingValue_cancelledRefresher_doesNotFailTheWaiters() async throws {
+    @Test func refreshingValue_cancelledRefresher_doesNotFailTheWaiters() async throws {
         let attempts = Locked(0)
         let tokens = RefreshingValue(
-            value: SchedulingToken.expired, needsRefresh: { $0.isExpired },
+            value: Token.expired, needsRefresh: { $0.isExpired },
             refresh: { _ in
                 let attempt = attempts.withLock {
                     $0 += 1
                     return $0
                 }
                 if attempt == 1 {
-                    _ = await schedulingWaitForCancellation()
+                    try? await waitUntil("cancellation") { Task.isCancelled }
                     throw CancellationError()
                 }
-                return SchedulingToken(value: "fresh-\(attempt)", isExpired: false)
+                return Token(value: "fresh-\(attempt)", isExpired: false)
             })
         let first = Task { try await tokens.get() }
-        let refreshing = await schedulingWait { attempts.value == 1 }
-        XCTAssertTrue(refreshing)
-        let waiters = Task { await schedulingConcurrently(10) { try await tokens.get().value } }
-        let queued = await schedulingWait { tokens.store.storage.engine.pendingCount == 10 }
-        XCTAssertTrue(queued)
+        try await waitUntil { attempts.value == 1 }
+        let waiters = Task { await concurrently(10) { try await tokens.get().value } }
+        try await waitUntil { tokens.store.storage.engine.pendingCount == 10 }
 
         first.cancel()
         let firstResult = await first.result
-        XCTAssertThrowsError(try firstResult.get()) { XCTAssertTrue($0 is CancellationError) }
+        #expect(throws: CancellationError.self) { try firstResult.get() }
         let results = await waiters.value
-        XCTAssertEqual(try results.map { try $0.get() }, Array(repeating: "fresh-2", count: 10))
-        XCTAssertEqual(attempts.value, 2)
+        #expect((try results.map { try $0.get() }) == Array(repeating: "fresh-2", count: 10))
+        #expect(attempts.value == 2)
     }
 
-    func test_refreshingValue_completionHandlerCallers_getTheSharedValue() async {
+    @Test func refreshingValue_completionHandlerCallers_getTheSharedValue() async throws {
         let refreshes = Locked(0)
         let tokens = RefreshingValue(
-            value: SchedulingToken.expired, needsRefresh: { $0.isExpired },
+            value: Token.expired, needsRefresh: { $0.isExpired },
             refresh: { _ in
                 let number = refreshes.withLock {
                     $0 += 1
                     return $0
                 }
                 try await Task.sleep(nanoseconds: 1_000_000)
-                return SchedulingToken(value: "fresh-\(number)", isExpired: false)
+                return Token(value: "fresh-\(number)", isExpired: false)
             })
         let received = Locked<[String]>([])
         for _ in 0..<20 {
@@ -193,34 +189,33 @@ final class SharedRefreshTests: XCTestCase {
                 received.withLock { $0.append((try? result.get().value) ?? "error") }
             }
         }
-        let all = await schedulingWait { received.value.count == 20 }
-        XCTAssertTrue(all)
-        XCTAssertEqual(received.value, Array(repeating: "fresh-1", count: 20))
-        XCTAssertEqual(refreshes.value, 1)
+        try await waitUntil { received.value.count == 20 }
+        #expect(received.value == Array(repeating: "fresh-1", count: 20))
+        #expect(refreshes.value == 1)
     }
 
-    func test_refreshingValue_invalidateIfStillEqual_refreshesOnceForManyRejections() async throws {
+    @Test func refreshingValue_invalidateIfStillEqual_refreshesOnceForManyRejections() async throws {
         let refreshes = Locked(0)
         let tokens = RefreshingValue(
-            value: SchedulingToken(value: "v0", isExpired: false), needsRefresh: { $0.isExpired },
+            value: Token(value: "v0", isExpired: false), needsRefresh: { $0.isExpired },
             refresh: { _ in
                 let number = refreshes.withLock {
                     $0 += 1
                     return $0
                 }
-                return SchedulingToken(value: "v\(number)", isExpired: false)
+                return Token(value: "v\(number)", isExpired: false)
             })
         let rejected = try await tokens.get()
-        let results = await schedulingConcurrently(50) { () async throws -> String in
+        let results = await concurrently(50) { () async throws -> String in
             // Each request was rejected with the same token ("401"): mark it, then fetch again.
             try await tokens.invalidate(ifStillEqualTo: rejected)
             return try await tokens.get().value
         }
-        XCTAssertEqual(refreshes.value, 1)
-        XCTAssertEqual(try results.map { try $0.get() }, Array(repeating: "v1", count: 50))
+        #expect(refreshes.value == 1)
+        #expect((try results.map { try $0.get() }) == Array(repeating: "v1", count: 50))
 
         try await tokens.invalidate()
         let forced = try await tokens.get()
-        XCTAssertEqual(forced.value, "v2")
+        #expect(forced.value == "v2")
     }
 }

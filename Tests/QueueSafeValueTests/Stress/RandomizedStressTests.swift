@@ -1,13 +1,13 @@
 import Dispatch
 import Foundation
-import XCTest
+import Testing
 
 @testable import QueueSafeValue
 
 /// Randomized, seeded contention tests: several threads issue random sequences of blocking and
 /// dispatch commands of random priorities against one value, and the outcome is checked against a
 /// model. Set `QSV_TEST_SEED` (decimal or 0x-hex) to replay a printed seed.
-final class RandomizedStressTests: XCTestCase {
+@Suite(.runsAlongsideOthers) struct RandomizedStressTests {
     /// One command a thread issued: who, its place in that thread's sequence, its priority.
     struct Operation: Hashable, Sendable, CustomStringConvertible {
         let thread: Int
@@ -28,7 +28,7 @@ final class RandomizedStressTests: XCTestCase {
 
     // MARK: Random sequences against a model
 
-    func test_randomBlockingAndDispatchCommands_matchModel_andKeepEachThreadsOrderWithinPriority() {
+    @Test func randomBlockingAndDispatchCommands_matchModel_andKeepEachThreadsOrderWithinPriority() throws {
         let seed = Self.seed
         print("RandomizedStressTests seed: 0x\(String(seed, radix: 16)) (set QSV_TEST_SEED to replay)")
         let threadCount = 4
@@ -49,7 +49,7 @@ final class RandomizedStressTests: XCTestCase {
                 var random = SplitMix64(seed: seed &+ UInt64(thread) &* 0x9E37_79B9)
                 var mine: [Operation] = []
                 for sequence in 0..<perThread {
-                    let priority = allTestPriorities.randomElement(using: &random)!
+                    let priority = CommandPriority.testPriorities.randomElement(using: &random)!
                     let kind = Int.random(in: 0..<10, using: &random)
                     let operation = Operation(
                         thread: thread, sequence: sequence, priority: priority.rawValue, mutates: kind % 2 == 0)
@@ -68,12 +68,12 @@ final class RandomizedStressTests: XCTestCase {
 
         let ran = trace.snapshot
         let all = issued.value.flatMap { $0 }
-        XCTAssertEqual(probe.maximumInside, 1, "two closures ran inside the critical section at once")
-        XCTAssertEqual(ran.count, all.count, "commands were lost or ran twice")
-        XCTAssertEqual(Set(ran), Set(all), "the commands that ran are not the commands issued")
+        #expect(probe.maximumInside == 1, "two closures ran inside the critical section at once")
+        #expect(ran.count == all.count, "commands were lost or ran twice")
+        #expect(Set(ran) == Set(all), "the commands that ran are not the commands issued")
         // No lost update: the value holds exactly the mutating commands, in the order they ran.
-        XCTAssertEqual(value.waitBounded.lowestPriority.get(), .success(ran.filter(\.mutates)))
-        XCTAssertEqual(value.storage.engine.pendingCount, 0)
+        #expect(value.waitBounded.lowestPriority.get() == .success(ran.filter(\.mutates)))
+        #expect(value.storage.engine.pendingCount == 0)
 
         // Per thread: every earlier command of the same or a higher priority ran before.
         let position = Dictionary(ran.enumerated().map { ($1, $0) }, uniquingKeysWith: { first, _ in first })
@@ -92,7 +92,7 @@ final class RandomizedStressTests: XCTestCase {
                 }
             }
         }
-        XCTAssertEqual(violations.count, 0, "order violations (first 10): \(violations.prefix(10))")
+        #expect(violations.count == 0, "order violations (first 10): \(violations.prefix(10))")
     }
 
     /// Issues command form `kind` (even kinds mutate the value, odd kinds only read it); every form
@@ -200,7 +200,7 @@ final class RandomizedStressTests: XCTestCase {
 
     // MARK: All schedules together
 
-    func test_allSchedulesUnderContention_neverOverlap_andLoseNoUpdate() {
+    @Test func allSchedulesUnderContention_neverOverlap_andLoseNoUpdate() async throws {
         let perWorker = TestEnvironment.iterations(1_000, sanitized: 500)
         let value = QueueSafeValue(value: 0)
         let probe = SectionProbe()
@@ -210,7 +210,9 @@ final class RandomizedStressTests: XCTestCase {
         for worker in 0..<3 {
             threads.spawn {
                 for step in 0..<perWorker {
-                    value.wait.priority(allTestPriorities[(worker + step) % allTestPriorities.count]).set { counter in
+                    value.wait.priority(
+                        CommandPriority.testPriorities[(worker + step) % CommandPriority.testPriorities.count]
+                    ).set { counter in
                         probe.enter()
                         counter += 1
                         probe.leave()
@@ -223,37 +225,39 @@ final class RandomizedStressTests: XCTestCase {
             threads.spawn {
                 for step in 0..<perWorker {
                     dispatched.enter()
-                    value.async(performIn: .global()).priority(allTestPriorities[(worker * 3 + step) % 7]).set {
-                        counter in
-                        probe.enter()
-                        counter += 1
-                        probe.leave()
-                    } completion: { _ in
-                        dispatched.leave()
-                    }
+                    value.async(performIn: .global()).priority(CommandPriority.testPriorities[(worker * 3 + step) % 7])
+                        .set {
+                            counter in
+                            probe.enter()
+                            counter += 1
+                            probe.leave()
+                        } completion: { _ in
+                            dispatched.leave()
+                        }
                 }
             }
         }
         // Awaiting commands from tasks.
-        let tasksDone = DispatchSemaphore(value: 0)
+        var tasks: [Task<Void, Never>] = []
         for worker in 0..<2 {
-            Task.detached {
-                for step in 0..<perWorker {
-                    _ = try? await value.async.priority(allTestPriorities[(worker + step) % 7]).set { counter in
-                        probe.enter()
-                        counter += 1
-                        probe.leave()
+            tasks.append(
+                Task.detached {
+                    for step in 0..<perWorker {
+                        _ = try? await value.async.priority(CommandPriority.testPriorities[(worker + step) % 7]).set {
+                            counter in
+                            probe.enter()
+                            counter += 1
+                            probe.leave()
+                        }
                     }
-                }
-                tasksDone.signal()
-            }
+                })
         }
-        threads.join()
+        try await threads.join()
+        let awaited = tasks
+        try await withHangTimeout { for task in awaited { await task.value } }
         waitOrFail(dispatched, "the dispatch commands")
-        waitOrFail(tasksDone, "the first task")
-        waitOrFail(tasksDone, "the second task")
-        XCTAssertEqual(probe.maximumInside, 1, "two closures ran inside the critical section at once")
-        XCTAssertEqual(value.waitBounded.lowestPriority.get(), .success(7 * perWorker))
-        XCTAssertEqual(value.storage.engine.pendingCount, 0)
+        #expect(probe.maximumInside == 1, "two closures ran inside the critical section at once")
+        #expect(value.waitBounded.lowestPriority.get() == .success(7 * perWorker))
+        #expect(value.storage.engine.pendingCount == 0)
     }
 }

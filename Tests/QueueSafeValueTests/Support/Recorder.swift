@@ -1,0 +1,69 @@
+import Foundation
+import Testing
+
+@testable import QueueSafeValue
+
+/// An append-only log shared across threads, queues and tasks.
+final class Recorder<Element>: @unchecked Sendable {  // @unchecked Sendable: every access takes the lock
+    private let lock = NSLock()
+    private var elements: [Element] = []
+
+    init() {}
+
+    func append(_ element: Element) {
+        lock.lock()
+        elements.append(element)
+        lock.unlock()
+    }
+
+    /// Everything appended so far, in order.
+    var snapshot: [Element] {
+        lock.lock()
+        defer { lock.unlock() }
+        return elements
+    }
+
+    var count: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return elements.count
+    }
+}
+
+// MARK: - Executor events
+
+extension Recorder where Element == RecurringExecutorEvent {
+    /// The handler to pass to an executor.
+    var handler: @Sendable (RecurringExecutorEvent) -> Void {
+        { [self] event in append(event) }
+    }
+
+    /// Waits (bounded) until the recorded events satisfy `condition`.
+    func wait(
+        sourceLocation: SourceLocation = #_sourceLocation,
+        until condition: @escaping ([RecurringExecutorEvent]) -> Bool
+    ) async throws {
+        try await waitUntil("the executor's events to match", sourceLocation: sourceLocation) {
+            condition(snapshot)
+        }
+    }
+
+    /// Waits (bounded) until `event` has been recorded at least `count` times.
+    func wait(
+        for event: RecurringExecutorEvent,
+        count: Int = 1,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) async throws {
+        try await waitUntil("\(count) × \(event)", sourceLocation: sourceLocation) {
+            snapshot.filter { $0 == event }.count >= count
+        }
+    }
+
+    /// The runs that started, in order.
+    var starts: [RecurringTrigger] {
+        snapshot.compactMap { event in
+            if case .started(_, let trigger) = event { return trigger }
+            return nil
+        }
+    }
+}
