@@ -5,7 +5,7 @@ import Testing
 /// The original library's type names still compile and name the same types. The tests are marked
 /// deprecated themselves: inside a deprecated declaration, using a deprecated name is not a
 /// warning, while a name that did not exist (or named another type) would still fail to compile.
-@Suite struct DeprecatedNamesTests {
+@Suite(.runsAlongsideOthers) struct DeprecatedNamesTests {
     @available(*, deprecated, message: "uses the original library's deprecated names on purpose")
     @Test func schedulerNames_nameTheSchedules() {
         #expect(SyncScheduler<Int>.self == WaitSchedule<Int>.self)

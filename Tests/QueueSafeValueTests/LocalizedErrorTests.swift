@@ -5,7 +5,7 @@ import Testing
 
 /// `QueueSafeValueError` is a `LocalizedError`: where an app shows `error.localizedDescription`,
 /// every case reads as a sentence, and each has a reason and a recovery suggestion.
-@Suite struct LocalizedErrorTests {
+@Suite(.runsAlongsideOthers) struct LocalizedErrorTests {
     /// One error of every case; the payloads are made by hand, as the engine would make them.
     static let everyCase: [QueueSafeValueError] = {
         let held = QueueDiagnostics(

@@ -4,7 +4,7 @@ import Testing
 
 /// The waiting order's two parts: arrivals in increasing key order go to the FIFO run, overtaking
 /// ones to the heap, and every pop takes the smallest key of both.
-@Suite struct CommandHeapTests {
+@Suite(.runsAlongsideOthers) struct CommandHeapTests {
     private static func drain(_ heap: inout CommandHeap) -> [UInt64] {
         var popped: [UInt64] = []
         while let entry = heap.popFirst() {

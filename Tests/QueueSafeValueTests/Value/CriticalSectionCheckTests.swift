@@ -7,8 +7,7 @@ import Testing
 /// `isInsideCriticalSection` / `isInsideOperation` and the preconditions built on them: true in the
 /// closure of a command of that value (every schedule) or an operation of that queue, and in child
 /// tasks of it; false outside, on other threads while it is held, and for another value.
-@Suite("Checks that code runs inside a critical section")
-struct CriticalSectionCheckTests {
+@Suite(.runsAlongsideOthers) struct CriticalSectionCheckTests {
     @Test func blockingAndDispatchClosures_areInside_andNothingElseIs() throws {
         let value = QueueSafeValue(value: 0)
         let other = QueueSafeValue(value: 0)
@@ -21,31 +20,31 @@ struct CriticalSectionCheckTests {
         #expect(!value.isInsideCriticalSection, "still inside after the command ended")
 
         let queue = DispatchQueue(label: "CriticalSectionCheckTests")
-        let seen = LockedBox<[Bool]>([])
+        let seen = Locked<[Bool]>([])
         let done = DispatchSemaphore(value: 0)
         value.async(performIn: queue).lowestPriority.set(
             accessClosure: { _ in
-                seen.mutate { $0.append(value.isInsideCriticalSection) }
+                seen.withLock { $0.append(value.isInsideCriticalSection) }
             },
             completion: { _ in
                 // Completions run after the hand-off: outside.
-                seen.mutate { $0.append(value.isInsideCriticalSection) }
+                seen.withLock { $0.append(value.isInsideCriticalSection) }
                 done.signal()
             })
-        #expect(done.wait(timeout: .now() + 10) == .success)
+        waitOrFail(done)
         #expect(seen.value == [true, false])
     }
 
     @Test func anotherThread_whileTheValueIsHeld_isNotInside() throws {
         let value = QueueSafeValue(value: 0)
-        let fromOtherThread = LockedBox<Bool?>(nil)
+        let fromOtherThread = Locked<Bool?>(nil)
         value.wait.highestPriority.set { _ in
             let checked = DispatchSemaphore(value: 0)
             Thread {
-                fromOtherThread.mutate { $0 = value.isInsideCriticalSection }
+                fromOtherThread.set(value.isInsideCriticalSection)
                 checked.signal()
             }.start()
-            _ = checked.wait(timeout: .now() + 10)
+            waitOrFail(checked)
         }
         #expect(fromOtherThread.value == false)
     }
@@ -70,13 +69,13 @@ struct CriticalSectionCheckTests {
         #expect(!synced.isInsideCriticalSection)
         let queue = DispatchQueue(label: "CriticalSectionCheckTests.asynced")
         let asynced = QueueSafeAsyncedValue(value: 1, queue: queue)
-        let seen = LockedBox<Bool?>(nil)
+        let seen = Locked<Bool?>(nil)
         let done = DispatchSemaphore(value: 0)
         asynced.highestPriority.get { _ in
-            seen.mutate { $0 = asynced.isInsideCriticalSection }
+            seen.set(asynced.isInsideCriticalSection)
             done.signal()
         }
-        #expect(done.wait(timeout: .now() + 10) == .success)
+        waitOrFail(done)
         #expect(seen.value == true)
         #expect(!asynced.isInsideCriticalSection)
     }
@@ -101,16 +100,4 @@ struct CriticalSectionCheckTests {
             CommandQueue().preconditionSerialized()
         }
     }
-}
-
-/// A value shared with closures on other threads, behind a lock the sanitizer can see.
-private final class LockedBox<T>: @unchecked Sendable {  // Sendable: `lock` guards `stored`
-    private let lock = NSLock()
-    private var stored: T
-
-    init(_ value: T) { stored = value }
-
-    var value: T { lock.withLock { stored } }
-
-    func mutate(_ body: (inout T) -> Void) { lock.withLock { body(&stored) } }
 }
