@@ -5,81 +5,139 @@ import Dispatch
 /// Ordered asynchronous work without a value: a priority command queue for tasks, usable from
 /// synchronous code.
 ///
-/// Operations run one at a time, **across their suspension points**: an operation begins only after
-/// the previous one has ended. Higher priorities go first; within a priority, operations begin and
-/// end in the order of the `enqueue` calls that created them (the place is taken synchronously,
-/// inside `enqueue`, so calls made one after another from one thread or actor keep their order).
+/// Higher priorities go first; within a priority, operations are taken in the order of the
+/// `enqueue` calls that created them (the place is taken synchronously, inside `enqueue`, so calls
+/// made one after another from one thread or actor keep their order). What "in order" covers
+/// depends on the queue's ``Ordering``:
+///
+/// - ``Ordering/oneAtATime`` (the default): operations run one at a time, **across their
+///   suspension points**. An operation begins only after the previous one has ended.
+/// - ``Ordering/startsInOrder``: operations only *start* in order. An operation gives up its turn
+///   as it starts, on its own actor, so the next one starts as soon as it suspends (or at once, if
+///   it is not isolated to an actor). This is the guarantee of an actor's queue of tasks, with
+///   priorities.
+///
+/// Like `Task {}`, an operation inherits the isolation of the code that enqueues it: enqueued from
+/// the main actor, it runs on the main actor and may use its state; enqueued from an actor method
+/// that captures `self`, it runs on that actor; enqueued from nonisolated code, it runs on the
+/// global concurrent executor. Operations are `sending` closures: they may capture values that are
+/// not `Sendable`, as long as the caller does not use them afterwards.
 ///
 /// ```swift
+/// actor Log { var lines: [String] = []; func write(_ line: String) { lines.append(line) } }
+/// let log = Log()
 /// let queue = CommandQueue()
 /// queue.enqueue { await log.write("A") }                   // from synchronous code; A starts at once
 /// queue.enqueue { await log.write("B") }                   // waits behind A
 /// queue.enqueue(priority: .high) { await log.write("C") }  // jumps the line: runs after A, before B
-/// let rows = try await queue.perform { try await database.fetchRows() }  // after B; awaits the result
+/// let lines = try await queue.perform { await log.lines }  // after B: ["A", "C", "B"]
 /// ```
 ///
 /// Cancellation follows Swift's rules: cancelling an operation's task while it waits makes it leave
 /// the queue at once and throw ``QueueSafeValueError/cancelled`` without running; an operation that
 /// has started sees `Task.isCancelled` and decides for itself. ``cancelAll()`` does both for every
-/// operation enqueued so far.
+/// operation enqueued so far. An operation enqueued with ``Policy/discardable`` is dropped the same
+/// way when a later operation is enqueued before it has begun ("latest wins").
 ///
-/// Awaiting the queue from inside one of its own operations would wait forever; ``perform(priority:_:)``
-/// detects it and throws ``QueueSafeValueError/reentrantAccess`` at once. (Awaiting the `Task` that
-/// `enqueue` returned cannot be detected: do not await, from inside an operation, a task enqueued on
-/// the same queue.)
+/// On a ``Ordering/oneAtATime`` queue, awaiting the queue from inside one of its own operations
+/// would wait forever; ``perform(priority:policy:_:)`` detects it and throws
+/// ``QueueSafeValueError/reentrantAccess`` at once. (Awaiting the `Task` that `enqueue` returned
+/// cannot be detected: do not await, from inside an operation, a task enqueued on the same queue.)
+/// On a ``Ordering/startsInOrder`` queue both work: the operation no longer holds the turn.
 public final class CommandQueue: Sendable {
+    /// What the queue keeps in order.
+    public enum Ordering: Sendable, Hashable {
+        /// One operation at a time: each begins after the previous one has ended, even when it
+        /// suspends in between. ``CommandQueue/perform(priority:policy:_:)`` from inside an
+        /// operation of the same queue throws ``QueueSafeValueError/reentrantAccess``.
+        case oneAtATime
+        /// Operations start in order and no two start at once, but an operation gives up its turn
+        /// as it starts: the next one starts when it suspends (operations isolated to the same
+        /// actor), or right away (operations isolated to nothing, which then run in parallel).
+        /// Awaiting the queue from inside an operation works. ``CommandQueue/cancelAll()`` and
+        /// ``CommandQueue/isInsideOperation`` only see operations that have not started.
+        case startsInOrder
+    }
+
+    /// What happens to an operation that still waits when a later one is enqueued.
+    public enum Policy: Sendable, Hashable {
+        /// It keeps its place and runs in its turn.
+        case standard
+        /// It is dropped: once any later operation is enqueued on the same queue (of any priority
+        /// or policy) before this one has begun, this one never begins and its task throws
+        /// ``QueueSafeValueError/cancelled``. Once it has begun, later operations leave it alone.
+        /// For work where only the latest request matters: refreshes, saves of the newest state.
+        case discardable
+    }
+
     @usableFromInline let engine: CommandEngine
+    @usableFromInline let startsInOrder: Bool
 
     /// Creates an empty queue.
-    /// - Parameter label: a name for diagnostics and deadlock reports.
-    public init(label: String? = nil) {
+    /// - Parameters:
+    ///   - label: a name for diagnostics and deadlock reports.
+    ///   - ordering: what the queue keeps in order; ``Ordering/oneAtATime`` unless you port code
+    ///     that relies on operations interleaving at their suspension points.
+    public init(label: String? = nil, ordering: Ordering = .oneAtATime) {
         engine = CommandEngine(label: label)
+        startsInOrder = ordering == .startsInOrder
     }
+
+    /// What this queue keeps in order.
+    public var ordering: Ordering { startsInOrder ? .startsInOrder : .oneAtATime }
 
     // MARK: Enqueue from anywhere
 
     /// Adds `operation` to the queue and returns the task that runs it.
     ///
-    /// The operation's place is taken before this method returns. It runs, off any actor, once every
-    /// operation of higher priority and every earlier one of the same priority has ended.
+    /// The operation's place is taken before this method returns. It starts once every operation of
+    /// higher priority and every earlier one of the same priority has ended (``Ordering/oneAtATime``)
+    /// or started (``Ordering/startsInOrder``). Like `Task {}`, it runs isolated to the caller's
+    /// actor, if the caller has one (see ``CommandQueue``).
     /// - Returns: a task whose value is the operation's result. It throws what the operation throws,
     ///   or ``QueueSafeValueError/cancelled`` if it was cancelled (the task, or by ``cancelAll()``)
-    ///   before the operation started — then the operation never runs.
+    ///   or discarded (``Policy/discardable``) before the operation started — then the operation
+    ///   never runs.
     @inlinable
     @discardableResult
     public func enqueue<T: Sendable>(
         priority: CommandPriority = .medium,
-        _ operation: @escaping @Sendable () async throws -> T
+        policy: Policy = .standard,
+        @_inheritActorContext @_implicitSelfCapture _ operation: sending @escaping @isolated(any) () async throws -> T
     ) -> Task<T, any Error> {
-        schedule(priority: priority, operation)
+        schedule(priority: priority, policy: policy, isolation: isolation(of: operation)) {
+            try await operation()
+        }
     }
 
-    /// Adds `operation` to the queue; when its turn comes it runs isolated to `actor`. The queue
-    /// holds its turn for the whole operation, so unlike an actor's own mailbox, operations begin
-    /// **and end** in order even when they suspend.
-    /// - Returns: a task as for ``enqueue(priority:_:)``.
+    /// Adds `operation` to the queue; when its turn comes it runs isolated to `actor`. On a
+    /// ``Ordering/oneAtATime`` queue the turn is held for the whole operation, so unlike an actor's
+    /// own mailbox, operations begin **and end** in order even when they suspend.
+    /// - Returns: a task as for ``enqueue(priority:policy:_:)``.
     @inlinable
     @discardableResult
     public func enqueue<A: Actor, T: Sendable>(
         isolatedTo actor: A,
         priority: CommandPriority = .medium,
+        policy: Policy = .standard,
         _ operation: @escaping @Sendable (isolated A) async throws -> T
     ) -> Task<T, any Error> {
-        schedule(priority: priority) { try await operation(actor) }
+        schedule(priority: priority, policy: policy, isolation: actor) { try await operation(actor) }
     }
 
     /// Adds `operation` to the queue; when its turn comes it runs on the main actor.
-    /// - Returns: a task as for ``enqueue(priority:_:)``.
+    /// - Returns: a task as for ``enqueue(priority:policy:_:)``.
     @inlinable
     @discardableResult
     public func enqueueOnMainActor<T: Sendable>(
         priority: CommandPriority = .medium,
-        _ operation: @escaping @MainActor @Sendable () async throws -> T
+        policy: Policy = .standard,
+        _ operation: sending @escaping @MainActor () async throws -> T
     ) -> Task<T, any Error> {
-        schedule(priority: priority) { try await operation() }
+        schedule(priority: priority, policy: policy, isolation: MainActor.shared) { try await operation() }
     }
 
-    /// Like ``enqueue(priority:_:)``, but the operation gives up if it has not started within
+    /// Like ``enqueue(priority:policy:_:)``, but the operation gives up if it has not started within
     /// `timeout` (counted from this call): its task then throws
     /// ``QueueSafeValueError/timedOut(_:)`` with a snapshot of the queue, and the operation never
     /// runs. Once it has started, the timeout no longer applies. `.never` waits forever.
@@ -87,61 +145,74 @@ public final class CommandQueue: Sendable {
     @discardableResult
     public func enqueue<T: Sendable>(
         priority: CommandPriority = .medium,
+        policy: Policy = .standard,
         timeout: DispatchTimeInterval,
-        _ operation: @escaping @Sendable () async throws -> T
+        @_inheritActorContext @_implicitSelfCapture _ operation: sending @escaping @isolated(any) () async throws -> T
     ) -> Task<T, any Error> {
-        schedule(priority: priority, deadline: Self.deadline(after: timeout), operation)
+        schedule(
+            priority: priority, policy: policy, deadline: Self.deadline(after: timeout),
+            isolation: isolation(of: operation)
+        ) {
+            try await operation()
+        }
     }
 
     // MARK: Await the result
 
-    /// Adds `operation` to the queue and waits for its result.
+    /// Adds `operation` to the queue and waits for its result. Like
+    /// ``enqueue(priority:policy:_:)``, the operation inherits the caller's isolation.
     ///
     /// Cancelling the calling task cancels the operation's task (it leaves the queue if it has not
     /// started).
-    /// - Throws: what the operation throws; ``QueueSafeValueError/cancelled`` if it was cancelled
-    ///   before it started; ``QueueSafeValueError/reentrantAccess`` at once, without enqueuing, when
-    ///   called from inside an operation of this same queue (it would wait for itself).
+    /// - Throws: what the operation throws; ``QueueSafeValueError/cancelled`` if it was cancelled or
+    ///   discarded before it started; ``QueueSafeValueError/reentrantAccess`` at once, without
+    ///   enqueuing, when called from inside an operation of this same ``Ordering/oneAtATime`` queue
+    ///   (it would wait for itself).
     @inlinable
     public func perform<T: Sendable>(
         priority: CommandPriority = .medium,
-        _ operation: @escaping @Sendable () async throws -> T
+        policy: Policy = .standard,
+        @_inheritActorContext @_implicitSelfCapture _ operation: sending @escaping @isolated(any) () async throws -> T
     ) async throws -> T {
         if engine.isInsideRunningSection() { throw QueueSafeValueError.reentrantAccess }
-        return try await awaitCancellably(enqueue(priority: priority, operation))
+        return try await awaitCancellably(enqueue(priority: priority, policy: policy, operation))
     }
 
-    /// Like ``perform(priority:_:)``, but the operation gives up if it has not started within
+    /// Like ``perform(priority:policy:_:)``, but the operation gives up if it has not started within
     /// `timeout`: then this throws ``QueueSafeValueError/timedOut(_:)`` and the operation never runs.
     @inlinable
     public func perform<T: Sendable>(
         priority: CommandPriority = .medium,
+        policy: Policy = .standard,
         timeout: DispatchTimeInterval,
-        _ operation: @escaping @Sendable () async throws -> T
+        @_inheritActorContext @_implicitSelfCapture _ operation: sending @escaping @isolated(any) () async throws -> T
     ) async throws -> T {
         if engine.isInsideRunningSection() { throw QueueSafeValueError.reentrantAccess }
-        return try await awaitCancellably(enqueue(priority: priority, timeout: timeout, operation))
+        return try await awaitCancellably(
+            enqueue(priority: priority, policy: policy, timeout: timeout, operation))
     }
 
-    /// Like ``perform(priority:_:)``, with the operation isolated to `actor`.
+    /// Like ``perform(priority:policy:_:)``, with the operation isolated to `actor`.
     @inlinable
     public func perform<A: Actor, T: Sendable>(
         isolatedTo actor: A,
         priority: CommandPriority = .medium,
+        policy: Policy = .standard,
         _ operation: @escaping @Sendable (isolated A) async throws -> T
     ) async throws -> T {
         if engine.isInsideRunningSection() { throw QueueSafeValueError.reentrantAccess }
-        return try await awaitCancellably(enqueue(isolatedTo: actor, priority: priority, operation))
+        return try await awaitCancellably(enqueue(isolatedTo: actor, priority: priority, policy: policy, operation))
     }
 
-    /// Like ``perform(priority:_:)``, with the operation on the main actor.
+    /// Like ``perform(priority:policy:_:)``, with the operation on the main actor.
     @inlinable
     public func performOnMainActor<T: Sendable>(
         priority: CommandPriority = .medium,
-        _ operation: @escaping @MainActor @Sendable () async throws -> T
+        policy: Policy = .standard,
+        _ operation: sending @escaping @MainActor () async throws -> T
     ) async throws -> T {
         if engine.isInsideRunningSection() { throw QueueSafeValueError.reentrantAccess }
-        return try await awaitCancellably(enqueueOnMainActor(priority: priority, operation))
+        return try await awaitCancellably(enqueueOnMainActor(priority: priority, policy: policy, operation))
     }
 
     // MARK: Cancellation
@@ -153,6 +224,9 @@ public final class CommandQueue: Sendable {
     ///
     /// The pending operations are taken out of the queue before the running one is cancelled, so its
     /// end never hands the turn to work that was meant to be cancelled.
+    ///
+    /// On a ``Ordering/startsInOrder`` queue an operation leaves the queue as it starts: operations
+    /// that have started are not cancelled (cancel their tasks yourself).
     public func cancelAll() {
         engine.cancelAll()
     }
@@ -165,31 +239,61 @@ public final class CommandQueue: Sendable {
 
     // MARK: Internals
 
+    /// Takes the operation's place now and starts the task that waits for the turn and runs
+    /// `body` isolated to `isolation`.
     @inlinable
     func schedule<T: Sendable>(
         priority: CommandPriority,
+        policy: Policy,
         deadline: DispatchTime? = nil,
-        _ operation: @escaping @Sendable () async throws -> T
+        isolation: (any Actor)?,
+        _ body: nonisolated(nonsending) @escaping () async throws -> T
     ) -> Task<T, any Error> {
         let engine = self.engine
-        let (waiter, grantedAtOnce) = engine.enqueueOperation(priority: priority)
+        let startsInOrder = self.startsInOrder
+        let discardable = policy == .discardable
+        // Unsafe: `body` holds the caller's `sending` operation; only this one task ever calls it,
+        // once, which the compiler cannot see through the closure that captures it.
+        nonisolated(unsafe) let body = body
+        let (waiter, grantedAtOnce) = engine.enqueueOperation(priority: priority, discardable: discardable)
         let task = Task<T, any Error> {
-            // Everything below runs inline in the task: no intermediate async frames or executor
-            // switches, and no suspension at all when the turn has come by the time the task starts.
+            // Everything below runs inline in the task: no intermediate async frames, and no
+            // suspension at all when the turn has come by the time the task starts, apart from the
+            // hop to the operation's actor, if it has one.
             if !grantedAtOnce {
-                try await engine.waitForTurn(waiter, deadline: deadline, isolation: nil)
+                try await engine.waitForTurn(waiter, deadline: deadline, isolation: isolation)
             }
-            if Task.isCancelled {
-                // Granted, but cancelled before the operation began: it never starts.
+            if Task.isCancelled || (discardable && !engine.beginDiscardable(waiter)) {
+                // Granted, but cancelled or discarded before the operation began: it never starts.
                 engine.release(.operation)
                 throw QueueSafeValueError.cancelled
             }
-            return try await engine.runHeldTaskSection(.operation, isolation: nil) {
-                try await operation()
+            if startsInOrder {
+                return try await Self.start(body, releasing: engine, isolation: isolation)
             }
+            return try await engine.runHeldTaskSection(.operation, isolation: isolation, body)
         }
         engine.attach(task, to: waiter)
         return task
+    }
+
+    /// Gives up the turn and runs `body`, both on `isolation`: on an actor, the next operation can
+    /// start only once `body` suspends or returns.
+    @inlinable
+    static func start<T: Sendable>(
+        _ body: nonisolated(nonsending) () async throws -> T,
+        releasing engine: CommandEngine,
+        isolation: isolated (any Actor)?
+    ) async throws -> T {
+        engine.release(.operation)
+        return try await body()
+    }
+
+    /// The actor an inherited operation is isolated to (read through a plain parameter: reading it
+    /// from a `sending` one crashes the 6.3 compiler).
+    @inlinable
+    func isolation<T>(of operation: @isolated(any) () async throws -> T) -> (any Actor)? {
+        operation.isolation
     }
 
     @inlinable

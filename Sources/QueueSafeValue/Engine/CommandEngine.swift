@@ -425,12 +425,30 @@ class CommandEngine: @unchecked Sendable {
 
     /// Places a ``CommandQueue`` operation in the queue, even when the section is free (then it is
     /// granted at once), so its place is taken synchronously, before the task that runs it starts.
+    /// A discardable operation that had not begun is discarded first (see
+    /// ``EngineStateMachine/enqueueOperation(_:priority:discardable:observed:now:)``); if it was
+    /// waiting, its task is resumed here, after unlocking, and throws `.cancelled`.
     /// - Returns: the operation's waiter, and whether it holds the section already. When it does
     ///   not, the task calls ``waitForTurn(_:isolation:)``.
     @usableFromInline
-    final func enqueueOperation(priority: CommandPriority) -> (waiter: AwaitingWaiter, granted: Bool) {
+    final func enqueueOperation(
+        priority: CommandPriority,
+        discardable: Bool = false
+    ) -> (waiter: AwaitingWaiter, granted: Bool) {
         let waiter = AwaitingWaiter()
-        switch enqueue(waiter, kind: .operation, priority: priority) {
+        let (admission, discarded, continuation) = machine.withLock { machine in
+            // From here on neither idle compare-and-swap can succeed; see `EngineWord`.
+            let observed = state.fetchOr(EngineWord.slowRelease)
+            let (admission, word, discarded) = machine.enqueueOperation(
+                waiter, priority: priority, discardable: discardable, observed: observed, now: coarseNow())
+            state.storeRelease(word)
+            let awaiting = discarded as? AwaitingWaiter
+            return (admission, awaiting, awaiting?.continuation)
+        }
+        // Released after unlocking, like every reference the machine lets go of.
+        withExtendedLifetime(discarded) {}
+        continuation?.resumeFromAnotherThread()
+        switch admission {
         case .granted(let ticket?):
             waiter.ticket = ticket
             return (waiter, true)
@@ -440,6 +458,14 @@ class CommandEngine: @unchecked Sendable {
         case .granted(nil), .refused:
             preconditionFailure("a command queue never closes, and tracks its operations")
         }
+    }
+
+    /// A discardable operation that holds the section is about to begin.
+    /// - Returns: `false` if a later operation discarded it after it was granted: it must release
+    ///   the section and throw `.cancelled` without running.
+    @usableFromInline
+    final func beginDiscardable(_ waiter: AwaitingWaiter) -> Bool {
+        machine.withLock { $0.beginDiscardable(waiter.ticket) }
     }
 
     /// Records the task that runs an operation, so ``cancelAll()`` can cancel it. If `cancelAll()`

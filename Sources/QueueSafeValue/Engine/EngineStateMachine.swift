@@ -243,6 +243,8 @@ struct EngineStateMachine<Waiter> {
     /// `slowRelease` is set: a holder that may release on the idle path could end unseen.
     private(set) var holderSince: UInt64 = 0
     private(set) var holderSinceIsExact = false
+    /// The newest discardable operation (a ``CommandQueue`` policy) that has not begun, if any.
+    private var discardable: Ticket?
 
     init() {}
 
@@ -405,6 +407,60 @@ struct EngineStateMachine<Waiter> {
         heap = swept
         deadEntries = 0
     }
+
+    // MARK: Discardable operations
+
+    /// An operation of a ``CommandQueue`` asks for the section. Before it takes its place, the
+    /// discardable operation that has not begun, if any, is discarded: a waiting one leaves the
+    /// queue (its waiter is returned, to be resumed with "cancelled"); one that was granted but has
+    /// not begun is marked, and ``beginDiscardable(_:)`` then refuses it. Both happen in this one
+    /// transition, so "enqueued later" and "discarded" are the same instant.
+    /// - Parameter isDiscardable: the new operation is itself discardable: it is discarded in turn
+    ///   if another operation is enqueued before it begins.
+    mutating func enqueueOperation(
+        _ waiter: Waiter,
+        priority: CommandPriority,
+        discardable isDiscardable: Bool,
+        observed: Int,
+        now: UInt64 = 0
+    ) -> (Admission, word: Int, discarded: Waiter?) {
+        var discarded: Waiter?
+        if let pending = discardable {
+            discardable = nil
+            if isCurrent(pending) {
+                switch records[Int(pending.slot)].state {
+                case .waiting:
+                    discarded = markLeft(pending.slot)
+                    sweepIfMostlyDead()
+                case .holding:
+                    records[Int(pending.slot)].cancelRequested = true
+                case .left, .ended, .free:
+                    break
+                }
+            }
+        }
+        let (admission, word) = enqueue(
+            waiter, kind: .operation, priority: priority, reentrant: false, observed: observed, now: now)
+        if isDiscardable {
+            switch admission {
+            case .granted(let ticket?), .queued(let ticket): discardable = ticket
+            case .granted(nil), .refused: break
+            }
+        }
+        return (admission, word, discarded)
+    }
+
+    /// A discardable operation that holds the section is about to begin. It no longer counts as
+    /// waiting: operations enqueued from now on leave it alone.
+    /// - Returns: `false` if it was discarded (or cancelled by ``cancelAll()``) after it was
+    ///   granted: it must not begin, and releases the section instead.
+    mutating func beginDiscardable(_ ticket: Ticket) -> Bool {
+        if discardable == ticket { discardable = nil }
+        return !(isCurrent(ticket) && records[Int(ticket.slot)].cancelRequested)
+    }
+
+    /// The newest discardable operation that has not begun, if any.
+    var pendingDiscardable: Ticket? { discardable }
 
     // MARK: Operations and cancelAll
 

@@ -79,7 +79,9 @@ extension QueueSafeAsyncedValue {
 extension CommandQueue {
     /// Whether the caller runs inside one of this queue's operations: in the operation's task, or a
     /// child task of it. `false` in any other task or thread, and in an unstructured task started
-    /// from an operation once that operation has ended.
+    /// from an operation once that operation has ended. Always `false` on a
+    /// ``CommandQueue/Ordering/startsInOrder`` queue, whose operations give up their turn as they
+    /// start.
     public var isInsideOperation: Bool { engine.isCallerInside() }
 
     /// Stops the program with `message` unless the caller runs inside one of this queue's operations
