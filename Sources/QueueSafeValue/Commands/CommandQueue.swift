@@ -105,9 +105,7 @@ public final class CommandQueue: Sendable {
         policy: Policy = .standard,
         @_inheritActorContext @_implicitSelfCapture _ operation: sending @escaping @isolated(any) () async throws -> T
     ) -> Task<T, any Error> {
-        schedule(priority: priority, policy: policy, isolation: isolation(of: operation)) {
-            try await operation()
-        }
+        schedule(priority: priority, policy: policy, operation)
     }
 
     /// Adds `operation` to the queue; when its turn comes it runs isolated to `actor`. On a
@@ -149,12 +147,7 @@ public final class CommandQueue: Sendable {
         timeout: DispatchTimeInterval,
         @_inheritActorContext @_implicitSelfCapture _ operation: sending @escaping @isolated(any) () async throws -> T
     ) -> Task<T, any Error> {
-        schedule(
-            priority: priority, policy: policy, deadline: Self.deadline(after: timeout),
-            isolation: isolation(of: operation)
-        ) {
-            try await operation()
-        }
+        schedule(priority: priority, policy: policy, deadline: Self.deadline(after: timeout), operation)
     }
 
     // MARK: Await the result
@@ -239,42 +232,88 @@ public final class CommandQueue: Sendable {
 
     // MARK: Internals
 
-    /// Takes the operation's place now and starts the task that waits for the turn and runs
-    /// `body` isolated to `isolation`.
+    /// Takes the place of an operation that inherited its isolation, and starts the task that waits
+    /// for the turn and runs it. The operation is called from a non-escaping closure, so apart from
+    /// the task nothing is allocated for it.
     @inlinable
     func schedule<T: Sendable>(
         priority: CommandPriority,
         policy: Policy,
         deadline: DispatchTime? = nil,
+        _ operation: @escaping @isolated(any) () async throws -> T
+    ) -> Task<T, any Error> {
+        let engine = self.engine
+        let startsInOrder = self.startsInOrder
+        let discardable = policy == .discardable
+        let isolation = operation.isolation
+        // Unsafe: `operation` is the caller's `sending` closure; only this one task ever calls it,
+        // once, which the compiler cannot see through the closure that captures it.
+        nonisolated(unsafe) let operation = operation
+        let (waiter, grantedAtOnce) = engine.enqueueOperation(priority: priority, discardable: discardable)
+        let task = Task<T, any Error> {
+            try await Self.takeTurn(
+                engine, waiter, grantedAtOnce: grantedAtOnce, deadline: deadline, discardable: discardable,
+                startsInOrder: startsInOrder, isolation: isolation
+            ) { try await operation() }
+        }
+        engine.attach(task, to: waiter)
+        return task
+    }
+
+    /// Like the other `schedule`, for an operation whose isolation the caller names: `body` runs on
+    /// `isolation` with no hop of its own.
+    @inlinable
+    func schedule<T: Sendable>(
+        priority: CommandPriority,
+        policy: Policy,
         isolation: (any Actor)?,
         _ body: nonisolated(nonsending) @escaping () async throws -> T
     ) -> Task<T, any Error> {
         let engine = self.engine
         let startsInOrder = self.startsInOrder
         let discardable = policy == .discardable
-        // Unsafe: `body` holds the caller's `sending` operation; only this one task ever calls it,
-        // once, which the compiler cannot see through the closure that captures it.
+        // Unsafe: `body` may hold the caller's `sending` operation; only this one task ever calls
+        // it, once, which the compiler cannot see through the closure that captures it.
         nonisolated(unsafe) let body = body
         let (waiter, grantedAtOnce) = engine.enqueueOperation(priority: priority, discardable: discardable)
         let task = Task<T, any Error> {
-            // Everything below runs inline in the task: no intermediate async frames, and no
-            // suspension at all when the turn has come by the time the task starts, apart from the
-            // hop to the operation's actor, if it has one.
-            if !grantedAtOnce {
-                try await engine.waitForTurn(waiter, deadline: deadline, isolation: isolation)
-            }
-            if Task.isCancelled || (discardable && !engine.beginDiscardable(waiter)) {
-                // Granted, but cancelled or discarded before the operation began: it never starts.
-                engine.release(.operation)
-                throw QueueSafeValueError.cancelled
-            }
-            if startsInOrder {
-                return try await Self.start(body, releasing: engine, isolation: isolation)
-            }
-            return try await engine.runHeldTaskSection(.operation, isolation: isolation, body)
+            try await Self.takeTurn(
+                engine, waiter, grantedAtOnce: grantedAtOnce, deadline: nil, discardable: discardable,
+                startsInOrder: startsInOrder, isolation: isolation, body)
         }
         engine.attach(task, to: waiter)
         return task
+    }
+
+    /// The body of an operation's task, on `isolation` throughout: waits for the turn (unless it was
+    /// granted at once), then runs `body`, holding the turn (one at a time) or giving it up as it starts.
+    /// Inlined into the task, so there is no intermediate async frame, and no suspension at all
+    /// when the turn has come by the time the task starts, apart from the hop to the operation's
+    /// actor, if it has one.
+    @inlinable
+    @inline(__always)
+    static func takeTurn<T: Sendable>(
+        _ engine: CommandEngine,
+        _ waiter: AwaitingWaiter,
+        grantedAtOnce: Bool,
+        deadline: DispatchTime?,
+        discardable: Bool,
+        startsInOrder: Bool,
+        isolation: isolated (any Actor)?,
+        _ body: nonisolated(nonsending) () async throws -> T
+    ) async throws -> T {
+        if !grantedAtOnce {
+            try await engine.waitForTurn(waiter, deadline: deadline, isolation: isolation)
+        }
+        if Task.isCancelled || (discardable && !engine.beginDiscardable(waiter)) {
+            // Granted, but cancelled or discarded before the operation began: it never starts.
+            engine.release(.operation)
+            throw QueueSafeValueError.cancelled
+        }
+        if startsInOrder {
+            return try await start(body, releasing: engine, isolation: isolation)
+        }
+        return try await engine.runHeldTaskSection(.operation, isolation: isolation, body)
     }
 
     /// Gives up the turn and runs `body`, both on `isolation`: on an actor, the next operation can
@@ -287,13 +326,6 @@ public final class CommandQueue: Sendable {
     ) async throws -> T {
         engine.release(.operation)
         return try await body()
-    }
-
-    /// The actor an inherited operation is isolated to (read through a plain parameter: reading it
-    /// from a `sending` one crashes the 6.3 compiler).
-    @inlinable
-    func isolation<T>(of operation: @isolated(any) () async throws -> T) -> (any Actor)? {
-        operation.isolation
     }
 
     @inlinable
