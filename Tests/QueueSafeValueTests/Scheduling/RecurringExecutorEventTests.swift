@@ -24,9 +24,9 @@ private struct FailingSleeper: RecurringSleeper {
         let executor = RecurringExecutor(eventHandler: recorder.handler) {}
         try await recorder.wait(for: .waiting(nextRunIn: nil))
         let stream = executor.events()
-        _ = try await executor.runNowAndWait()
+        _ = try await withHangTimeout { try await executor.runNowAndWait() }
         executor.setPolicy(try .interval(seconds: 60))
-        _ = try await executor.runNowAndWait()
+        _ = try await withHangTimeout { try await executor.runNowAndWait() }
         await executor.stopAndWait()
         let after = DispatchTime.now()
 
@@ -81,7 +81,7 @@ private struct FailingSleeper: RecurringSleeper {
         #expect(finished, "the executor stopped and its streams finished")
         #expect(events.map(\.kind) == [.sleeperFailed(RecurringExecutorFailure(error)), .stopped])
         #expect(recorder.kinds == [.waiting(nextRunIn: 5), .sleeperFailed(RecurringExecutorFailure(error)), .stopped])
-        #expect(try await executor.runNowAndWait() == .stopped)
+        #expect(try await withHangTimeout { try await executor.runNowAndWait() } == .stopped)
         executor.runNow()
         await executor.stopAndWait()
         #expect(runs.value == 0)

@@ -9,7 +9,7 @@ import Testing
     @Test func whileIdle_returnsTheOutcomeOfItsRun_afterTheEventWasDelivered() async throws {
         let recorder = Recorder<RecurringExecutorEvent>()
         let executor = RecurringExecutor(eventHandler: recorder.handler) {}
-        let outcome = try await executor.runNowAndWait()
+        let outcome = try await withHangTimeout { try await executor.runNowAndWait() }
         let seenByTheHandler = recorder.kinds
         #expect(outcome == .finished(run: 1))
         #expect(outcome.run == 1)
@@ -17,13 +17,13 @@ import Testing
             seenByTheHandler.filter { $0 != .waiting(nextRunIn: nil) } == [
                 .requested(request: 1), .started(run: 1, trigger: .runNow(request: 1)), .finished(run: 1),
             ], "the handler saw the run's end before the caller got its outcome")
-        #expect(try await executor.runNowAndWait() == .finished(run: 2))
+        #expect(try await withHangTimeout { try await executor.runNowAndWait() } == .finished(run: 2))
         await executor.stopAndWait()
     }
 
     @Test func failingRun_returnsFailedWithItsError() async throws {
         let executor = RecurringExecutor { throw TestError.thrown(id: 5) }
-        let outcome = try await executor.runNowAndWait()
+        let outcome = try await withHangTimeout { try await executor.runNowAndWait() }
         #expect(outcome == .failed(run: 1, error: RecurringExecutorFailure(TestError.thrown(id: 5))))
         await executor.stopAndWait()
     }
@@ -46,7 +46,7 @@ import Testing
         }
         try await recorder.wait(for: .requested(request: 6))
         gate.open()
-        let outcomes = try await callers.value
+        let outcomes = try await withHangTimeout { try await callers.value }
         #expect(outcomes == Array(repeating: .finished(run: 2), count: 5))
         #expect(calls.value == 2)
         #expect(recorder.starts == [.runNow(request: 1), .runNow(request: 6)])
@@ -65,7 +65,7 @@ import Testing
         let caller = Task { try await executor.runNowAndWait() }
         try await waitUntil { calls.value == 1 }
         executor.runNow()
-        #expect(try await caller.value == .finished(run: 2))
+        #expect(try await withHangTimeout { try await caller.value } == .finished(run: 2))
         #expect(recorder.kinds.contains(.cancelled(run: 1)))
         await executor.stopAndWait()
     }
@@ -82,8 +82,9 @@ import Testing
         try await waitUntil { gate.waiterCount == 1 }
 
         caller.cancel()
-        let result = await caller.result
-        #expect(throws: QueueSafeValueError.cancelled) { try result.get() }
+        defer { gate.open() }  // even if the wait below runs out
+        let error = try await withHangTimeout { await thrownError { try await caller.value } }
+        #expect(error == .cancelled)
         #expect(gate.waiterCount == 1, "the caller left while its run was still running")
 
         gate.open()
@@ -100,8 +101,8 @@ import Testing
             return try await executor.runNowAndWait()
         }
         caller.cancel()
-        let result = await caller.result
-        #expect(throws: QueueSafeValueError.cancelled) { try result.get() }
+        let error = try await withHangTimeout { await thrownError { try await caller.value } }
+        #expect(error == .cancelled)
         try await recorder.wait(for: .finished(run: 1))
         await executor.stopAndWait()
     }
@@ -119,11 +120,14 @@ import Testing
         try await recorder.wait(for: .requested(request: 2))
 
         executor.stop()
-        #expect(try await second.value == .stopped, "its run never started")
+        defer { gate.open() }  // even if the wait below runs out
+        #expect(try await withHangTimeout { try await second.value } == .stopped, "its run never started")
         gate.open()
-        #expect(try await first.value == .finished(run: 1), "it returned normally despite the stop")
+        #expect(
+            try await withHangTimeout { try await first.value } == .finished(run: 1),
+            "it returned normally despite the stop")
         await executor.stopAndWait()
-        #expect(try await executor.runNowAndWait() == .stopped)
+        #expect(try await withHangTimeout { try await executor.runNowAndWait() } == .stopped)
         #expect(calls.value == 1)
     }
 
@@ -142,7 +146,7 @@ import Testing
                     ? direct : .invalidArgument("\(String(describing: direct)) ≠ \(String(describing: fromChild))"))
         }
         box.set(executor)
-        #expect(try await executor.runNowAndWait() == .finished(run: 1))
+        #expect(try await withHangTimeout { try await executor.runNowAndWait() } == .finished(run: 1))
         #expect(inner.value == .reentrantAccess)
         #expect(recorder.kinds.filter { if case .requested = $0 { true } else { false } }.count == 1)
         box.set(nil)
