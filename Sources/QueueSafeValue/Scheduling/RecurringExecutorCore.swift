@@ -16,8 +16,7 @@ import Dispatch
 /// performs it outside the lock, reports how it ended, and asks again. The public executor owns
 /// the core; the driver task keeps it alive until the loop has ended, and the sleep tasks
 /// reference it weakly.
-// @unchecked Sendable: the mutable state lives in `guarded`, touched only with its lock held; the
-// other stored properties are immutable and `Sendable`.
+// @unchecked Sendable: all mutable state is in `guarded`, under its lock; the rest is immutable
 final class RecurringExecutorCore: @unchecked Sendable {
     typealias Operation = @Sendable () async throws -> Void
     typealias EventHandler = @Sendable (RecurringExecutorEvent) -> Void

@@ -4,7 +4,7 @@ import Testing
 
 /// `RecurringExecutor.runNowAndWait()`: which run serves the request, how it ended, and what the
 /// caller's cancellation, a stop and reentrancy do.
-@Suite(.runsAlongsideOthers) struct RunNowAndWaitTests {
+@Suite(.runsAlongsideOthers) struct RecurringRunNowAndWaitTests {
 
     @Test func whileIdle_returnsTheOutcomeOfItsRun_afterTheEventWasDelivered() async throws {
         let recorder = Recorder<RecurringExecutorEvent>()
