@@ -7,7 +7,8 @@
 ///     try await inbox.sync()
 /// }
 /// poller.runNow()                                     // sync now: the running sync is cancelled first
-/// try poller.setPolicy(.interval(seconds: 300))       // back off; the wait in progress restarts
+/// let outcome = try await poller.runNowAndWait()      // sync now, and learn how that sync ended
+/// poller.setPolicy(try .interval(seconds: 300))       // back off; the wait in progress restarts
 /// poller.stop()                                       // or just release it
 /// ```
 ///
@@ -23,13 +24,18 @@
 ///   once it has ended, the requested run starts. Calls that arrive before that run starts collapse
 ///   into it (the latest call's number is its trigger); a call that arrives while it runs preempts it
 ///   in turn. After an on-demand run the interval starts from zero again.
-/// - **Robust.** An operation that throws reports ``RecurringExecutorEvent/failed(run:error:)`` and
-///   the executor carries on. An operation that ignores cancellation delays the hand-off until it
-///   returns, but the executor never loses track: the pending request runs right after it.
-/// - **Events** (``RecurringExecutorEvent``) go to the `eventHandler` and to every stream from
-///   ``events(bufferingPolicy:)``, in the order the transitions happened, the same order on both.
+/// - **Awaitable** (``runNowAndWait()``): as `runNow()`, and returns how the run that served the
+///   request ended (``RecurringRunOutcome``). Cancelling the caller abandons the wait, never the run.
+/// - **Robust.** An operation that throws reports ``RecurringExecutorEvent/Kind/failed(run:error:)``
+///   and the executor carries on. An operation that ignores cancellation delays the hand-off until
+///   it returns, but the executor never loses track: the pending request runs right after it. A
+///   sleeper that throws reports ``RecurringExecutorEvent/Kind/sleeperFailed(_:)`` and stops the
+///   executor.
+/// - **Events** (``RecurringExecutorEvent``, each with a monotonic timestamp) go to the
+///   `eventHandler` and to every stream from ``events(bufferingPolicy:)``, in the order the
+///   transitions happened, the same order on both.
 /// - **Lifetime.** ``stop()``, or releasing the executor, cancels the running operation and ends the
-///   loop once it has returned; then ``RecurringExecutorEvent/stopped`` is emitted, the event streams
+///   loop once it has returned; then ``RecurringExecutorEvent/Kind/stopped`` is emitted, the event streams
 ///   finish, and the executor's tasks and closures are released. The executor does not retain
 ///   itself: an operation or event handler that captures it strongly keeps it alive (capture it
 ///   `weak`, as with a `Timer`).
@@ -77,7 +83,7 @@ public final class RecurringExecutor: Sendable {
     ///
     /// The run is `value.async.priority(priority).set { try await operation(&$0) }` in a detached
     /// task. Cancelling the run while it waits for its turn takes it out of the queue (it never
-    /// starts; the run reports ``RecurringExecutorEvent/cancelled(run:)``). Changes the operation
+    /// starts; the run reports ``RecurringExecutorEvent/Kind/cancelled(run:)``). Changes the operation
     /// made to the value are kept even if it throws afterwards. The executor retains `value`.
     ///
     /// The other parameters are those of ``init(policy:runningOn:sleeper:eventHandler:operation:)``.
@@ -119,7 +125,7 @@ public final class RecurringExecutor: Sendable {
     /// If the executor is waiting, the wait restarts with `policy` (a new interval counts from this
     /// call; ``RecurringPolicy/onDemand`` waits for ``runNow()`` only). A running operation is not
     /// disturbed; the new policy applies to the wait after it. Emits
-    /// ``RecurringExecutorEvent/policyChanged(_:)`` unless `policy` equals the current one, in which
+    /// ``RecurringExecutorEvent/Kind/policyChanged(from:to:)`` unless `policy` equals the current one, in which
     /// case nothing happens (a wait in progress is not restarted). Ignored after ``stop()``.
     public func setPolicy(_ policy: RecurringPolicy) {
         core.setPolicy(policy)
@@ -127,7 +133,7 @@ public final class RecurringExecutor: Sendable {
 
     /// Requests a run now, and returns at once.
     ///
-    /// Emits ``RecurringExecutorEvent/requested(request:)``. A wait in progress ends; a running
+    /// Emits ``RecurringExecutorEvent/Kind/requested(request:)``. A wait in progress ends; a running
     /// operation's task is cancelled, and the requested run starts once that operation has returned.
     /// Requests made before the requested run starts collapse into one run, whose trigger is the
     /// latest request. Ignored after ``stop()``.
@@ -135,18 +141,60 @@ public final class RecurringExecutor: Sendable {
         core.runNow()
     }
 
+    /// Requests a run now, as ``runNow()`` does, and returns how the run that served the request
+    /// ended.
+    ///
+    /// The request is made at once, in the caller's order with the other calls, and emits
+    /// ``RecurringExecutorEvent/Kind/requested(request:)``. It is served by the first run that
+    /// starts after it, the same run as every request that collapsed with it; if that run ends
+    /// cancelled because a later request preempted it, the request goes on to that later request's
+    /// run. So the outcome always names the run that did the work for this call:
+    ///
+    /// ```swift
+    /// let executor = RecurringExecutor { /* the work of one run */ }
+    /// switch try await executor.runNowAndWait() {
+    /// case .finished(let run): print("run \(run) served the request")
+    /// case .failed(let run, let failure): print("run \(run) failed: \(failure.error)")
+    /// case .cancelled(let run): print("run \(run) was stopped")
+    /// case .stopped: print("the executor stopped before a run served the request")
+    /// }
+    /// ```
+    ///
+    /// The call returns after the event that reports the outcome (``RecurringExecutorEvent/Kind/finished(run:)``,
+    /// ``RecurringExecutorEvent/Kind/failed(run:error:)`` or ``RecurringExecutorEvent/Kind/cancelled(run:)``)
+    /// was delivered to the event handler and the streams. It suspends the calling task and never
+    /// blocks a thread.
+    ///
+    /// **Cancellation.** Cancelling the calling task abandons the wait, not the request: the call
+    /// throws ``QueueSafeValueError/cancelled`` at once, and the run goes on for everyone else (other
+    /// callers, the interval, the events). An outcome that was already known when the cancellation
+    /// arrived is returned instead. A task that is cancelled before the call still makes the
+    /// request, then throws.
+    ///
+    /// - Returns: the outcome; ``RecurringRunOutcome/stopped`` when the executor was stopped (or
+    ///   released, or its sleeper failed) before a run served the request, or had stopped already.
+    /// - Throws: ``QueueSafeValueError/cancelled`` when the calling task is cancelled first;
+    ///   ``QueueSafeValueError/reentrantAccess``, without making a request, when called from inside
+    ///   this executor's own operation (or a task it created that inherits its task-locals), where it
+    ///   would wait for a run that cannot start before the operation returns.
+    public func runNowAndWait() async throws(QueueSafeValueError) -> RecurringRunOutcome {
+        try await core.runNowAndWait()
+    }
+
     /// Stops the executor, and returns at once.
     ///
     /// Pending requests are dropped, a wait in progress ends, and the running operation's task is
-    /// cancelled. Once that operation has returned, the loop ends: ``RecurringExecutorEvent/stopped``
-    /// is emitted, the event streams finish and nothing of the executor runs any more. Calling it
-    /// again does nothing; ``runNow()`` and ``setPolicy(_:)`` are ignored from now on.
+    /// cancelled. Once that operation has returned, the loop ends: ``RecurringExecutorEvent/Kind/stopped``
+    /// is emitted, the event streams finish and nothing of the executor runs any more. Callers of
+    /// ``runNowAndWait()`` whose run had not started get ``RecurringRunOutcome/stopped`` at once;
+    /// those of the running operation get its outcome when it returns. Calling it again does
+    /// nothing; ``runNow()``, ``runNowAndWait()`` and ``setPolicy(_:)`` are ignored from now on.
     public func stop() {
         core.stop()
     }
 
     /// Stops the executor (see ``stop()``) and returns once its loop has ended: the last operation
-    /// has returned, the handler has been called with ``RecurringExecutorEvent/stopped`` and every
+    /// has returned, the handler has been called with ``RecurringExecutorEvent/Kind/stopped`` and every
     /// event stream has finished.
     ///
     /// Waits as long as the running operation takes to return; calling it from inside the operation
@@ -158,7 +206,7 @@ public final class RecurringExecutor: Sendable {
 
     // MARK: Events
 
-    /// A stream of the events emitted from now on, ending after ``RecurringExecutorEvent/stopped``.
+    /// A stream of the events emitted from now on, ending after ``RecurringExecutorEvent/Kind/stopped``.
     ///
     /// Every stream, and the event handler, gets the same events in the same order. Earlier events
     /// are not replayed (pass an `eventHandler` to the initializer to see every event from the

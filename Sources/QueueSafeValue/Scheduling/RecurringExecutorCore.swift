@@ -2,29 +2,61 @@ import Dispatch
 
 // MARK: - RecurringExecutorCore
 
-/// The loop, state and event delivery behind a ``RecurringExecutor``.
+/// The thin layer behind a ``RecurringExecutor``: the lock, the driver task, the sleeps, the run
+/// tasks, the continuations and the event delivery. Every decision is ``RecurringStateMachine``'s.
 ///
-/// One driver task runs ``runLoop()``: it decides the next step under the lock (run, wait, or end),
-/// performs it outside the lock, and decides again. Callers (`runNow`, `setPolicy`, `stop`) change
-/// the state under the lock and, after unlocking, wake the driver, cancel the abandoned sleep and
-/// cancel the running operation's task. No user code runs, no continuation is resumed and no task is
-/// cancelled while the lock is held.
+/// Each entry point calls one machine transition with the lock held, stamps the events it returned
+/// and queues them (with the callers' outcomes) in the outbox, still under the lock, so that the
+/// outbox is in transition order. After unlocking it performs the rest of the actions: cancel
+/// tasks, resume the driver, and schedule a drain of the outbox on the private serial delivery
+/// queue. No user code runs, no continuation is resumed, no task is cancelled and nothing is
+/// dispatched while the lock is held.
 ///
-/// Events are emitted under the lock, at the transition they describe, by enqueuing one block per
-/// event on a private serial queue; that block calls the handler and yields to every subscriber
-/// registered at the moment of emission. So both channels see the same events in the same order.
-///
-/// The public executor owns the core; the driver task keeps it alive until the loop has ended, and
-/// the sleep tasks reference it weakly.
-// @unchecked Sendable: `state` is guarded by `lock`; the other stored properties are immutable
+/// One driver task runs ``runLoop()``: it asks the machine for the next step (run, wait, or end),
+/// performs it outside the lock, reports how it ended, and asks again. The public executor owns
+/// the core; the driver task keeps it alive until the loop has ended, and the sleep tasks
+/// reference it weakly.
+// @unchecked Sendable: all mutable state is in `guarded`, under its lock; the rest is immutable
 final class RecurringExecutorCore: @unchecked Sendable {
     typealias Operation = @Sendable () async throws -> Void
     typealias EventHandler = @Sendable (RecurringExecutorEvent) -> Void
     typealias Subscriber = AsyncStream<RecurringExecutorEvent>.Continuation
+    typealias Caller = CheckedContinuation<RecurringRunOutcome, any Error>
+    typealias Machine = RecurringStateMachine<CheckedContinuation<Void, Never>, Task<Void, any Error>, Caller>
 
-    private let lock = Lock()
-    private var state: State  // guarded by `lock`
+    /// Something the delivery queue does, in outbox order.
+    private enum Delivery {
+        /// Call the handler, then yield to the subscribers registered when it was emitted.
+        case event(RecurringExecutorEvent, [Subscriber])
+        /// Resume a caller of `runNowAndWait()`.
+        case outcome(Caller, RecurringRunOutcome)
+        /// The loop ended: finish the streams, then resume the callers of `stopAndWait()`.
+        case end([Subscriber], [CheckedContinuation<Void, Never>])
+    }
 
+    private struct Guarded {
+        var machine: Machine
+        var nextSubscriberID: UInt64 = 0
+        var subscribers: [UInt64: Subscriber] = [:]
+        /// Callers of `stopAndWait()` suspended until the loop has ended and its events were
+        /// delivered.
+        var stopWaiters: [CheckedContinuation<Void, Never>] = []
+        var outbox: [Delivery] = []
+        /// A drain block is on the delivery queue and has not taken the outbox yet.
+        var drainScheduled = false
+    }
+
+    /// Work to do after unlocking.
+    private struct AfterUnlock {
+        var cancel: [Task<Void, any Error>] = []
+        var resumeDriver: CheckedContinuation<Void, Never>?
+        var scheduleDrain = false
+    }
+
+    /// The executor whose operation the current task runs (for `runNowAndWait()`'s reentrancy check).
+    @TaskLocal static var runningExecutor: ObjectIdentifier?
+
+    private let guarded: LockedState<Guarded>
     private let operation: Operation
     private let target: RecurringRunTarget
     private let sleeper: any RecurringSleeper
@@ -38,153 +70,156 @@ final class RecurringExecutorCore: @unchecked Sendable {
         eventHandler: EventHandler?,
         operation: @escaping Operation
     ) {
-        state = State(policy: policy)
+        guarded = .make(Guarded(machine: Machine(policy: policy)))
         self.target = target
         self.sleeper = sleeper
         self.eventHandler = eventHandler
         self.operation = operation
     }
 
-    // MARK: State
+    // MARK: Performing transitions
 
-    /// What the driver is doing.
-    enum Phase {
-        /// Between two steps: the driver is about to decide what comes next.
-        case deciding
-        /// Waiting for the interval, a `runNow()`, a policy change or a stop.
-        case waiting(Wait)
-        /// Run number `run` is in progress.
-        case running(Run)
-        /// The loop ended. Nothing runs any more.
-        case ended
+    /// Runs `transition` on the machine under the lock, queues its events and outcomes, and
+    /// performs the rest after unlocking. Returns what `transition` returned besides its actions.
+    private func apply<R>(_ transition: (inout Machine) -> (R, Machine.Actions)) -> R {
+        let (result, work) = guarded.withLock { guarded -> (R, AfterUnlock) in
+            let (result, actions) = transition(&guarded.machine)
+            return (result, Self.queue(actions, in: &guarded, hasHandler: eventHandler != nil))
+        }
+        perform(work)
+        return result
     }
 
-    struct Wait {
-        /// Identifies this wait, so a sleep that elapses after the wait was abandoned is ignored.
-        let token: UInt64
-        /// Set once something ended the wait; the driver then decides again.
-        var woken = false
-        var continuation: CheckedContinuation<Void, Never>?
-        var sleepTask: Task<Void, Never>?
+    private func apply(_ transition: (inout Machine) -> Machine.Actions) {
+        apply { machine in ((), transition(&machine)) }
     }
 
-    struct Run {
-        let number: UInt64
-        var task: Task<Void, any Error>?
-        /// `runNow()` or `stop()` asked this run to stop.
-        var cancelRequested = false
+    /// Under the lock: stamps the events and puts them, the outcomes and the end in the outbox.
+    private static func queue(_ actions: Machine.Actions, in guarded: inout Guarded, hasHandler: Bool) -> AfterUnlock {
+        var work = AfterUnlock(cancel: actions.cancel, resumeDriver: actions.resumeDriver)
+        let outboxCount = guarded.outbox.count
+        if !actions.events.isEmpty {
+            let now = DispatchTime.now()
+            let subscribers = Array(guarded.subscribers.values)
+            if hasHandler || !subscribers.isEmpty {
+                for kind in actions.events {
+                    guarded.outbox.append(.event(RecurringExecutorEvent(kind, at: now), subscribers))
+                }
+            }
+        }
+        for (caller, outcome) in actions.outcomes {
+            guarded.outbox.append(.outcome(caller, outcome))
+        }
+        if actions.ended {
+            guarded.outbox.append(.end(Array(guarded.subscribers.values), guarded.stopWaiters))
+            guarded.subscribers = [:]
+            guarded.stopWaiters = []
+        }
+        if guarded.outbox.count > outboxCount && !guarded.drainScheduled {
+            guarded.drainScheduled = true
+            work.scheduleDrain = true
+        }
+        return work
     }
 
-    struct State {
-        var policy: RecurringPolicy
-        var phase = Phase.deciding
-        var stopRequested = false
-        /// The number of the latest `runNow()` call.
-        var lastRequest: UInt64 = 0
-        /// The latest `runNow()` call not served by a run yet.
-        var pendingRequest: UInt64?
-        /// The interval elapsed and its run has not started yet.
-        var intervalDue = false
-        var runCount: UInt64 = 0
-        var waitCount: UInt64 = 0
-        var nextSubscriberID: UInt64 = 0
-        var subscribers: [UInt64: Subscriber] = [:]
-        /// Callers of `stopAndWait()` suspended until the loop has ended and its events were delivered.
-        var stopWaiters: [CheckedContinuation<Void, Never>] = []
-
-        init(policy: RecurringPolicy) {
-            self.policy = policy
+    private func perform(_ work: AfterUnlock) {
+        for task in work.cancel { task.cancel() }
+        work.resumeDriver?.resumeFromAnotherThread()
+        if work.scheduleDrain {
+            deliveryQueue.async { self.drain() }
         }
     }
 
-    /// Work to do after unlocking, collected by a transition.
-    private struct Wakeups {
-        var continuation: CheckedContinuation<Void, Never>?
-        var sleepTask: Task<Void, Never>?
-        var runTask: Task<Void, any Error>?
-
-        func perform() {
-            sleepTask?.cancel()
-            runTask?.cancel()
-            continuation?.resumeFromAnotherThread()
+    /// On the delivery queue: delivers everything in the outbox, in order. Drains run one at a time
+    /// and each takes every entry queued before it, so deliveries keep the transitions' order.
+    private func drain() {
+        let deliveries = guarded.withLock { guarded -> [Delivery] in
+            guarded.drainScheduled = false
+            defer { guarded.outbox = [] }
+            return guarded.outbox
         }
-
-        /// Ends the current wait, if any: its continuation is resumed and its sleep cancelled after
-        /// unlocking.
-        mutating func takeWait(from state: inout State) {
-            guard case .waiting(var wait) = state.phase, !wait.woken else { return }
-            wait.woken = true
-            continuation = wait.continuation
-            sleepTask = wait.sleepTask
-            wait.continuation = nil
-            wait.sleepTask = nil
-            state.phase = .waiting(wait)
-        }
-
-        /// Marks the running operation as asked to stop; its task is cancelled after unlocking (or as
-        /// soon as it exists).
-        mutating func takeRunForCancellation(from state: inout State) {
-            guard case .running(var run) = state.phase else { return }
-            run.cancelRequested = true
-            runTask = run.task
-            state.phase = .running(run)
+        for delivery in deliveries {
+            switch delivery {
+            case .event(let event, let subscribers):
+                eventHandler?(event)
+                for subscriber in subscribers { subscriber.yield(event) }
+            case .outcome(let caller, let outcome):
+                caller.resumeFromAnotherThread(with: .success(outcome))
+            case .end(let subscribers, let stopWaiters):
+                for subscriber in subscribers { subscriber.finish() }
+                for waiter in stopWaiters { waiter.resumeFromAnotherThread() }
+            }
         }
     }
 
     // MARK: Commands from the public executor
 
     var policy: RecurringPolicy {
-        lock.withLock { state.policy }
+        guarded.withLock { $0.machine.policy }
     }
 
     func setPolicy(_ policy: RecurringPolicy) {
-        var wakeups = Wakeups()
-        lock.withLock {
-            guard !state.stopRequested, state.policy != policy else { return }
-            state.policy = policy
-            state.intervalDue = false
-            emitLocked(.policyChanged(policy))
-            wakeups.takeWait(from: &state)
-        }
-        wakeups.perform()
+        apply { $0.setPolicy(policy) }
     }
 
     func runNow() {
-        var wakeups = Wakeups()
-        lock.withLock {
-            guard !state.stopRequested else { return }
-            state.lastRequest += 1
-            state.pendingRequest = state.lastRequest
-            emitLocked(.requested(request: state.lastRequest))
-            wakeups.takeWait(from: &state)
-            wakeups.takeRunForCancellation(from: &state)
-        }
-        wakeups.perform()
+        apply { $0.runNow() }
     }
 
     func stop() {
-        var wakeups = Wakeups()
-        lock.withLock {
-            guard !state.stopRequested else { return }
-            state.stopRequested = true
-            state.pendingRequest = nil
-            wakeups.takeWait(from: &state)
-            wakeups.takeRunForCancellation(from: &state)
+        apply { $0.stop() }
+    }
+
+    func runNowAndWait() async throws(QueueSafeValueError) -> RecurringRunOutcome {
+        if Self.runningExecutor == ObjectIdentifier(self) {
+            // The requested run cannot start before this operation returns, which waits for it.
+            throw .reentrantAccess
         }
-        wakeups.perform()
+        guard let id = apply({ $0.runNowAndWait() }) else { return .stopped }
+        let result: Result<RecurringRunOutcome, QueueSafeValueError> = await withTaskCancellationHandler {
+            do {
+                return .success(
+                    try await withCheckedThrowingContinuation { (continuation: Caller) in
+                        attach(caller: id, continuation)
+                    })
+            } catch {
+                return .failure(error as? QueueSafeValueError ?? .cancelled)
+            }
+        } onCancel: {
+            let record = guarded.withLock { $0.machine.cancelCaller(id) }
+            record?.continuation?.resumeFromAnotherThread(with: .failure(QueueSafeValueError.cancelled))
+        }
+        return try result.get()
+    }
+
+    private func attach(caller id: UInt64, _ continuation: Caller) {
+        let (attachment, work) = guarded.withLock { guarded -> (Machine.CallerAttachment, AfterUnlock) in
+            let attachment = guarded.machine.attachCaller(id, continuation)
+            guard case .resolved(let outcome) = attachment else { return (attachment, AfterUnlock()) }
+            // Behind every delivery already queued: the run's end event comes first.
+            var actions = Machine.Actions()
+            actions.outcomes = [(continuation, outcome)]
+            return (attachment, Self.queue(actions, in: &guarded, hasHandler: eventHandler != nil))
+        }
+        perform(work)
+        if case .cancelled = attachment { continuation.resume(throwing: QueueSafeValueError.cancelled) }
     }
 
     /// Returns once the loop has ended and every event, `.stopped` included, was delivered.
     func waitUntilEnded() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            lock.withLock {
-                if case .ended = state.phase {
-                    // Behind every delivery already enqueued, the stream finishes included.
-                    deliveryQueue.async { continuation.resumeFromAnotherThread() }
-                } else {
-                    state.stopWaiters.append(continuation)
+            let work = guarded.withLock { guarded -> AfterUnlock in
+                guard guarded.machine.isEnded else {
+                    guarded.stopWaiters.append(continuation)
+                    return AfterUnlock()
                 }
+                // Behind every delivery already queued, the streams' end included.
+                var actions = Machine.Actions()
+                actions.ended = true
+                guarded.stopWaiters.append(continuation)
+                return Self.queue(actions, in: &guarded, hasHandler: eventHandler != nil)
             }
+            perform(work)
         }
     }
 
@@ -192,15 +227,15 @@ final class RecurringExecutorCore: @unchecked Sendable {
         var subscriber: Subscriber?
         let stream = AsyncStream(RecurringExecutorEvent.self, bufferingPolicy: bufferingPolicy) { subscriber = $0 }
         guard let subscriber else { return stream }
-        let id: UInt64 = lock.withLock {
-            state.nextSubscriberID += 1
-            return state.nextSubscriberID
+        let id: UInt64 = guarded.withLock {
+            $0.nextSubscriberID += 1
+            return $0.nextSubscriberID
         }
         // Set outside the lock: the stream may call it from `finish()` or from its deinit.
         subscriber.onTermination = { [weak self] _ in self?.removeSubscriber(id) }
-        let registered: Bool = lock.withLock {
-            if case .ended = state.phase { return false }
-            state.subscribers[id] = subscriber
+        let registered: Bool = guarded.withLock {
+            if $0.machine.isEnded { return false }
+            $0.subscribers[id] = subscriber
             return true
         }
         if !registered { subscriber.finish() }
@@ -209,22 +244,16 @@ final class RecurringExecutorCore: @unchecked Sendable {
 
     private func removeSubscriber(_ id: UInt64) {
         // Released after unlocking: dropping the last reference may call back into `onTermination`.
-        let removed = lock.withLock { state.subscribers.removeValue(forKey: id) }
+        let removed = guarded.withLock { $0.subscribers.removeValue(forKey: id) }
         _ = removed
     }
 
     // MARK: The loop
 
-    private enum Step {
-        case run(number: UInt64)
-        case wait(token: UInt64, nanoseconds: UInt64?)
-        case end
-    }
-
     /// The driver: runs until `stop()` (or the executor's release) and the last run has ended.
     func runLoop() async {
         while true {
-            switch lock.withLock({ decideLocked() }) {
+            switch apply({ $0.decide() }) {
             case .run(let number):
                 await perform(run: number)
             case .wait(let token, let nanoseconds):
@@ -235,139 +264,37 @@ final class RecurringExecutorCore: @unchecked Sendable {
         }
     }
 
-    /// Chooses the next step: end if stopping, run for a pending `runNow()` (the latest wins) or an
-    /// elapsed interval, or wait.
-    private func decideLocked() -> Step {
-        if state.stopRequested {
-            endLocked()
-            return .end
-        }
-        let trigger: RecurringTrigger
-        if let request = state.pendingRequest {
-            trigger = .runNow(request: request)
-        } else if state.intervalDue {
-            trigger = .interval
-        } else {
-            state.waitCount += 1
-            let token = state.waitCount
-            state.phase = .waiting(Wait(token: token))
-            emitLocked(.waiting(nextRunIn: state.policy.intervalSeconds))
-            return .wait(token: token, nanoseconds: state.policy.intervalNanoseconds)
-        }
-        state.pendingRequest = nil
-        state.intervalDue = false
-        state.runCount += 1
-        state.phase = .running(Run(number: state.runCount))
-        emitLocked(.started(run: state.runCount, trigger: trigger))
-        return .run(number: state.runCount)
-    }
-
-    /// Suspends the driver until the wait `token` is woken: by the interval, or by `runNow()`,
-    /// `setPolicy(_:)` or `stop()`.
+    /// Sleeps (when `nanoseconds` is set) and suspends the driver until wait `token` is woken: by
+    /// the interval, a request, a policy change, a stop or a failed sleep.
     private func wait(token: UInt64, nanoseconds: UInt64?) async {
         if let nanoseconds {
             let sleeper = self.sleeper
-            let sleepTask = Task.detached { [weak self] in
+            let sleep = Task<Void, any Error>.detached { [weak self] in
                 do {
                     try await sleeper.sleep(nanoseconds: nanoseconds)
                 } catch {
+                    self?.apply { $0.sleepFailed(token, error: error) }
                     return
                 }
-                self?.intervalElapsed(token: token)
+                self?.apply { $0.intervalElapsed(token) }
             }
-            let abandoned: Bool = lock.withLock {
-                guard case .waiting(var wait) = state.phase, wait.token == token, !wait.woken else { return true }
-                wait.sleepTask = sleepTask
-                state.phase = .waiting(wait)
-                return false
-            }
-            if abandoned { sleepTask.cancel() }
+            apply { $0.attachSleep(token, sleep) }
         }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let resumeNow: Bool = lock.withLock {
-                guard case .waiting(var wait) = state.phase, wait.token == token, !wait.woken else { return true }
-                wait.continuation = continuation
-                state.phase = .waiting(wait)
-                return false
-            }
-            if resumeNow { continuation.resume() }
+            let resumeNow = guarded.withLock { $0.machine.attachDriver(token, continuation) }
+            resumeNow?.resume()
         }
-    }
-
-    /// Called by the sleep task of wait `token` when its interval has elapsed.
-    private func intervalElapsed(token: UInt64) {
-        var wakeups = Wakeups()
-        lock.withLock {
-            // A wait that was already woken (or replaced) is stale: its interval must not cause a run.
-            guard case .waiting(let wait) = state.phase, wait.token == token, !wait.woken else { return }
-            state.intervalDue = true
-            emitLocked(.intervalElapsed)
-            wakeups.takeWait(from: &state)
-            wakeups.sleepTask = nil  // it is the caller; it ends by itself
-        }
-        wakeups.perform()
     }
 
     /// Runs `number` on its target and reports how it ended.
     private func perform(run number: UInt64) async {
-        let task = target.launch(operation)
-        let cancelNow: Bool = lock.withLock {
-            guard case .running(var run) = state.phase, run.number == number else { return true }
-            run.task = task
-            state.phase = .running(run)
-            return run.cancelRequested
+        let operation = self.operation
+        let identity = ObjectIdentifier(self)
+        let task = target.launch {
+            try await Self.$runningExecutor.withValue(identity) { try await operation() }
         }
-        if cancelNow { task.cancel() }
+        apply { $0.attachRun(number, task) }
         let result = await task.result
-        lock.withLock {
-            var cancelRequested = false
-            if case .running(let run) = state.phase, run.number == number {
-                cancelRequested = run.cancelRequested
-            }
-            state.phase = .deciding
-            switch result {
-            case .success:
-                emitLocked(.finished(run: number))
-            case .failure(let error):
-                if cancelRequested || Self.isCancellation(error) {
-                    emitLocked(.cancelled(run: number))
-                } else {
-                    emitLocked(.failed(run: number, error: RecurringExecutorFailure(error)))
-                }
-            }
-        }
-    }
-
-    private static func isCancellation(_ error: any Error) -> Bool {
-        error is CancellationError || (error as? QueueSafeValueError) == .cancelled
-    }
-
-    // MARK: Events
-
-    /// Emits `event` in the order of the lock sections: one block per event on the serial delivery
-    /// queue, which calls the handler and yields to the subscribers registered now.
-    private func emitLocked(_ event: RecurringExecutorEvent) {
-        let handler = eventHandler
-        let subscribers = Array(state.subscribers.values)
-        guard handler != nil || !subscribers.isEmpty else { return }
-        deliveryQueue.async {
-            handler?(event)
-            for subscriber in subscribers { subscriber.yield(event) }
-        }
-    }
-
-    /// Ends the loop: `.stopped`, then the streams finish and `stopAndWait()` callers resume, all on
-    /// the delivery queue after every earlier event.
-    private func endLocked() {
-        state.phase = .ended
-        emitLocked(.stopped)
-        let subscribers = Array(state.subscribers.values)
-        let stopWaiters = state.stopWaiters
-        state.subscribers = [:]
-        state.stopWaiters = []
-        deliveryQueue.async {
-            for subscriber in subscribers { subscriber.finish() }
-            for waiter in stopWaiters { waiter.resumeFromAnotherThread() }
-        }
+        apply { $0.runEnded(number, result: result) }
     }
 }

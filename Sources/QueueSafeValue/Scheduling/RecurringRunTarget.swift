@@ -9,7 +9,7 @@
 /// - ``commandQueue(_:priority:)``: the operation takes its place in a ``CommandQueue`` at the given
 ///   priority and runs in its turn, never at the same time as the queue's other operations. Cancelling
 ///   the run while it waits for its turn takes it out of the queue (it never starts and the run
-///   reports ``RecurringExecutorEvent/cancelled(run:)``); once it has started, it sees
+///   reports ``RecurringExecutorEvent/Kind/cancelled(run:)``); once it has started, it sees
 ///   `Task.isCancelled`.
 ///
 /// To run inside the critical section of a ``QueueSafeValue``, use

@@ -6,13 +6,21 @@
 /// sleeper to make time a thing they control, so interval behaviour is tested without real waits.
 ///
 /// The executor calls ``sleep(nanoseconds:)`` from a task of its own, once per wait, and cancels that
-/// task when the wait is cut short (`runNow()`, a policy change, a stop). A sleeper that returns
-/// normally after being cancelled cannot cause a run: the executor ignores a wait it has abandoned.
+/// task when the wait is cut short (`runNow()`, a policy change, a stop). Whatever a cancelled
+/// sleep does then is ignored: a sleeper that returns normally after being cancelled cannot cause a
+/// run, because the executor ignores a wait it has abandoned.
+///
+/// A sleep that throws while the executor still waits on it (one it did not cancel) is a broken
+/// clock, whatever the error, `CancellationError` included: the executor emits
+/// ``RecurringExecutorEvent/Kind/sleeperFailed(_:)`` and stops (``RecurringExecutor/stop()``), so
+/// the failure is seen instead of leaving the executor idle forever. It does not retry, since a
+/// sleeper that fails at once would make a retry loop spin.
 public protocol RecurringSleeper: Sendable {
     /// Suspends for `nanoseconds`, then returns.
     ///
-    /// - Throws: `CancellationError` (or any error) when the calling task is cancelled; the executor
-    ///   treats any throw as "the wait did not elapse".
+    /// - Throws: when the calling task is cancelled, `CancellationError` (or any error): the
+    ///   executor cancelled the sleep and ignores how it ends. Any throw without a cancellation
+    ///   stops the executor (see above).
     func sleep(nanoseconds: UInt64) async throws
 }
 

@@ -20,8 +20,17 @@
 ///
 /// A failed refresh is reported to every caller that was already waiting when it failed (they throw
 /// the same error, without a refresh storm); the next caller to arrive after the failure tries again.
-/// A refresh that throws because its own caller's task was cancelled is not shared: that caller gets
-/// the error and the next waiter refreshes.
+///
+/// **Cancelling the caller that is refreshing** (``RefreshCancellation``): by default
+/// (``RefreshCancellation/letRefreshFinish``) the refresh in flight is not cancelled. The cancelled
+/// caller throws ``QueueSafeValueError/cancelled`` at once, while the refresh goes on in the
+/// background, still inside the critical section, and its value is stored and returned to the
+/// callers waiting behind it: one refresh, even when its initiator gave up. That is the default
+/// because aborting a refresh midway can cost more than finishing it: a single-use refresh token
+/// may already be spent on the server, and a second refresh would then fail. With
+/// ``RefreshCancellation/cancelRefresh`` the refresh runs in the caller's task and sees its
+/// cancellation; a refresh that throws because of it is not shared: that caller gets the error and
+/// the next waiter refreshes again.
 ///
 /// The value can also be read and written through ``store`` directly (for instance by a
 /// ``RecurringExecutor`` that refreshes it ahead of expiry); those commands take their turn in the
@@ -32,6 +41,8 @@ public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {  // `
     public let store: QueueSafeValue<Value>
     /// The priority of the commands ``get()`` and ``invalidate()`` issue on ``store``.
     public let priority: CommandPriority
+    /// What happens to the refresh in flight when the caller that started it is cancelled.
+    public let cancellation: RefreshCancellation
 
     private let needsRefresh: @Sendable (Value) -> Bool
     private let refresh: @Sendable (Value) async throws -> Value
@@ -53,47 +64,184 @@ public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {  // `
     ///   - priority: the priority of this type's commands on `store` (default `.medium`).
     ///   - needsRefresh: whether a stored value must be refreshed before use. Called inside the
     ///     critical section; keep it fast and free of side effects.
+    ///   - cancellation: what happens to the refresh in flight when the caller that started it is
+    ///     cancelled; ``RefreshCancellation/letRefreshFinish`` (the default) lets it finish for the
+    ///     other callers.
     ///   - refresh: makes a fresh value from the stale one. Called inside the critical section, at
     ///     most once at a time; it may `await` (nothing else touches the value meanwhile) and may
-    ///     throw.
+    ///     throw. With ``RefreshCancellation/letRefreshFinish`` it runs in a task of its own, which
+    ///     inherits the caller's priority and task-locals but not its cancellation.
     public init(
         store: QueueSafeValue<Value>,
         priority: CommandPriority = .medium,
+        cancellation: RefreshCancellation = .letRefreshFinish,
         needsRefresh: @escaping @Sendable (Value) -> Bool,
         refresh: @escaping @Sendable (Value) async throws -> Value
     ) {
         self.store = store
         self.priority = priority
+        self.cancellation = cancellation
         self.needsRefresh = needsRefresh
         self.refresh = refresh
     }
 
     /// Shares `value`, in a new ``QueueSafeValue``, through ``get()``. The parameters are those of
-    /// ``init(store:priority:needsRefresh:refresh:)``.
+    /// ``init(store:priority:cancellation:needsRefresh:refresh:)``.
     public convenience init(
         value: Value,
         priority: CommandPriority = .medium,
+        cancellation: RefreshCancellation = .letRefreshFinish,
         needsRefresh: @escaping @Sendable (Value) -> Bool,
         refresh: @escaping @Sendable (Value) async throws -> Value
     ) {
-        self.init(store: QueueSafeValue(value: value), priority: priority, needsRefresh: needsRefresh, refresh: refresh)
+        self.init(
+            store: QueueSafeValue(value: value), priority: priority, cancellation: cancellation,
+            needsRefresh: needsRefresh, refresh: refresh)
     }
 
     /// Returns a value that does not need a refresh, refreshing it first if needed.
     ///
     /// Runs as one command on ``store`` at ``priority``: callers are served one at a time, and at most
     /// one refresh runs at a time, with every other caller queued behind it.
+    ///
+    /// With ``RefreshCancellation/letRefreshFinish`` (the default) the command runs in a task of its
+    /// own, which inherits the caller's priority and task-locals, and the call awaits it. When the
+    /// calling task is cancelled, the call throws ``QueueSafeValueError/cancelled`` at once: if its
+    /// command was still waiting for its turn, the command leaves the queue and never runs; if it
+    /// was refreshing, the refresh finishes, its value is stored and the callers behind it get it.
+    /// With ``RefreshCancellation/cancelRefresh`` the command runs in the calling task.
+    ///
     /// - Throws: the refresh's error when the refresh run by this call failed, or when one failed
     ///   while this call was waiting for its turn; ``QueueSafeValueError/cancelled`` when the calling
-    ///   task was cancelled before its turn; ``QueueSafeValueError/reentrantAccess`` when called from
-    ///   inside a critical section of ``store`` (including from `refresh`).
+    ///   task was cancelled before it got a value (see above; with ``RefreshCancellation/cancelRefresh``
+    ///   a refresh cancelled with the caller throws its own error instead);
+    ///   ``QueueSafeValueError/reentrantAccess`` when called from inside a critical section of
+    ///   ``store`` (including from `refresh`).
     public func get() async throws -> Value {
         let ticket = arrivals.fetchAdd(1)
-        var outcome: Result<Value, any Error> = .failure(QueueSafeValueError.cancelled)
-        try await store.async.priority(priority).set { value in
-            outcome = await self.resolve(&value, ticket: ticket)
+        switch cancellation {
+        case .cancelRefresh:
+            return try await command(ticket: ticket, call: nil).get()
+        case .letRefreshFinish:
+            return try await getInOwnTask(ticket: ticket)
         }
-        return try outcome.get()
+    }
+
+    /// `get()`'s command: checks the value, and refreshes it if needed, in one critical section.
+    /// `call`, when set, is the caller that may leave before the command ends.
+    private func command(ticket: Int, call: Call?) async -> Result<Value, any Error> {
+        var outcome: Result<Value, any Error> = .failure(QueueSafeValueError.cancelled)
+        do {
+            try await store.async.priority(priority).set { value in
+                guard call?.enterSection() ?? true else { return }  // its caller left: touch nothing
+                outcome = await self.resolve(&value, ticket: ticket)
+            }
+        } catch {
+            outcome = .failure(error)
+        }
+        return outcome
+    }
+
+    /// `get()` with ``RefreshCancellation/letRefreshFinish``: the command runs in a task of its own,
+    /// which the caller's cancellation reaches only while the command waits for its turn.
+    private func getInOwnTask(ticket: Int) async throws -> Value {
+        if Task.isCancelled { throw QueueSafeValueError.cancelled }
+        let call = Call()
+        // Inherits the caller's priority and task-locals (so `get()` from inside `refresh` still
+        // fails with `.reentrantAccess`), not its cancellation.
+        let task = Task { call.finish(await self.command(ticket: ticket, call: call)) }
+        call.setTask(task)
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                call.attach(continuation)
+            }
+        } onCancel: {
+            call.cancel()
+        }
+    }
+
+    /// One `get()` call whose command runs in a task of its own: the caller may leave before the
+    /// command ends.
+    // @unchecked Sendable: every stored property is guarded by `state`'s lock
+    private final class Call: @unchecked Sendable {
+        enum Phase {
+            /// The command waits for its turn: a cancellation cancels its task.
+            case queued
+            /// The command runs: a cancellation lets it finish.
+            case inSection
+            /// The caller left; the command's result goes to nobody.
+            case left
+            /// The command ended.
+            case ended
+        }
+
+        struct State {
+            var phase = Phase.queued
+            var task: Task<Void, Never>?
+            var continuation: CheckedContinuation<Value, any Error>?
+            var result: Result<Value, any Error>?
+        }
+
+        private let state = LockedState<State>.make(State())
+
+        func setTask(_ task: Task<Void, Never>) {
+            state.withLock { $0.task = task }
+        }
+
+        /// The command got the section: returns whether it should run (its caller did not leave).
+        func enterSection() -> Bool {
+            state.withLock { state in
+                guard case .queued = state.phase else { return false }
+                state.phase = .inSection
+                return true
+            }
+        }
+
+        func attach(_ continuation: CheckedContinuation<Value, any Error>) {
+            let resumeWith = state.withLock { state -> Result<Value, any Error>? in
+                switch state.phase {
+                case .left: return .failure(QueueSafeValueError.cancelled)
+                case .ended: return state.result
+                case .queued, .inSection:
+                    state.continuation = continuation
+                    return nil
+                }
+            }
+            if let resumeWith { continuation.resumeFromAnotherThread(with: resumeWith) }
+        }
+
+        func finish(_ result: Result<Value, any Error>) {
+            let continuation = state.withLock { state -> CheckedContinuation<Value, any Error>? in
+                state.task = nil
+                guard case .left = state.phase else {
+                    state.phase = .ended
+                    state.result = result
+                    defer { state.continuation = nil }
+                    return state.continuation
+                }
+                return nil
+            }
+            continuation?.resumeFromAnotherThread(with: result)
+        }
+
+        /// The caller's task was cancelled: it leaves with `.cancelled`. A command still waiting
+        /// for its turn is cancelled (it leaves the queue); a running one finishes.
+        func cancel() {
+            let (continuation, task) = state.withLock {
+                state -> (CheckedContinuation<Value, any Error>?, Task<Void, Never>?) in
+                let wasQueued: Bool
+                switch state.phase {
+                case .queued: wasQueued = true
+                case .inSection: wasQueued = false
+                case .left, .ended: return (nil, nil)
+                }
+                state.phase = .left
+                defer { state.continuation = nil }
+                return (state.continuation, wasQueued ? state.task : nil)
+            }
+            task?.cancel()
+            continuation?.resumeFromAnotherThread(with: .failure(QueueSafeValueError.cancelled))
+        }
     }
 
     /// Calls ``get()`` from a new task and hands its result to `completion`, for code that uses
@@ -135,12 +283,32 @@ public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {  // `
             section.isInvalidated = false
             return .success(fresh)
         } catch {
+            // A refresh cancelled with its caller (`.cancelRefresh`) is not shared: the next waiter
+            // refreshes. With `.letRefreshFinish` the command's task is never cancelled here.
             if !Task.isCancelled {
                 section.failure = (error, arrivals.loadAcquire())
             }
             return .failure(error)
         }
     }
+}
+
+// MARK: - RefreshCancellation
+
+/// What a ``RefreshingValue`` does with the refresh in flight when the caller that started it is
+/// cancelled. Either way the cancelled caller gets no value, and the other callers are served.
+public enum RefreshCancellation: Sendable, Hashable {
+    /// The refresh finishes (the default): the cancelled caller throws
+    /// ``QueueSafeValueError/cancelled`` at once, the refresh goes on inside the critical section in
+    /// a task of its own, and its value is stored and returned to the callers waiting behind it.
+    /// One refresh, whoever gives up: the safe choice when a refresh spends something, such as a
+    /// single-use refresh token. Costs one task per ``RefreshingValue/get()``.
+    case letRefreshFinish
+    /// The refresh runs in the caller's task and sees its cancellation (`Task.isCancelled`,
+    /// `Task.sleep` and `URLSession` throwing): for refreshes that are cheap to redo and should not
+    /// outlive their caller. A refresh that throws after its caller was cancelled is not shared:
+    /// the caller gets that error and the next waiter refreshes again.
+    case cancelRefresh
 }
 
 extension RefreshingValue where Value: Equatable {

@@ -78,7 +78,7 @@ import Testing
         try await waitUntil { sawCancellation.value != nil }
         await executor.stopAndWait()
         #expect(sawCancellation.value == true)
-        #expect(Array(recorder.snapshot.suffix(2)) == [.finished(run: 1), .stopped])
+        #expect(Array(recorder.kinds.suffix(2)) == [.finished(run: 1), .stopped])
     }
 
     // MARK: QueueSafeValue
@@ -116,7 +116,7 @@ import Testing
             return events.contains(.finished(run: run))
         }
         await executor.stopAndWait()
-        let finishedRuns = recorder.snapshot.filter { if case .finished = $0 { return true } else { return false } }
+        let finishedRuns = recorder.kinds.filter { if case .finished = $0 { return true } else { return false } }
         let total = try await value.async.highestPriority.get()
         #expect(finishedRuns.count >= 1)
         #expect(total == (100 + 1_000 * finishedRuns.count))

@@ -60,10 +60,10 @@ import Testing
         #expect(runs.value == 3)
         await executor.stopAndWait()
 
-        let cycle: (UInt64) -> [RecurringExecutorEvent] = { run in
+        let cycle: (UInt64) -> [RecurringExecutorEvent.Kind] = { run in
             [.waiting(nextRunIn: 5), .intervalElapsed, .started(run: run, trigger: .interval), .finished(run: run)]
         }
-        #expect(recorder.snapshot == (cycle(1) + cycle(2) + cycle(3) + [.waiting(nextRunIn: 5), .stopped]))
+        #expect(recorder.kinds == (cycle(1) + cycle(2) + cycle(3) + [.waiting(nextRunIn: 5), .stopped]))
     }
 
     @Test func intervalPolicy_withTheDefaultClockAndAFewMilliseconds_runsRepeatedlyOneAtATime() async throws {
@@ -89,7 +89,7 @@ import Testing
         executor.runNow()
         try await recorder.wait(for: .waiting(nextRunIn: nil), count: 2)
         #expect(
-            recorder.snapshot == [
+            recorder.kinds == [
                 .waiting(nextRunIn: nil), .requested(request: 1), .started(run: 1, trigger: .runNow(request: 1)),
                 .finished(run: 1), .waiting(nextRunIn: nil),
             ])
@@ -117,7 +117,7 @@ import Testing
         #expect(sawCancellation.value == [true])
         #expect(probe.maximumInside == 1)
         #expect(
-            Array(recorder.snapshot.drop { $0 != .requested(request: 2) }.prefix(4)) == [
+            Array(recorder.kinds.drop { $0 != .requested(request: 2) }.prefix(4)) == [
                 .requested(request: 2), .cancelled(run: 1), .started(run: 2, trigger: .runNow(request: 2)),
                 .finished(run: 2),
             ])
@@ -151,7 +151,7 @@ import Testing
         #expect(sleeper.sleeps.count == 2)
         await executor.stopAndWait()
         #expect(
-            recorder.snapshot == [
+            recorder.kinds == [
                 .waiting(nextRunIn: 10), .intervalElapsed, .started(run: 1, trigger: .interval), .requested(request: 1),
                 .cancelled(run: 1), .started(run: 2, trigger: .runNow(request: 1)), .finished(run: 2),
                 .waiting(nextRunIn: 10), .stopped,
@@ -202,7 +202,7 @@ import Testing
         #expect(calls.value == 2)
         #expect(recorder.starts == [.runNow(request: 1), .runNow(request: 11)])
         #expect(
-            Array(recorder.snapshot.suffix(4)) == [
+            Array(recorder.kinds.suffix(4)) == [
                 .finished(run: 1), .started(run: 2, trigger: .runNow(request: 11)), .finished(run: 2),
                 .waiting(nextRunIn: nil),
             ])
@@ -236,8 +236,10 @@ import Testing
         #expect(runs.value == 1)
         await executor.stopAndWait()
         #expect(
-            recorder.snapshot == [
-                .waiting(nextRunIn: 10), .policyChanged(try .interval(seconds: 20)), .waiting(nextRunIn: 20),
+            recorder.kinds == [
+                .waiting(nextRunIn: 10),
+                .policyChanged(from: try .interval(seconds: 10), to: try .interval(seconds: 20)),
+                .waiting(nextRunIn: 20),
                 .intervalElapsed, .started(run: 1, trigger: .interval), .finished(run: 1), .waiting(nextRunIn: 20),
                 .stopped,
             ])
@@ -261,7 +263,11 @@ import Testing
         try await recorder.wait(for: .waiting(nextRunIn: nil))
         #expect(sleeper.sleeps[0].isCancelled)
         #expect(sleeper.sleeps.count == 1)
-        #expect(recorder.snapshot == [.waiting(nextRunIn: 10), .policyChanged(.onDemand), .waiting(nextRunIn: nil)])
+        #expect(
+            recorder.kinds == [
+                .waiting(nextRunIn: 10), .policyChanged(from: try .interval(seconds: 10), to: .onDemand),
+                .waiting(nextRunIn: nil),
+            ])
         await executor.stopAndWait()
     }
 
@@ -283,8 +289,9 @@ import Testing
         #expect(!cancelled.value)
         await executor.stopAndWait()
         #expect(
-            Array(recorder.snapshot.suffix(5)) == [
-                .started(run: 1, trigger: .runNow(request: 1)), .policyChanged(try .interval(seconds: 7)),
+            Array(recorder.kinds.suffix(5)) == [
+                .started(run: 1, trigger: .runNow(request: 1)),
+                .policyChanged(from: .onDemand, to: try .interval(seconds: 7)),
                 .finished(run: 1), .waiting(nextRunIn: 7), .stopped,
             ])
     }
@@ -301,7 +308,7 @@ import Testing
         executor.setPolicy(try .interval(seconds: 10))
         await executor.stopAndWait()
         #expect(sleeper.sleeps.count == 1)
-        #expect(recorder.snapshot == [.waiting(nextRunIn: 10), .stopped])
+        #expect(recorder.kinds == [.waiting(nextRunIn: 10), .stopped])
     }
 
     // MARK: Failing and uncooperative operations
@@ -344,11 +351,11 @@ import Testing
         executor.runNow()  // ignored once stopping
         try? await Task.sleep(nanoseconds: 20_000_000)
         #expect(!stopped.value, "stop waits for the operation that ignores cancellation")
-        #expect(!recorder.snapshot.contains(.stopped))
+        #expect(!recorder.kinds.contains(.stopped))
 
         gate.open()
         await stopping.value
-        #expect(Array(recorder.snapshot.suffix(2)) == [.finished(run: 1), .stopped])
+        #expect(Array(recorder.kinds.suffix(2)) == [.finished(run: 1), .stopped])
         #expect(recorder.starts.count == 1)
     }
 
@@ -391,9 +398,9 @@ import Testing
         let handlerEvents = Array(recorder.snapshot.dropFirst())  // the first `waiting` came before the streams
         #expect(firstEvents == handlerEvents)
         #expect(secondEvents == handlerEvents)
-        #expect(handlerEvents.last == .stopped)
-        #expect(handlerEvents.contains(.intervalElapsed))
-        assertWellFormed(handlerEvents)
+        #expect(handlerEvents.last?.kind == .stopped)
+        #expect(handlerEvents.contains { $0.kind == .intervalElapsed })
+        assertWellFormed(handlerEvents.map(\.kind))
     }
 
     @Test func events_bufferingNewest_keepsOnlyTheLatestEventsForASlowConsumer() async throws {
@@ -404,7 +411,7 @@ import Testing
         await executor.stopAndWait()
         let (events, finished) = await stream.collected()
         #expect(finished)
-        #expect(events == [.stopped])
+        #expect(events.map(\.kind) == [.stopped])
     }
 
     @Test func events_afterStop_returnAFinishedStream() async throws {
@@ -421,7 +428,7 @@ import Testing
         let executor = RecurringExecutor(
             eventHandler: { event in
                 recorder.handler(event)
-                if event == .finished(run: 1) { box.value?.runNow() }
+                if event.kind == .finished(run: 1) { box.value?.runNow() }
             }, operation: {})
         box.withLock { $0 = executor }
         executor.runNow()
@@ -448,13 +455,13 @@ import Testing
         let entries = probe.entryCount
         let (events, finished) = await stream.collected()
         #expect(finished)
-        #expect(events.last == .stopped)
+        #expect(events.last?.kind == .stopped)
         executor.runNow()
         executor.setPolicy(try .interval(seconds: 0.001))
         try await Task.sleep(nanoseconds: 10_000_000)
         #expect(probe.entryCount == entries, "nothing runs after stop")
-        #expect(recorder.snapshot.last == .stopped)
-        assertWellFormed(recorder.snapshot)
+        #expect(recorder.kinds.last == .stopped)
+        assertWellFormed(recorder.kinds)
     }
 
     @Test func release_stopsTheExecutor_finishesItsStreams_andReleasesItsOperation() async throws {
@@ -478,7 +485,7 @@ import Testing
         #expect(weakExecutor == nil)
         let (events, finished) = await stream.collected()
         #expect(finished, "releasing the executor finishes its streams")
-        #expect(events.last == .stopped)
+        #expect(events.last?.kind == .stopped)
         #expect(probe.insideCount == 0)
         try await waitUntil("the loop, its tasks and the operation are released") { weakCanary == nil }
         let entries = probe.entryCount
@@ -496,7 +503,7 @@ import Testing
         executor = nil
         let (events, finished) = await stream.collected()
         #expect(finished)
-        #expect(events.last == .stopped)
+        #expect(events.last?.kind == .stopped)
         try await waitUntil { weakCanary == nil }
     }
 
@@ -504,7 +511,7 @@ import Testing
 
     /// Every started run ends exactly once, after it started and before the next one starts.
     private func assertWellFormed(
-        _ events: [RecurringExecutorEvent],
+        _ events: [RecurringExecutorEvent.Kind],
         sourceLocation: SourceLocation = #_sourceLocation
     ) {
         var running: UInt64?

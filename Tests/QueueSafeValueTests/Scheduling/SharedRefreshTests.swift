@@ -143,10 +143,10 @@ private func concurrently<T: Sendable>(
         #expect(server.calls == 2)
     }
 
-    @Test func refreshingValue_cancelledRefresher_doesNotFailTheWaiters() async throws {
+    @Test func refreshingValue_cancelRefresh_cancelledRefresher_doesNotFailTheWaiters() async throws {
         let attempts = Locked(0)
         let tokens = RefreshingValue(
-            value: Token.expired, needsRefresh: { $0.isExpired },
+            value: Token.expired, cancellation: .cancelRefresh, needsRefresh: { $0.isExpired },
             refresh: { _ in
                 let attempt = attempts.withLock {
                     $0 += 1
@@ -169,6 +169,90 @@ private func concurrently<T: Sendable>(
         let results = await waiters.value
         #expect((try results.map { try $0.get() }) == Array(repeating: "fresh-2", count: 10))
         #expect(attempts.value == 2)
+    }
+
+    // MARK: Cancelling the caller that refreshes
+
+    @Test func refreshingValue_byDefault_cancellingTheRefreshingCaller_letsTheOneRefreshFinishForTheWaiters()
+        async throws
+    {
+        let refreshes = Locked(0)
+        let serverAnswered = Locked(false)
+        let refreshInFlight = Locked(false)
+        let tokens = RefreshingValue(
+            value: Token.expired, needsRefresh: { $0.isExpired },
+            refresh: { _ in
+                // A network call that ends early when its task is cancelled, as URLSession does,
+                // spending a single-use refresh token: a second refresh would be refused.
+                let number = refreshes.increment()
+                refreshInFlight.set(true)
+                defer { refreshInFlight.set(false) }
+                try await waitUntil("the server's answer") { serverAnswered.value || Task.isCancelled }
+                try Task.checkCancellation()
+                return Token(value: "fresh-\(number)", isExpired: false)
+            })
+        #expect(tokens.cancellation == .letRefreshFinish)
+        let initiator = Task { try await tokens.get() }
+        try await waitUntil { refreshInFlight.value }
+        let waiters = Task { await concurrently(10) { try await tokens.get().value } }
+        try await waitUntil { tokens.store.storage.engine.pendingCount == 10 }
+
+        initiator.cancel()
+        let initiatorError = try await withHangTimeout { await thrownError { try await initiator.value } }
+        #expect(initiatorError == .cancelled)
+        #expect(refreshInFlight.value, "the cancelled caller left while its refresh was still in flight")
+
+        serverAnswered.set(true)
+        let results = await waiters.value
+        #expect((try results.map { try $0.get() }) == Array(repeating: "fresh-1", count: 10))
+        #expect(refreshes.value == 1, "the refresh was not aborted and redone")
+        let stored = try await tokens.store.async.highestPriority.get()
+        #expect(stored == Token(value: "fresh-1", isExpired: false))
+    }
+
+    @Test func refreshingValue_byDefault_aCallerCancelledWhileQueued_leavesWithoutRefreshing() async throws {
+        let refreshes = Locked(0)
+        let gate = Gate()
+        let tokens = RefreshingValue(
+            value: Token.expired, needsRefresh: { $0.isExpired },
+            refresh: { _ in
+                let number = refreshes.increment()
+                if number == 1 { await gate.wait() }
+                // The second refresh fails: the queued caller must not have shared or caused it.
+                if number > 1 { throw TestError.thrown(id: number) }
+                return Token(value: "fresh-\(number)", isExpired: false)
+            })
+        let initiator = Task { try await tokens.get() }
+        try await waitUntil { gate.waiterCount == 1 }
+        let queued = Task { try await tokens.get() }
+        try await waitUntil { tokens.store.storage.engine.pendingCount == 1 }
+
+        queued.cancel()
+        defer { gate.open() }  // even if the wait below runs out
+        let queuedError = try await withHangTimeout { await thrownError { try await queued.value } }
+        #expect(queuedError == .cancelled)
+        try await waitUntil("the cancelled command left the queue") { tokens.store.storage.engine.pendingCount == 0 }
+        gate.open()
+        #expect(try await initiator.value.value == "fresh-1")
+        #expect(refreshes.value == 1)
+    }
+
+    @Test(arguments: [RefreshCancellation.letRefreshFinish, .cancelRefresh])
+    func refreshingValue_getFromInsideRefresh_throwsReentrantAccess(cancellation: RefreshCancellation) async throws {
+        let box = Locked<RefreshingValue<Token>?>(nil)
+        let inner = Locked<QueueSafeValueError?>(nil)
+        let tokens = RefreshingValue(
+            value: Token.expired, cancellation: cancellation, needsRefresh: { $0.isExpired },
+            refresh: { _ in
+                if let tokens = box.value {
+                    inner.set(await thrownError { try await tokens.get() })
+                }
+                return Token(value: "fresh", isExpired: false)
+            })
+        box.set(tokens)
+        #expect(try await tokens.get().value == "fresh")
+        #expect(inner.value == .reentrantAccess)
+        box.set(nil)
     }
 
     @Test func refreshingValue_completionHandlerCallers_getTheSharedValue() async throws {

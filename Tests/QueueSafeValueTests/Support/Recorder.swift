@@ -38,31 +38,36 @@ extension Recorder where Element == RecurringExecutorEvent {
         { [self] event in append(event) }
     }
 
-    /// Waits (bounded) until the recorded events satisfy `condition`.
+    /// What the recorded events report, in order (their timestamps left out).
+    var kinds: [RecurringExecutorEvent.Kind] {
+        snapshot.map(\.kind)
+    }
+
+    /// Waits (bounded) until the recorded events' kinds satisfy `condition`.
     func wait(
         sourceLocation: SourceLocation = #_sourceLocation,
-        until condition: @escaping ([RecurringExecutorEvent]) -> Bool
+        until condition: @escaping ([RecurringExecutorEvent.Kind]) -> Bool
     ) async throws {
         try await waitUntil("the executor's events to match", sourceLocation: sourceLocation) {
-            condition(snapshot)
+            condition(kinds)
         }
     }
 
-    /// Waits (bounded) until `event` has been recorded at least `count` times.
+    /// Waits (bounded) until an event of `kind` has been recorded at least `count` times.
     func wait(
-        for event: RecurringExecutorEvent,
+        for kind: RecurringExecutorEvent.Kind,
         count: Int = 1,
         sourceLocation: SourceLocation = #_sourceLocation
     ) async throws {
-        try await waitUntil("\(count) × \(event)", sourceLocation: sourceLocation) {
-            snapshot.filter { $0 == event }.count >= count
+        try await waitUntil("\(count) × \(kind)", sourceLocation: sourceLocation) {
+            kinds.filter { $0 == kind }.count >= count
         }
     }
 
     /// The runs that started, in order.
     var starts: [RecurringTrigger] {
-        snapshot.compactMap { event in
-            if case .started(_, let trigger) = event { return trigger }
+        kinds.compactMap { kind in
+            if case .started(_, let trigger) = kind { return trigger }
             return nil
         }
     }
