@@ -30,9 +30,10 @@ public struct RecurringRunTarget: Sendable {
         Task.detached { try await operation() }
     }
 
-    /// Each run is enqueued on `queue` with ``CommandQueue/enqueue(priority:_:)`` at the moment it
-    /// starts, and runs in its turn: after every operation of higher priority and every earlier one
-    /// of the same priority, and never alongside another operation of the queue.
+    /// Each run is enqueued on `queue` with ``CommandQueue/enqueue(priority:policy:_:)`` at the
+    /// moment it starts, and runs in its turn: after every operation of higher priority and every
+    /// earlier one of the same priority, and never alongside another operation of the queue (on a
+    /// ``CommandQueue/Ordering/startsInOrder`` queue, only its start is ordered so).
     public static func commandQueue(_ queue: CommandQueue, priority: CommandPriority = .medium) -> RecurringRunTarget {
         RecurringRunTarget { operation in
             queue.enqueue(priority: priority, operation)
