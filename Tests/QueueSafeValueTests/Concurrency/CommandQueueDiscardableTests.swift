@@ -7,21 +7,10 @@ import Testing
 /// operation is enqueued, and its task throws `.cancelled` at once ("latest wins").
 @Suite(.runsAlongsideOthers) struct CommandQueueDiscardableTests {
 
-    /// Enqueues an operation that holds the queue until `gate` opens; returns once it runs.
-    private func block(_ queue: CommandQueue, until gate: Gate) async throws -> Task<Void, any Error> {
-        let entered = Locked(0)
-        let blocker = queue.enqueue(priority: .highest) {
-            entered.increment()
-            await gate.wait()
-        }
-        try await waitUntil("the blocking operation started") { entered.value == 1 }
-        return blocker
-    }
-
     @Test func waitingDiscardable_isDroppedAtOnce_whenALaterOperationIsEnqueued() async throws {
         let queue = CommandQueue()
         let gate = Gate()
-        let blocker = try await block(queue, until: gate)
+        let blocker = try await holdQueue(queue, until: gate)
         let ran = Recorder<String>()
         let discarded = queue.enqueue(policy: .discardable) { ran.append("discardable") }
         let later = queue.enqueue(priority: .lowest) { ran.append("later") }
@@ -31,7 +20,7 @@ import Testing
         #expect(queue.engine.pendingCount == 1)
         gate.open()
         try await withHangTimeout {
-            try await blocker.value
+            _ = try await blocker.value
             try await later.value
         }
         #expect(ran.snapshot == ["later"])
@@ -40,7 +29,7 @@ import Testing
     @Test func severalDiscardableSaves_onlyTheLatestRuns() async throws {
         let queue = CommandQueue()
         let gate = Gate()
-        let blocker = try await block(queue, until: gate)
+        let blocker = try await holdQueue(queue, until: gate)
         let saved = Recorder<Int>()
         let saves = (0..<10).map { version in
             queue.enqueue(policy: .discardable) { saved.append(version) }
@@ -53,7 +42,7 @@ import Testing
         #expect(errors == Array(repeating: .cancelled, count: 9))
         gate.open()
         try await withHangTimeout {
-            try await blocker.value
+            _ = try await blocker.value
             try await saves.last!.value
         }
         #expect(saved.snapshot == [9])
@@ -79,7 +68,7 @@ import Testing
     @Test func performDiscardable_throwsCancelledToItsCaller_whenReplaced() async throws {
         let queue = CommandQueue()
         let gate = Gate()
-        let blocker = try await block(queue, until: gate)
+        let blocker = try await holdQueue(queue, until: gate)
         let ran = Locked(0)
         let caller = Task { try await queue.perform(policy: .discardable) { ran.increment() } }
         try await waitUntil("the perform is waiting") { queue.engine.pendingCount == 1 }
@@ -87,7 +76,7 @@ import Testing
         let error = try await withHangTimeout { await thrownError { try await caller.value } }
         #expect(error == .cancelled)
         gate.open()
-        try await withHangTimeout { try await blocker.value }
+        _ = try await withHangTimeout { try await blocker.value }
         try await waitUntil("the later operation ran") { ran.value == 1 }
         try await waitUntil("the queue drained") { queue.diagnostics.holder == nil }
         #expect(ran.value == 1)

@@ -4,19 +4,6 @@ import Testing
 
 @testable import QueueSafeValue
 
-/// State owned by an actor, changed synchronously by operations isolated to it.
-private actor LogActor {
-    var log: [Int] = []
-
-    func record(_ entry: Int) { log.append(entry) }
-}
-
-/// Main-actor state, changed synchronously by main-actor operations.
-@MainActor
-private final class MainLog {
-    var log: [Int] = []
-}
-
 /// Records, under one lock, which operations ended before `cancelAll()` was called.
 private final class CancelAllProbe: @unchecked Sendable {
     private let lock = NSLock()
@@ -90,18 +77,6 @@ private final class CancelAllProbe: @unchecked Sendable {
         }
     }
 
-    /// Enqueues an operation that waits on `gate`, holding the queue; returns once it runs.
-    private func block(_ queue: CommandQueue, until gate: Gate) async throws -> Task<Bool, any Error> {
-        let entered = Locked(0)
-        let blocker = queue.enqueue(priority: .lowest) { () -> Bool in
-            entered.increment()
-            await gate.wait()
-            return Task.isCancelled
-        }
-        try await waitUntil("the blocking operation started") { entered.value == 1 }
-        return blocker
-    }
-
     // MARK: Order
 
     @Test func enqueue_1000FromSynchronousCode_beginAndEndInEnqueueOrder_withoutOverlap() async throws {
@@ -163,7 +138,7 @@ private final class CancelAllProbe: @unchecked Sendable {
     @Test func pendingOperations_runHighestPriorityFirst_FIFOWithinAPriority() async throws {
         let queue = CommandQueue()
         let gate = Gate()
-        let blocker = try await block(queue, until: gate)
+        let blocker = try await holdQueue(queue, until: gate)
         let log = Recorder<Int>()
         let priorities: [CommandPriority] = [
             .low, .highest, .medium, .lowest, .high, .medium, .highest, .low, CommandPriority(rawValue: 200), .lowest,
@@ -247,7 +222,7 @@ private final class CancelAllProbe: @unchecked Sendable {
     @Test func perform_cancellingTheCaller_removesItsPendingOperation_whichNeverRuns() async throws {
         let queue = CommandQueue()
         let gate = Gate()
-        let blocker = try await block(queue, until: gate)
+        let blocker = try await holdQueue(queue, until: gate)
         let ran = Locked(0)
         let caller = Task { try await queue.perform { ran.increment() } }
         try await waitUntil("the operation is queued") { queue.engine.pendingCount == 1 }
@@ -267,7 +242,7 @@ private final class CancelAllProbe: @unchecked Sendable {
         let queue = CommandQueue()
         let gate = Gate()
         let started = Recorder<Int>()
-        let blocker = try await block(queue, until: gate)
+        let blocker = try await holdQueue(queue, until: gate)
         let pending = (0..<5).map { index in
             queue.enqueue(priority: CommandPriority(rawValue: UInt8(index * 50))) { started.append(index) }
         }
@@ -356,7 +331,7 @@ private final class CancelAllProbe: @unchecked Sendable {
     @Test func cancellingOnePendingTask_removesItFromTheQueue_andTheOthersRunInOrder() async throws {
         let queue = CommandQueue()
         let gate = Gate()
-        let blocker = try await block(queue, until: gate)
+        let blocker = try await holdQueue(queue, until: gate)
         let log = Recorder<Int>()
         let tasks = (0..<4).map { index in queue.enqueue { log.append(index) } }
         #expect(queue.engine.pendingCount == 4)
@@ -414,22 +389,22 @@ private final class CancelAllProbe: @unchecked Sendable {
 
     @Test func enqueueIsolatedToAnActor_runsIsolatedToIt_andKeepsTheOrderAcrossSuspensions() async throws {
         let queue = CommandQueue()
-        let actor = LogActor()
+        let actor = Journal<Int>()
         let count = 100
         let tasks = (0..<count).map { index in
             queue.enqueue(isolatedTo: actor) { actor in
                 actor.assertIsolated()
-                actor.log.append(2 * index)
+                actor.entries.append(2 * index)
                 await Task.yield()
                 actor.assertIsolated()
-                actor.log.append(2 * index + 1)
+                actor.entries.append(2 * index + 1)
             }
         }
         // Other calls to the actor may interleave at the suspension points; they do not break the
         // queue's order.
         let other = Task {
             for _ in 0..<20 {
-                await actor.record(-1)
+                await actor.write(-1)
                 await Task.yield()
             }
         }
@@ -437,60 +412,60 @@ private final class CancelAllProbe: @unchecked Sendable {
             for task in tasks { try await task.value }
             await other.value
         }
-        let log = await actor.log.filter { $0 >= 0 }
+        let log = await actor.entries.filter { $0 >= 0 }
         #expect(log == Array(0..<2 * count))
     }
 
     @Test func performIsolatedToAnActor_returnsTheResult() async throws {
         let queue = CommandQueue()
-        let actor = LogActor()
+        let actor = Journal<Int>()
         let count = try await queue.perform(isolatedTo: actor) { actor -> Int in
             actor.assertIsolated()
-            actor.log.append(1)
-            return actor.log.count
+            actor.entries.append(1)
+            return actor.entries.count
         }
         #expect(count == 1)
     }
 
     @Test func enqueueOnMainActor_fromANonisolatedTest_runsOnTheMainActor_inOrder() async throws {
         let queue = CommandQueue()
-        let mainLog = await MainActor.run { MainLog() }
+        let mainLog = await MainActor.run { MainActorJournal<Int>() }
         let tasks = (0..<50).map { index in
             queue.enqueueOnMainActor {
                 MainActor.assertIsolated()
-                mainLog.log.append(2 * index)
+                mainLog.entries.append(2 * index)
                 await Task.yield()
                 MainActor.assertIsolated()
-                mainLog.log.append(2 * index + 1)
+                mainLog.entries.append(2 * index + 1)
             }
         }
         try await withHangTimeout {
             for task in tasks { try await task.value }
         }
-        let log = await mainLog.log
+        let log = await mainLog.entries
         #expect(log == Array(0..<100))
     }
 
     @Test @MainActor func enqueueOnMainActor_fromTheMainActor_runsOnceTheCallerSuspends() async throws {
         let queue = CommandQueue()
-        let mainLog = MainLog()
+        let mainLog = MainActorJournal<Int>()
         let tasks = (0..<10).map { index in
-            queue.enqueueOnMainActor { mainLog.log.append(index) }
+            queue.enqueueOnMainActor { mainLog.entries.append(index) }
         }
         let performed = try await queue.performOnMainActor { () -> Int in
             MainActor.assertIsolated()
-            return mainLog.log.count
+            return mainLog.entries.count
         }
         #expect(performed == 10)
         for task in tasks { try await task.value }
-        #expect(mainLog.log == Array(0..<10))
+        #expect(mainLog.entries == Array(0..<10))
     }
 
     // MARK: Reentrancy
 
     @Test func perform_fromInsideAnOperation_throwsReentrantAccessAtOnce() async throws {
         let queue = CommandQueue()
-        let actor = LogActor()
+        let actor = Journal<Int>()
         let errors = try await withHangTimeout {
             try await queue.perform { () -> [QueueSafeValueError?] in
                 var errors: [QueueSafeValueError?] = []
@@ -558,7 +533,7 @@ private final class CancelAllProbe: @unchecked Sendable {
         let started = try await withHangTimeout { try await outer.value }
         // Another operation holds the queue when the task's `perform` arrives.
         let holderGate = Gate()
-        let holder = try await block(queue, until: holderGate)
+        let holder = try await holdQueue(queue, until: holderGate)
         gate.open()
         try await waitUntil("the task's operation is queued") { queue.engine.pendingCount == 1 }
         holderGate.open()

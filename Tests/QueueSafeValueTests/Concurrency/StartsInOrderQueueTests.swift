@@ -3,19 +3,6 @@ import Testing
 
 @testable import QueueSafeValue
 
-/// State of one actor, changed by operations isolated to it.
-private actor Journal {
-    var entries: [String] = []
-
-    func write(_ entry: String) { entries.append(entry) }
-}
-
-/// Main-actor state for the priority test.
-@MainActor
-private final class MainJournal {
-    var entries: [String] = []
-}
-
 /// `CommandQueue(ordering: .startsInOrder)`: the guarantee of swift-async-queue's `ActorQueue`
 /// (operations start in order; one that suspends lets the next start; awaiting the own queue from
 /// inside an operation works), plus priorities. The tests restate `ActorQueue`'s own.
@@ -27,7 +14,7 @@ private final class MainJournal {
         for _ in 0..<20 {
             let queue = CommandQueue(ordering: .startsInOrder)
             #expect(queue.ordering == .startsInOrder)
-            let journal = Journal()
+            let journal = Journal<String>()
             let tasks = (0..<1_000).map { index in
                 queue.enqueue(isolatedTo: journal) { journal in
                     journal.write("\(index)")
@@ -46,7 +33,7 @@ private final class MainJournal {
     /// that works, because a suspended operation lets the next one start.
     @Test func anOperationThatSuspends_letsTheNextOneStart() async throws {
         let queue = CommandQueue(ordering: .startsInOrder)
-        let journal = Journal()
+        let journal = Journal<String>()
         let secondRan = Gate()
         let first = queue.enqueue(isolatedTo: journal) { journal in
             journal.write("first starts")
@@ -68,7 +55,7 @@ private final class MainJournal {
     @Test func onAOneAtATimeQueue_theNextOneWaits_forTheSuspendedOneToEnd() async throws {
         let queue = CommandQueue()
         #expect(queue.ordering == .oneAtATime)
-        let journal = Journal()
+        let journal = Journal<String>()
         let release = Gate()
         let firstStarted = Locked(false)
         let first = queue.enqueue(isolatedTo: journal) { journal in
@@ -91,7 +78,7 @@ private final class MainJournal {
 
     @Test func awaitingTheOwnQueue_fromInsideAnOperation_works() async throws {
         let queue = CommandQueue(ordering: .startsInOrder)
-        let journal = Journal()
+        let journal = Journal<String>()
         let result = try await withHangTimeout {
             try await queue.perform(isolatedTo: journal) { journal -> Int in
                 journal.write("outer")
@@ -112,7 +99,7 @@ private final class MainJournal {
     /// others wait in the queue and start by priority, then in enqueue order.
     @Test @MainActor func waitingOperations_startByPriority_thenInEnqueueOrder() async throws {
         let queue = CommandQueue(ordering: .startsInOrder)
-        let journal = MainJournal()
+        let journal = MainActorJournal<String>()
         var tasks: [Task<Void, any Error>] = []
         tasks.append(queue.enqueue { journal.entries.append("first") })
         for (name, priority) in [("low 1", .low), ("high 1", .high), ("low 2", .low), ("high 2", .high)]
@@ -150,7 +137,7 @@ private final class MainJournal {
 
     @Test func cancelAll_cancelsOperationsThatHaveNotStarted_andLeavesStartedOnesAlone() async throws {
         let queue = CommandQueue(ordering: .startsInOrder)
-        let journal = Journal()
+        let journal = Journal<String>()
         let release = Gate()
         let didStart = Locked(false)
         let started = queue.enqueue(isolatedTo: journal) { journal -> Bool in

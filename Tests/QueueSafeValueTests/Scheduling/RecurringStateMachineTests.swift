@@ -56,6 +56,37 @@ import Testing
     static let tenSeconds = try! RecurringPolicy.interval(seconds: 10)
     static let twentySeconds = try! RecurringPolicy.interval(seconds: 20)
 
+    /// The machine asleep for its first 10-second interval (sleep `sleep1`), its driver `driver`
+    /// suspended until the sleep ends.
+    static func sleepingTenSeconds(driver: Int) -> [(Input, Output)] {
+        [
+            (
+                .decide,
+                Output(events: [.waiting(nextRunIn: 10)], result: "wait(token: 1, nanoseconds: Optional(10000000000))")
+            ),
+            (.attachSleep(token: 1, "sleep1"), Output()),
+            (.attachDriver(token: 1, driver), Output(result: "nil")),
+        ]
+    }
+
+    /// The machine up to run 1, started for the collapsed requests of callers `c1` and `c2`.
+    static let run1ServingCallers1And2: [(Input, Output)] = [
+        (.decide, Output(events: [.waiting(nextRunIn: nil)], result: "wait(token: 1, nanoseconds: nil)")),
+        (.runNowAndWait, Output(events: [.requested(request: 1)], result: "Optional(1)")),
+        (.attachCaller(1, "c1"), Output(result: "stored")),
+        (.runNowAndWait, Output(events: [.requested(request: 2)], result: "Optional(2)")),
+        (.attachCaller(2, "c2"), Output(result: "stored")),
+        (.decide, Output(events: [.started(run: 1, trigger: .runNow(request: 2))], result: "run(number: 1)")),
+    ]
+
+    /// The machine up to run 1, started for caller `c1`'s `runNowAndWait()` (on demand).
+    static let run1ServingCaller1: [(Input, Output)] = [
+        (.decide, Output(events: [.waiting(nextRunIn: nil)], result: "wait(token: 1, nanoseconds: nil)")),
+        (.runNowAndWait, Output(events: [.requested(request: 1)], result: "Optional(1)")),
+        (.attachCaller(1, "c1"), Output(result: "stored")),
+        (.decide, Output(events: [.started(run: 1, trigger: .runNow(request: 1))], result: "run(number: 1)")),
+    ]
+
     /// The machine up to run 1 for a `runNow()`, with its task attached (on demand).
     static let runningRun1: [(Input, Output)] = [
         (.decide, Output(events: [.waiting(nextRunIn: nil)], result: "wait(token: 1, nanoseconds: nil)")),
@@ -76,14 +107,7 @@ import Testing
         Scenario(
             name: "interval: the sleep elapses, the driver wakes without cancelling it, an interval run starts",
             policy: tenSeconds,
-            rows: [
-                (
-                    .decide,
-                    Output(
-                        events: [.waiting(nextRunIn: 10)], result: "wait(token: 1, nanoseconds: Optional(10000000000))")
-                ),
-                (.attachSleep(token: 1, "sleep1"), Output()),
-                (.attachDriver(token: 1, 7), Output(result: "nil")),
+            rows: sleepingTenSeconds(driver: 7) + [
                 (.elapsed(token: 1), Output(events: [.intervalElapsed], driver: 7)),
                 (.elapsed(token: 1), Output()),
                 (.decide, Output(events: [.started(run: 1, trigger: .interval)], result: "run(number: 1)")),
@@ -108,14 +132,7 @@ import Testing
         Scenario(
             name: "setPolicy restarts the wait, carries the previous policy, and the abandoned sleep is ignored",
             policy: tenSeconds,
-            rows: [
-                (
-                    .decide,
-                    Output(
-                        events: [.waiting(nextRunIn: 10)], result: "wait(token: 1, nanoseconds: Optional(10000000000))")
-                ),
-                (.attachSleep(token: 1, "sleep1"), Output()),
-                (.attachDriver(token: 1, 1), Output(result: "nil")),
+            rows: sleepingTenSeconds(driver: 1) + [
                 (.setPolicy(tenSeconds), Output()),
                 (
                     .setPolicy(twentySeconds),
@@ -147,14 +164,7 @@ import Testing
         Scenario(
             name: "a live sleep that throws emits sleeperFailed and stops; later requests are ignored",
             policy: tenSeconds,
-            rows: [
-                (
-                    .decide,
-                    Output(
-                        events: [.waiting(nextRunIn: 10)], result: "wait(token: 1, nanoseconds: Optional(10000000000))")
-                ),
-                (.attachSleep(token: 1, "sleep1"), Output()),
-                (.attachDriver(token: 1, 1), Output(result: "nil")),
+            rows: sleepingTenSeconds(driver: 1) + [
                 (
                     .sleepFailed(token: 1, failure),
                     Output(events: [.sleeperFailed(RecurringExecutorFailure(failure))], driver: 1)
@@ -183,13 +193,7 @@ import Testing
         Scenario(
             name: "runNowAndWait: the caller gets the outcome of the run that served it",
             policy: .onDemand,
-            rows: [
-                (.decide, Output(events: [.waiting(nextRunIn: nil)], result: "wait(token: 1, nanoseconds: nil)")),
-                (.runNowAndWait, Output(events: [.requested(request: 1)], result: "Optional(1)")),
-                (.attachCaller(1, "c1"), Output(result: "stored")),
-                (.runNowAndWait, Output(events: [.requested(request: 2)], result: "Optional(2)")),
-                (.attachCaller(2, "c2"), Output(result: "stored")),
-                (.decide, Output(events: [.started(run: 1, trigger: .runNow(request: 2))], result: "run(number: 1)")),
+            rows: run1ServingCallers1And2 + [
                 (
                     .runEnded(1, failure),
                     Output(
@@ -197,16 +201,12 @@ import Testing
                         outcomes: [
                             "c1: failed(run: 1, error: test error 1)", "c2: failed(run: 1, error: test error 1)",
                         ])
-                ),
+                )
             ]),
         Scenario(
             name: "runNowAndWait: a run preempted by a later request hands its callers on to that request's run",
             policy: .onDemand,
-            rows: [
-                (.decide, Output(events: [.waiting(nextRunIn: nil)], result: "wait(token: 1, nanoseconds: nil)")),
-                (.runNowAndWait, Output(events: [.requested(request: 1)], result: "Optional(1)")),
-                (.attachCaller(1, "c1"), Output(result: "stored")),
-                (.decide, Output(events: [.started(run: 1, trigger: .runNow(request: 1))], result: "run(number: 1)")),
+            rows: run1ServingCaller1 + [
                 (.attachRun(1, "run1"), Output()),
                 (.runNowAndWait, Output(events: [.requested(request: 2)], cancel: ["run1"], result: "Optional(2)")),
                 (.attachCaller(2, "c2"), Output(result: "stored")),
@@ -220,35 +220,23 @@ import Testing
         Scenario(
             name: "runNowAndWait: a preempted run that returns normally still serves its callers",
             policy: .onDemand,
-            rows: [
-                (.decide, Output(events: [.waiting(nextRunIn: nil)], result: "wait(token: 1, nanoseconds: nil)")),
-                (.runNowAndWait, Output(events: [.requested(request: 1)], result: "Optional(1)")),
-                (.attachCaller(1, "c1"), Output(result: "stored")),
-                (.decide, Output(events: [.started(run: 1, trigger: .runNow(request: 1))], result: "run(number: 1)")),
+            rows: run1ServingCaller1 + [
                 (.runNow, Output(events: [.requested(request: 2)])),
                 (.runEnded(1, nil), Output(events: [.finished(run: 1)], outcomes: ["c1: finished(run: 1)"])),
             ]),
         Scenario(
             name: "runNowAndWait: a run that cancels itself, with no later request, reports cancelled",
             policy: .onDemand,
-            rows: [
-                (.decide, Output(events: [.waiting(nextRunIn: nil)], result: "wait(token: 1, nanoseconds: nil)")),
-                (.runNowAndWait, Output(events: [.requested(request: 1)], result: "Optional(1)")),
-                (.attachCaller(1, "c1"), Output(result: "stored")),
-                (.decide, Output(events: [.started(run: 1, trigger: .runNow(request: 1))], result: "run(number: 1)")),
+            rows: run1ServingCaller1 + [
                 (
                     .runEnded(1, nil, cancellation: true),
                     Output(events: [.cancelled(run: 1)], outcomes: ["c1: cancelled(run: 1)"])
-                ),
+                )
             ]),
         Scenario(
             name: "stop: a waiting caller gets stopped at once, the running run's caller its run's outcome",
             policy: .onDemand,
-            rows: [
-                (.decide, Output(events: [.waiting(nextRunIn: nil)], result: "wait(token: 1, nanoseconds: nil)")),
-                (.runNowAndWait, Output(events: [.requested(request: 1)], result: "Optional(1)")),
-                (.attachCaller(1, "c1"), Output(result: "stored")),
-                (.decide, Output(events: [.started(run: 1, trigger: .runNow(request: 1))], result: "run(number: 1)")),
+            rows: run1ServingCaller1 + [
                 (.attachRun(1, "run1"), Output()),
                 (.runNowAndWait, Output(events: [.requested(request: 2)], cancel: ["run1"], result: "Optional(2)")),
                 (.attachCaller(2, "c2"), Output(result: "stored")),
@@ -274,13 +262,7 @@ import Testing
         Scenario(
             name: "a caller cancelled while its run runs leaves; the run is not cancelled and others are served",
             policy: .onDemand,
-            rows: [
-                (.decide, Output(events: [.waiting(nextRunIn: nil)], result: "wait(token: 1, nanoseconds: nil)")),
-                (.runNowAndWait, Output(events: [.requested(request: 1)], result: "Optional(1)")),
-                (.attachCaller(1, "c1"), Output(result: "stored")),
-                (.runNowAndWait, Output(events: [.requested(request: 2)], result: "Optional(2)")),
-                (.attachCaller(2, "c2"), Output(result: "stored")),
-                (.decide, Output(events: [.started(run: 1, trigger: .runNow(request: 2))], result: "run(number: 1)")),
+            rows: run1ServingCallers1And2 + [
                 (.attachRun(1, "run1"), Output()),
                 (.cancelCaller(1), Output(result: "left(Optional(\"c1\"))")),
                 (.cancelCaller(1), Output(result: "stays")),
