@@ -210,6 +210,11 @@ struct EngineStateMachine<Waiter> {
             get { flag(3) }
             set { setFlag(3, newValue) }
         }
+        /// A discardable operation, granted but not begun, that a later operation discarded.
+        var discarded: Bool {
+            get { flag(4) }
+            set { setFlag(4, newValue) }
+        }
 
         private func flag(_ bit: UInt8) -> Bool { flags & (1 << bit) != 0 }
 
@@ -433,7 +438,7 @@ struct EngineStateMachine<Waiter> {
                     discarded = markLeft(pending.slot)
                     sweepIfMostlyDead()
                 case .holding:
-                    records[Int(pending.slot)].cancelRequested = true
+                    records[Int(pending.slot)].discarded = true
                 case .left, .ended, .free:
                     break
                 }
@@ -452,11 +457,11 @@ struct EngineStateMachine<Waiter> {
 
     /// A discardable operation that holds the section is about to begin. It no longer counts as
     /// waiting: operations enqueued from now on leave it alone.
-    /// - Returns: `false` if it was discarded (or cancelled by ``cancelAll()``) after it was
-    ///   granted: it must not begin, and releases the section instead.
+    /// - Returns: `false` if it was discarded after it was granted: it must not begin, and
+    ///   releases the section instead.
     mutating func beginDiscardable(_ ticket: Ticket) -> Bool {
         if discardable == ticket { discardable = nil }
-        return !(isCurrent(ticket) && records[Int(ticket.slot)].cancelRequested)
+        return !(isCurrent(ticket) && records[Int(ticket.slot)].discarded)
     }
 
     /// The newest discardable operation that has not begun, if any.
@@ -607,6 +612,7 @@ struct EngineStateMachine<Waiter> {
         var hasTask: Bool
         var inHeap: Bool
         var cancelRequested: Bool
+        var discarded: Bool
     }
 
     /// What the machine knows of the command with `ticket`, or `nil` once its record is gone.
@@ -615,7 +621,8 @@ struct EngineStateMachine<Waiter> {
         let record = records[Int(ticket.slot)]
         return Summary(
             state: record.state, kind: record.kind, manual: record.manual, awaitingTask: record.awaitingTask,
-            hasTask: record.hasTask, inHeap: record.inHeap, cancelRequested: record.cancelRequested)
+            hasTask: record.hasTask, inHeap: record.inHeap, cancelRequested: record.cancelRequested,
+            discarded: record.discarded)
     }
 
     /// The waiting commands in the order they will get the section, with their priorities.

@@ -95,7 +95,7 @@ import Testing
         #expect(machine.pendingDiscardable == nil)
         let later = enqueue(&machine, 2, discardable: false, word: &word)
         #expect(later.discarded == nil && !later.granted)
-        #expect(machine.summary(of: discardable.ticket!)?.cancelRequested == false)
+        #expect(machine.summary(of: discardable.ticket!)?.discarded == false, "a begun operation was marked")
     }
 
     @Test func discardableThatLeftOnItsOwn_isNotDiscardedAgain() {

@@ -6,14 +6,15 @@ import Testing
 extension Explorers {
     /// Every interleaving of small concurrent programs over the real engine state machine: three
     /// actors with up to three actions each, drawn from every kind of command, a deadline passing,
-    /// task cancellation, `cancelAll()`, container release and manual completion (called, dropped,
-    /// inside the closure or later from another actor).
+    /// task cancellation, `cancelAll()`, discardable operations, container release and manual
+    /// completion (called, dropped, inside the closure or later from another actor).
     ///
     /// After every step the world checks: at most one holder; a command that left (timed out,
     /// cancelled, refused) is never granted; grants follow priority, then arrival, among the commands
     /// waiting at that moment, and nothing takes a free section while commands wait; a release with a
     /// live waiter grants one; every command ends exactly once (and a dispatch command delivers once);
-    /// no task is resumed twice; `cancelAll()` never reaches an operation that had ended; the value is
+    /// no task is resumed twice; `cancelAll()` never reaches an operation that had ended; a
+    /// discardable operation never begins once a later operation was enqueued; the value is
     /// freed exactly once, only after its container was released, never while in use, and always once
     /// the queue drained. A world with no enabled step must have ended: anything else is a hang.
     @Suite struct EngineExplorerTests {
@@ -99,6 +100,22 @@ extension Explorers {
                     Command(kind: .operation, priority: .medium),
                 ],
                 actors: [[.issue(0), .issue(1)], [.issue(2), .cancelTask(1), .cancelTask(0)], [.cancelAll]]),
+            ModelScenario(
+                name: "command queue: discardable operations, granted or waiting, replaced by later ones",
+                commands: [
+                    Command(kind: .operation, priority: .medium, discardable: true),
+                    Command(kind: .operation, priority: .high, discardable: true),
+                    Command(kind: .operation, priority: .low),
+                ],
+                actors: [[.issue(0)], [.issue(1)], [.issue(2)]]),
+            ModelScenario(
+                name: "command queue: discardable operations against task cancellation and cancelAll",
+                commands: [
+                    Command(kind: .operation, priority: .medium, discardable: true),
+                    Command(kind: .operation, priority: .medium),
+                    Command(kind: .operation, priority: .high, discardable: true),
+                ],
+                actors: [[.issue(0), .issue(1)], [.issue(2), .cancelTask(0), .cancelAll]]),
         ]
 
         // Single-threaded and deterministic, so ThreadSanitizer has nothing to find here and would only

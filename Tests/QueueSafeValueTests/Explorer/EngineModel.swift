@@ -49,6 +49,8 @@ struct ModelCommand: Hashable {
     var kind: Kind
     var priority: CommandPriority
     var manual: Manual = .none
+    /// An operation with `CommandQueue.Policy.discardable`.
+    var discardable = false
 
     var engineKind: CommandKind {
         switch kind {
@@ -103,7 +105,9 @@ struct EngineWorld: ExplorableWorld {
         case notIssued
         case fastAcquire
         case enqueue
-        case enqueueStore(word: Int)
+        /// Stores the word and unlocks; then resumes the discardable operation this enqueue
+        /// discarded, if it was suspended.
+        case enqueueStore(word: Int, resume: Int?)
         // A blocking waiter.
         case spinning
         case parked
@@ -116,6 +120,8 @@ struct EngineWorld: ExplorableWorld {
         case suspended
         case readVerdict
         case checkCancelled
+        /// A discardable operation asks whether it may begin (under the lock).
+        case beginDiscardable
         // A dispatched command.
         case waitingInQueue
         case dispatched
@@ -163,6 +169,9 @@ struct EngineWorld: ExplorableWorld {
         var completionArrived = false
         var pendingSignal = false
         var cancelAllTarget = false
+        /// A discardable operation that had not begun when a later operation was enqueued: it must
+        /// never begin.
+        var superseded = false
         var deliveries = 0
         var outcome: Outcome?
     }
@@ -310,7 +319,7 @@ struct EngineWorld: ExplorableWorld {
             case .notIssued, .suspended, .waitingInQueue, .done:
                 break
             case .enqueue, .leaving, .scopeOnCancel, .park, .readVerdict, .manualBegin, .manualInside, .manualReturn,
-                .releaseLocked:
+                .releaseLocked, .beginDiscardable:
                 if lockFree { steps.append(.command(index, .only)) }
             case .enqueueStore:
                 if lock == .command(index) { steps.append(.command(index, .only)) }
@@ -548,10 +557,35 @@ struct EngineWorld: ExplorableWorld {
         case .enqueue:
             let observed = word
             word |= EngineWord.slowRelease
-            let (admission, newWord) = machine.enqueue(
-                index, kind: spec.engineKind, priority: spec.priority, reentrant: false, observed: observed)
+            let admission: ModelMachine.Admission
+            let newWord: Int
+            var resume: Int?
+            if spec.kind == .operation {
+                // Every discardable operation that has not begun is superseded by this one.
+                for other in commands.indices
+                where scenario.commands[other].discardable && tickets[other] != nil && !commands[other].hasRun
+                    && commands[other].outcome == nil
+                {
+                    commands[other].superseded = true
+                }
+                let discarded: Int?
+                (admission, newWord, discarded) = machine.enqueueOperation(
+                    index, priority: spec.priority, discardable: spec.discardable, observed: observed)
+                if let discarded {
+                    if !scenario.commands[discarded].discardable {
+                        fail("#\(discarded) was discarded, but is not discardable")
+                    }
+                    commands[discarded].hasLeft = true
+                    commands[discarded].isQueued = false
+                    // Its continuation is read under the lock and resumed after unlocking.
+                    if commands[discarded].continuationStored { resume = discarded }
+                }
+            } else {
+                (admission, newWord) = machine.enqueue(
+                    index, kind: spec.engineKind, priority: spec.priority, reentrant: false, observed: observed)
+            }
             lock = .command(index)
-            commands[index].phase = .enqueueStore(word: newWord)
+            commands[index].phase = .enqueueStore(word: newWord, resume: resume)
             switch admission {
             case .granted(let ticket):
                 if queueIsNonEmpty { fail("#\(index) was granted a free section while commands waited") }
@@ -568,9 +602,10 @@ struct EngineWorld: ExplorableWorld {
                 if error != .valueContainerDeinited || !closed { fail("#\(index) refused with \(error)") }
                 commands[index].admission = .refused
             }
-        case .enqueueStore(let newWord):
+        case .enqueueStore(let newWord, let discarded):
             word = newWord
             lock = nil
+            if let discarded { resume(discarded) }
             switch commands[index].admission {
             case .granted:
                 if spec.kind == .operation {
@@ -654,8 +689,19 @@ struct EngineWorld: ExplorableWorld {
                 // Granted but cancelled before its closure began: it releases without running.
                 commands[index].cancelledAfterGrant = true
                 commands[index].phase = .releaseFast
+            } else if spec.discardable {
+                commands[index].phase = .beginDiscardable
             } else {
                 startRunning(index)
+            }
+        case .beginDiscardable:
+            guard let ticket = tickets[index] else { return fail("#\(index) begins without a ticket") }
+            if machine.beginDiscardable(ticket) {
+                startRunning(index)
+            } else {
+                // Discarded after its grant: it releases without running.
+                commands[index].cancelledAfterGrant = true
+                commands[index].phase = .releaseFast
             }
         case .dispatched:
             startRunning(index)
@@ -780,6 +826,9 @@ struct EngineWorld: ExplorableWorld {
     private mutating func startRunning(_ index: Int) {
         if !commands[index].owns { fail("#\(index) runs without being granted the section") }
         if commands[index].hasLeft { fail("#\(index) runs after it left the queue") }
+        if commands[index].superseded {
+            fail("discardable #\(index) began after a later operation was enqueued")
+        }
         commands[index].hasRun = true
         commands[index].holds = true
         // The closure runs now, until the next step of this command (which touches shared state).
@@ -891,5 +940,6 @@ struct EngineWorld: ExplorableWorld {
         for entry in machine.waitingInOrder() { hasher.combine(entry.waiter) }
         for ticket in tickets { hasher.combine(ticket.flatMap { machine.summary(of: $0) }) }
         hasher.combine(machine.trackedHolder.flatMap { holder in tickets.firstIndex { $0 == holder } })
+        hasher.combine(machine.pendingDiscardable.flatMap { pending in tickets.firstIndex { $0 == pending } })
     }
 }
