@@ -71,7 +71,8 @@ public final class CommandQueue: Sendable {
     }
 
     @usableFromInline let engine: CommandEngine
-    @usableFromInline let startsInOrder: Bool
+    /// What this queue keeps in order.
+    public let ordering: Ordering
 
     /// Creates an empty queue.
     /// - Parameters:
@@ -80,11 +81,8 @@ public final class CommandQueue: Sendable {
     ///     that relies on operations interleaving at their suspension points.
     public init(label: String? = nil, ordering: Ordering = .oneAtATime) {
         engine = CommandEngine(label: label)
-        startsInOrder = ordering == .startsInOrder
+        self.ordering = ordering
     }
-
-    /// What this queue keeps in order.
-    public var ordering: Ordering { startsInOrder ? .startsInOrder : .oneAtATime }
 
     // MARK: Enqueue from anywhere
 
@@ -243,7 +241,7 @@ public final class CommandQueue: Sendable {
         _ operation: @escaping @isolated(any) () async throws -> T
     ) -> Task<T, any Error> {
         let engine = self.engine
-        let startsInOrder = self.startsInOrder
+        let startsInOrder = ordering == .startsInOrder
         let discardable = policy == .discardable
         let isolation = operation.isolation
         // Unsafe: `operation` is the caller's `sending` closure; only this one task ever calls it,
@@ -270,7 +268,7 @@ public final class CommandQueue: Sendable {
         _ body: nonisolated(nonsending) @escaping () async throws -> T
     ) -> Task<T, any Error> {
         let engine = self.engine
-        let startsInOrder = self.startsInOrder
+        let startsInOrder = ordering == .startsInOrder
         let discardable = policy == .discardable
         // Unsafe: `body` may hold the caller's `sending` operation; only this one task ever calls
         // it, once, which the compiler cannot see through the closure that captures it.
