@@ -230,6 +230,33 @@ public final class CommandQueue: Sendable {
 
     // MARK: Internals
 
+    /// An operation's place in the queue, and what its task needs to know about it.
+    @usableFromInline
+    struct Placement: Sendable {
+        @usableFromInline let engine: CommandEngine
+        @usableFromInline let waiter: AwaitingWaiter
+        @usableFromInline let grantedAtOnce: Bool
+        @usableFromInline let discardable: Bool
+        @usableFromInline let startsInOrder: Bool
+
+        @inlinable
+        init(engine: CommandEngine, waiter: AwaitingWaiter, grantedAtOnce: Bool, discardable: Bool, startsInOrder: Bool)
+        {
+            (self.engine, self.waiter, self.grantedAtOnce) = (engine, waiter, grantedAtOnce)
+            (self.discardable, self.startsInOrder) = (discardable, startsInOrder)
+        }
+    }
+
+    /// Takes the operation's place now, synchronously.
+    @inlinable
+    func place(priority: CommandPriority, policy: Policy) -> Placement {
+        let discardable = policy == .discardable
+        let (waiter, grantedAtOnce) = engine.enqueueOperation(priority: priority, discardable: discardable)
+        return Placement(
+            engine: engine, waiter: waiter, grantedAtOnce: grantedAtOnce, discardable: discardable,
+            startsInOrder: ordering == .startsInOrder)
+    }
+
     /// Takes the place of an operation that inherited its isolation, and starts the task that waits
     /// for the turn and runs it. The operation is called from a non-escaping closure, so apart from
     /// the task nothing is allocated for it.
@@ -240,21 +267,15 @@ public final class CommandQueue: Sendable {
         deadline: DispatchTime? = nil,
         _ operation: @escaping @isolated(any) () async throws -> T
     ) -> Task<T, any Error> {
-        let engine = self.engine
-        let startsInOrder = ordering == .startsInOrder
-        let discardable = policy == .discardable
         let isolation = operation.isolation
         // Unsafe: `operation` is the caller's `sending` closure; only this one task ever calls it,
         // once, which the compiler cannot see through the closure that captures it.
         nonisolated(unsafe) let operation = operation
-        let (waiter, grantedAtOnce) = engine.enqueueOperation(priority: priority, discardable: discardable)
+        let placement = place(priority: priority, policy: policy)
         let task = Task<T, any Error> {
-            try await Self.takeTurn(
-                engine, waiter, grantedAtOnce: grantedAtOnce, deadline: deadline, discardable: discardable,
-                startsInOrder: startsInOrder, isolation: isolation
-            ) { try await operation() }
+            try await Self.takeTurn(placement, deadline: deadline, isolation: isolation) { try await operation() }
         }
-        engine.attach(task, to: waiter)
+        engine.attach(task, to: placement.waiter)
         return task
     }
 
@@ -267,63 +288,45 @@ public final class CommandQueue: Sendable {
         isolation: (any Actor)?,
         _ body: nonisolated(nonsending) @escaping () async throws -> T
     ) -> Task<T, any Error> {
-        let engine = self.engine
-        let startsInOrder = ordering == .startsInOrder
-        let discardable = policy == .discardable
         // Unsafe: `body` may hold the caller's `sending` operation; only this one task ever calls
         // it, once, which the compiler cannot see through the closure that captures it.
         nonisolated(unsafe) let body = body
-        let (waiter, grantedAtOnce) = engine.enqueueOperation(priority: priority, discardable: discardable)
+        let placement = place(priority: priority, policy: policy)
         let task = Task<T, any Error> {
-            try await Self.takeTurn(
-                engine, waiter, grantedAtOnce: grantedAtOnce, deadline: nil, discardable: discardable,
-                startsInOrder: startsInOrder, isolation: isolation, body)
+            try await Self.takeTurn(placement, deadline: nil, isolation: isolation, body)
         }
-        engine.attach(task, to: waiter)
+        engine.attach(task, to: placement.waiter)
         return task
     }
 
     /// The body of an operation's task, on `isolation` throughout: waits for the turn (unless it was
-    /// granted at once), then runs `body`, holding the turn (one at a time) or giving it up as it starts.
-    /// Inlined into the task, so there is no intermediate async frame, and no suspension at all
-    /// when the turn has come by the time the task starts, apart from the hop to the operation's
-    /// actor, if it has one.
+    /// granted at once), then runs `body`, holding the turn (one at a time) or giving it up as it
+    /// starts — on the operation's actor, so the next operation can start only once `body` suspends
+    /// or returns. Inlined into the task, so there is no intermediate async frame, and no
+    /// suspension at all when the turn has come by the time the task starts, apart from the hop to
+    /// the operation's actor, if it has one.
     @inlinable
     @inline(__always)
     static func takeTurn<T: Sendable>(
-        _ engine: CommandEngine,
-        _ waiter: AwaitingWaiter,
-        grantedAtOnce: Bool,
+        _ placement: Placement,
         deadline: DispatchTime?,
-        discardable: Bool,
-        startsInOrder: Bool,
         isolation: isolated (any Actor)?,
         _ body: nonisolated(nonsending) () async throws -> T
     ) async throws -> T {
-        if !grantedAtOnce {
-            try await engine.waitForTurn(waiter, deadline: deadline, isolation: isolation)
+        let engine = placement.engine
+        if !placement.grantedAtOnce {
+            try await engine.waitForTurn(placement.waiter, deadline: deadline, isolation: isolation)
         }
-        if Task.isCancelled || (discardable && !engine.beginDiscardable(waiter)) {
+        if Task.isCancelled || (placement.discardable && !engine.beginDiscardable(placement.waiter)) {
             // Granted, but cancelled or discarded before the operation began: it never starts.
             engine.release(.operation)
             throw QueueSafeValueError.cancelled
         }
-        if startsInOrder {
-            return try await start(body, releasing: engine, isolation: isolation)
+        if placement.startsInOrder {
+            engine.release(.operation)
+            return try await body()
         }
         return try await engine.runHeldTaskSection(.operation, isolation: isolation, body)
-    }
-
-    /// Gives up the turn and runs `body`, both on `isolation`: on an actor, the next operation can
-    /// start only once `body` suspends or returns.
-    @inlinable
-    static func start<T: Sendable>(
-        _ body: nonisolated(nonsending) () async throws -> T,
-        releasing engine: CommandEngine,
-        isolation: isolated (any Actor)?
-    ) async throws -> T {
-        engine.release(.operation)
-        return try await body()
     }
 
     @inlinable

@@ -68,6 +68,17 @@ extension CheckedContinuation where T == Void, E == Never {
     }
 }
 
+extension CheckedContinuation where T: Sendable, E == any Error {
+    /// Resumes the suspended task with `result` from a thread other than its own (the recurring
+    /// executor's delivery queue, a cancellation handler, a refresh's task), hiding the resume's own
+    /// memory accesses from ThreadSanitizer: see `UnsafeContinuation.resumeFromAnotherThread()`.
+    /// What the resumed task reads next is ordered by the lock it was handed over under.
+    @inline(__always)
+    func resumeFromAnotherThread(with result: Result<T, any Error>) {
+        ignoringSanitizerAccesses { resume(with: result) }
+    }
+}
+
 /// Runs `body` with ThreadSanitizer ignoring the calling thread's memory accesses (its
 /// synchronization is still tracked). Only for resuming continuations; see
 /// `UnsafeContinuation.resumeFromAnotherThread()`.
