@@ -214,12 +214,19 @@ class CommandEngine: @unchecked Sendable {
     ///
     /// Called when the waiter is about to park, not when it joins the queue: a hand-off that the
     /// spin catches pays nothing for helping, and a command of its queue waits at most one spin.
-    final func becomeHelper(_ ticket: Ticket) {
-        let queues = QueueTag.currentIdentities
-        guard !queues.isEmpty else { return }
-        takeOverPendingDispatch(runningOn: queues)
-        machine.withLock { $0.registerHelper(ticket, queues: queues) }
-        takeOverPendingDispatch(runningOn: queues)
+    /// Called again when a queue is tagged while the waiter is parked without knowing its queue.
+    /// - Returns: the tagging epoch read before the queues were, if the thread's innermost queue is
+    ///   unknown (it may be a queue nothing has tagged yet): the waiter then asks to be told of new
+    ///   tags (see ``DeadlockDetector/tagQueue(_:)``). `nil` if it knows its queue.
+    final func becomeHelper(_ ticket: Ticket) -> Int? {
+        let epoch = DeadlockDetector.shared.tagEpoch
+        let (queues, innermostKnown) = QueueTag.currentIdentities
+        if !queues.isEmpty {
+            takeOverPendingDispatch(runningOn: queues)
+            machine.withLock { $0.registerHelper(ticket, queues: queues) }
+            takeOverPendingDispatch(runningOn: queues)
+        }
+        return innermostKnown ? nil : epoch
     }
 
     /// If the holder is a dispatched command whose block has not started, takes it over: runs it

@@ -16,7 +16,7 @@ import Testing
         private let letGo = DispatchSemaphore(value: 0)
         private let done = DispatchSemaphore(value: 0)
 
-        init(_ value: QueueSafeValue<Int>) {
+        init<Value: Sendable>(_ value: QueueSafeValue<Value>) {
             Thread { [holding, letGo, done] in
                 value.wait.highestPriority.set { _ in
                     holding.signal()
@@ -109,6 +109,47 @@ import Testing
         // Both blocks are done and nothing ran twice: the taken-over block found nothing to do.
         usleep(20_000)
         #expect(dispatchRuns.value == 1)
+    }
+
+    /// A queue nothing has targeted yet when a block on it begins to wait: the waiter cannot know
+    /// it runs on that queue when it parks. The dispatch command that tags the queue afterwards
+    /// tells it to look again, and it runs the command. (This hung before: whether a waiter knew
+    /// its queue depended on whether a command had targeted it before the wait began.)
+    @Test func queueTaggedOnlyAfterTheWaiterParked_doesNotHang() {
+        let value = QueueSafeValue(value: [String](), label: "late tag")
+        let holder = Holder(value)
+        let queue = DispatchQueue(label: "QueueCycleTests.untagged")
+        let blockResult = Locked<Result<[String], QueueSafeValueError>?>(nil)
+        let blockDone = DispatchSemaphore(value: 0)
+        queue.async {
+            blockResult.set(value.waitBounded.lowestPriority.set { $0.append("wait") })
+            blockDone.signal()
+        }
+        // The waiter has joined the queue; let it spin out and park before the queue is tagged.
+        _ = waitUntil { value.diagnostics.waitingCount == 1 }
+        sleepBriefly()
+        let delivered = DispatchSemaphore(value: 0)
+        value.async(performIn: queue).highestPriority.set(
+            accessClosure: { $0.append("dispatch") }, completion: { _ in delivered.signal() })
+        holder.release { value.diagnostics.waitingCount == 2 }
+        #expect(blockDone.wait(timeout: .now() + 30) == .success, "the blocking command on the queue hung")
+        #expect(delivered.wait(timeout: .now() + 30) == .success, "the dispatch command's completion never came")
+        #expect(holder.waitUntilDone())
+        #expect(
+            blockResult.value.map { if case .success(["dispatch", "wait"]) = $0 { true } else { false } } == true,
+            "\(String(describing: blockResult.value))")
+    }
+
+    /// The main queue goes by one identity, however it is reached: on Linux every
+    /// `DispatchQueue.main` is a new wrapper object, and the first command for `.main` used to tag
+    /// it with that wrapper's address, which the main thread's own identity never matched.
+    @Test func mainQueue_hasOneIdentity_fromEveryWrapper() {
+        #expect(QueueTag.identity(of: DispatchQueue.main) == QueueTag.mainQueue)
+        #expect(QueueTag.identity(of: DispatchQueue.main) == QueueTag.mainQueue)
+        let other = DispatchQueue(label: "QueueCycleTests.identity")
+        let id = QueueTag.identity(of: other)
+        #expect(id != QueueTag.mainQueue && QueueTag.identity(of: other) == id)
+        #expect(QueueTag.identity(of: DispatchQueue(label: "QueueCycleTests.identity")) != id)
     }
 
     /// Marks the main queue, to tell that code runs on it (after `dispatchMain()`, as under the test

@@ -33,24 +33,72 @@ final class DeadlockDetector: @unchecked Sendable {
 
     static let shared = DeadlockDetector()
 
-    private let graph = LockedState.make(Graph())
+    /// What the lock guards: the graph, and the parked waiters that do not know which queue they
+    /// run on (see ``tagQueue(_:)``).
+    private struct State {
+        var graph = Graph()
+        var watchers: [ObjectIdentifier: BlockingWaiter] = [:]
+        /// The identity of the queue tagged last (``QueueTag/mainQueue`` is taken).
+        var lastQueueID = QueueTag.mainQueue
+    }
+
+    private let state = LockedState.make(State())
+    /// How many queues have been tagged: changed under the lock, read without it.
+    private let tagCount = AtomicWord(0)
     /// How many threads Swift's cooperative pool runs tasks on: one per processor. (Not
     /// `ProcessInfo`: only the `LocalizedError` conformance's file imports Foundation.)
     let poolWidth = max(1, sysconf(Int32(_SC_NPROCESSORS_ONLN)))
 
     /// Registers a party about to block for `engine`; see ``WaitForGraph/register(_:waitingFor:poolThread:poolWidth:holder:)``.
-    func register(_ nodes: [Node], waitingFor engine: CommandEngine, poolThread: Bool) -> Graph.Verdict {
+    /// - Parameter watcher: a blocking waiter that does not know which queue it runs on, with the
+    ///   ``tagEpoch`` it read before it looked: it is told to look again when a queue is tagged
+    ///   while it is registered, or at once if one was tagged since it looked.
+    func register(
+        _ nodes: [Node],
+        waitingFor engine: CommandEngine,
+        poolThread: Bool,
+        watcher: (waiter: BlockingWaiter, epoch: Int)? = nil
+    ) -> Graph.Verdict {
         let handle = EngineHandle(engine: .passUnretained(engine))
-        return graph.withLock { graph in
-            graph.register(nodes, waitingFor: handle, poolThread: poolThread, poolWidth: poolWidth) { handle in
-                handle.engine.takeUnretainedValue().holderNode
+        let (verdict, stale) = state.withLock { state -> (Graph.Verdict, Bool) in
+            let verdict = state.graph.register(nodes, waitingFor: handle, poolThread: poolThread, poolWidth: poolWidth)
+            {
+                handle in handle.engine.takeUnretainedValue().holderNode
             }
+            guard verdict == .wait, let watcher else { return (verdict, false) }
+            state.watchers[ObjectIdentifier(watcher.waiter)] = watcher.waiter
+            return (verdict, watcher.epoch != tagCount.loadRelaxed())
         }
+        if stale { watcher?.waiter.postRecheck() }
+        return verdict
     }
 
     /// The party's wait ended; call before it does anything else.
-    func unregister(_ nodes: [Node]) {
-        graph.withLock { $0.unregister(nodes) }
+    func unregister(_ nodes: [Node], watcher: BlockingWaiter? = nil) {
+        state.withLock { state in
+            state.graph.unregister(nodes)
+            if let watcher { state.watchers[ObjectIdentifier(watcher)] = nil }
+        }
+    }
+
+    /// Read by a waiter before it reads which queues it runs on; see ``register(_:waitingFor:poolThread:watcher:)``.
+    var tagEpoch: Int { tagCount.loadAcquire() }
+
+    /// Tags a queue: `tag` is called under the lock with an identity no queue has had, stores the
+    /// tag unless the queue has one already, and returns the queue's identity. When it stored one,
+    /// every registered waiter that did not know its queue is told to look again (after
+    /// unlocking), because it may run on this queue.
+    func tagQueue(_ tag: (_ newID: Int) -> Int) -> Int {
+        let (id, watchers) = state.withLock { state -> (Int, [BlockingWaiter]) in
+            let newID = state.lastQueueID + 1
+            let id = tag(newID)
+            guard id == newID else { return (id, []) }
+            state.lastQueueID = newID
+            _ = tagCount.fetchAdd(1)
+            return (id, Array(state.watchers.values))
+        }
+        for waiter in watchers { waiter.postRecheck() }
+        return id
     }
 
     /// The nodes of the calling thread: its thread, and its task if it runs inside one.

@@ -1,36 +1,51 @@
 import Dispatch
 import QueueSafeValueShims
 
+#if canImport(CDispatch)
+    import CDispatch
+#endif
+
 // MARK: - QueueTag
 
 /// Tells which dispatch queue code runs on. Dispatch has no "current queue", only queue-specific
-/// values: a queue that dispatch commands target gets this tag (its identity and label) the first
-/// time one of them has to wait for it, and code running on the queue reads the tag back.
+/// values: a queue that dispatch commands target gets this tag (an identity of its own and its
+/// label) when the first of them is submitted, and code running on the queue reads the tag back.
+///
+/// A thread may have started to wait on a queue before anything tagged it: it cannot know then that
+/// it blocks that queue. So tagging a queue tells every parked waiter that did not know its queue
+/// to look again (``DeadlockDetector/tagQueue(_:)``): whether a waiting thread runs on a queue
+/// never depends on what happened before its wait began.
 struct QueueTag: Sendable, Hashable {
-    /// The queue's identity: its address, or ``mainQueue``.
+    /// The queue's identity: ``mainQueue``, or a number no other queue of the process has.
     let id: Int
     /// The queue's label, for reports.
     let label: String
 
-    private static let key = DispatchSpecificKey<QueueTag>()
+    /// The key of the tags. The main queue is tagged before any other queue can be: on Linux every
+    /// `DispatchQueue.main` is a new wrapper of the one main queue, so only the tag, stored on the
+    /// queue itself, recognises it.
+    private static let key: DispatchSpecificKey<QueueTag> = {
+        let key = DispatchSpecificKey<QueueTag>()
+        let main = DispatchQueue.main
+        main.setSpecific(key: key, value: QueueTag(id: mainQueue, label: main.label))
+        return key
+    }()
 
     /// The identity the main queue goes by.
     static let mainQueue = 1
 
-    /// The main queue's object, compared by identity (`DispatchQueue.main` itself costs a
-    /// `swift_once` and a retain each time).
-    private static let mainQueueObject = ObjectIdentifier(DispatchQueue.main)
-
     /// The identity of `queue`, tagging it if it carries no tag yet.
-    /// - Complexity: about 25 ns to read the tag; tagging happens once per queue.
+    /// - Complexity: about 25 ns to read the tag; tagging happens once per queue, under a lock,
+    ///   and wakes the parked waiters that do not know their queue.
     static func identity(of queue: DispatchQueue) -> Int {
-        let object = ObjectIdentifier(queue)
         if let tag = queue.getSpecific(key: key) { return tag.id }
-        // The main queue is tagged too: after `dispatchMain()` a worker thread, not the main
-        // thread, drains it, so only the tag tells that code runs on it.
-        let id = object == mainQueueObject ? mainQueue : Int(bitPattern: UInt(bitPattern: object))
-        queue.setSpecific(key: key, value: QueueTag(id: id, label: queue.label))
-        return id
+        // Serialized, so that two threads tagging one queue at once agree on its identity.
+        return DeadlockDetector.shared.tagQueue { newID in
+            // Another thread may have tagged it since the read above.
+            if let tag = queue.getSpecific(key: key) { return tag.id }
+            queue.setSpecific(key: key, value: QueueTag(id: newID, label: queue.label))
+            return newID
+        }
     }
 
     /// The innermost tagged queue the caller runs on, if any.
@@ -40,11 +55,24 @@ struct QueueTag: Sendable, Hashable {
 
     /// The identities of the queues the caller runs on, as far as they can be known: the main
     /// queue on the main thread (which, until `dispatchMain()`, drains it), and the innermost
-    /// tagged queue.
-    static var currentIdentities: [Int] {
+    /// tagged queue; and whether that innermost queue is known (a tagged one), or the caller may
+    /// run on a queue nothing has tagged yet.
+    static var currentIdentities: (identities: [Int], innermostKnown: Bool) {
         var identities: [Int] = []
         if qsv_is_main_thread() != 0 { identities.append(mainQueue) }
-        if let current, current.id != mainQueue || identities.isEmpty { identities.append(current.id) }
-        return identities
+        guard let current else { return (identities, false) }
+        if current.id != mainQueue || identities.isEmpty { identities.append(current.id) }
+        return (identities, true)
+    }
+
+    /// The label of the queue the caller runs on, tagged or not (`nil` outside any queue's block,
+    /// where Dispatch reports an empty label).
+    static var currentLabel: String? {
+        #if canImport(Darwin)
+            let label = String(cString: __dispatch_queue_get_label(nil))
+        #else
+            let label = String(cString: dispatch_queue_get_label(nil))
+        #endif
+        return label.isEmpty ? nil : label
     }
 }

@@ -14,9 +14,10 @@ import QueueSafeValueShims
 /// A thread that waits for its turn: it spins briefly, then parks on a semaphore until the engine
 /// grants it the critical section or its deadline passes.
 ///
-/// The hand-off word has three bits: `granted`, `job` (a dispatch command for a queue this thread
-/// runs on was handed to it: see *helping* below) and `parked`. Whoever sets `granted` or `job`
-/// also clears `parked` in the same compare-and-swap, and signals the semaphore only if it found
+/// The hand-off word has four bits: `granted`, `job` (a dispatch command for a queue this thread
+/// runs on was handed to it: see *helping* below), `recheck` (a queue was tagged: this thread, which
+/// did not know its queue, looks again) and `parked`. Whoever sets one of the first three also
+/// clears `parked` in the same compare-and-swap, and signals the semaphore only if it found
 /// `parked` set: so a thread that is still spinning is handed the section with one cache-line
 /// transfer and no system call, and a park is signalled exactly once.
 ///
@@ -35,6 +36,7 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     private static let granted = 1
     private static let parked = 2
     private static let jobBit = 4
+    private static let recheckBit = 8
 
     /// How many times a waiter polls before it parks: a few microseconds, longer than a typical
     /// short critical section and shorter than a futex sleep and wake-up.
@@ -71,6 +73,12 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     /// Hands this waiting thread the granted dispatch command stored in ``job``.
     func postJob() {
         post(Self.jobBit)
+    }
+
+    /// Tells this parked thread that a queue was tagged: it looks again at which queues it runs on
+    /// (see ``DeadlockDetector/tagQueue(_:)``). Harmless if it is no longer parked.
+    func postRecheck() {
+        post(Self.recheckBit)
     }
 
     /// Sets `bit` and clears `parked`; signals if it found the thread parked.
@@ -116,22 +124,26 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
         deadline: DispatchTime?
     ) -> QueueSafeValueError? {
         // Before it blocks its queue for longer than a spin: see *helping*.
-        engine.becomeHelper(ticket)
+        var tagEpoch = engine.becomeHelper(ticket)
         let nodes = DeadlockDetector.currentNodes()
         let poolThread = nodes.count > 1 && qsv_is_main_thread() == 0
         while true {
             // About to park: would that close a cycle, or starve the cooperative pool?
-            let verdict = DeadlockDetector.shared.register(nodes, waitingFor: engine, poolThread: poolThread)
+            let verdict = DeadlockDetector.shared.register(
+                nodes, waitingFor: engine, poolThread: poolThread, watcher: tagEpoch.map { (self, $0) })
             guard verdict == .wait else { return refuse(verdict, engine: engine, ticket: ticket) }
             let outcome = parkOnce(deadline: deadline)
             // Unregistered before anything else, and before leaving the queue: a party that gave
             // up must not look like a waiter to another thread's walk.
-            DeadlockDetector.shared.unregister(nodes)
+            DeadlockDetector.shared.unregister(nodes, watcher: tagEpoch == nil ? nil : self)
             switch outcome {
             case .granted:
                 return nil
             case .job:
                 runJob()
+            case .recheck:
+                // A queue was tagged: it may be the one this thread runs on.
+                tagEpoch = engine.becomeHelper(ticket)
             case .deadlinePassed:
                 if let diagnostics = engine.leaveWithSnapshot(ticket) {
                     runJobHandedBeforeLeaving()
@@ -147,15 +159,20 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     private enum ParkOutcome {
         case granted
         case job
+        case recheck
         case deadlinePassed
     }
 
-    /// Parks until a grant, a job or the deadline.
+    /// Parks until a grant, a job, a new queue tag or the deadline.
     private func parkOnce(deadline: DispatchTime?) -> ParkOutcome {
         while true {
             let current = word.loadAcquire()
             if current & Self.granted != 0 { return .granted }
             if current & Self.jobBit != 0 { return .job }
+            if current & Self.recheckBit != 0 {
+                _ = word.fetchAnd(~Self.recheckBit)
+                return .recheck
+            }
             guard word.compareExchange(expected: current, desired: current | Self.parked) else { continue }
             guard let deadline else {
                 semaphore.wait()
