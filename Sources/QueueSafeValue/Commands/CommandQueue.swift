@@ -165,8 +165,9 @@ public final class CommandQueue: Sendable {
         policy: Policy = .standard,
         @_inheritActorContext @_implicitSelfCapture _ operation: sending @escaping @isolated(any) () async throws -> T
     ) async throws -> T {
-        if engine.isInsideRunningSection() { throw QueueSafeValueError.reentrantAccess }
-        return try await awaitCancellably(enqueue(priority: priority, policy: policy, operation))
+        try checkCanAwaitOperation()
+        return try await awaitCancellably(
+            schedule(priority: priority, policy: policy, awaiters: OperationAwaiters.forOperationAwaitedByCurrentTask(), operation))
     }
 
     /// Like ``perform(priority:policy:_:)``, but the operation gives up if it has not started within
@@ -178,9 +179,11 @@ public final class CommandQueue: Sendable {
         timeout: DispatchTimeInterval,
         @_inheritActorContext @_implicitSelfCapture _ operation: sending @escaping @isolated(any) () async throws -> T
     ) async throws -> T {
-        if engine.isInsideRunningSection() { throw QueueSafeValueError.reentrantAccess }
+        try checkCanAwaitOperation()
         return try await awaitCancellably(
-            enqueue(priority: priority, policy: policy, timeout: timeout, operation))
+            schedule(
+                priority: priority, policy: policy, deadline: Self.deadline(after: timeout),
+                awaiters: OperationAwaiters.forOperationAwaitedByCurrentTask(), operation))
     }
 
     /// Like ``perform(priority:policy:_:)``, with the operation isolated to `actor`.
@@ -191,8 +194,12 @@ public final class CommandQueue: Sendable {
         policy: Policy = .standard,
         _ operation: @escaping @Sendable (isolated A) async throws -> T
     ) async throws -> T {
-        if engine.isInsideRunningSection() { throw QueueSafeValueError.reentrantAccess }
-        return try await awaitCancellably(enqueue(isolatedTo: actor, priority: priority, policy: policy, operation))
+        try checkCanAwaitOperation()
+        return try await awaitCancellably(
+            schedule(
+                priority: priority, policy: policy, isolation: actor,
+                awaiters: OperationAwaiters.forOperationAwaitedByCurrentTask()
+            ) { try await operation(actor) })
     }
 
     /// Like ``perform(priority:policy:_:)``, with the operation on the main actor.
@@ -202,8 +209,12 @@ public final class CommandQueue: Sendable {
         policy: Policy = .standard,
         _ operation: sending @escaping @MainActor () async throws -> T
     ) async throws -> T {
-        if engine.isInsideRunningSection() { throw QueueSafeValueError.reentrantAccess }
-        return try await awaitCancellably(enqueueOnMainActor(priority: priority, policy: policy, operation))
+        try checkCanAwaitOperation()
+        return try await awaitCancellably(
+            schedule(
+                priority: priority, policy: policy, isolation: MainActor.shared,
+                awaiters: OperationAwaiters.forOperationAwaitedByCurrentTask()
+            ) { try await operation() })
     }
 
     // MARK: Cancellation
@@ -238,23 +249,37 @@ public final class CommandQueue: Sendable {
         @usableFromInline let grantedAtOnce: Bool
         @usableFromInline let discardable: Bool
         @usableFromInline let startsInOrder: Bool
+        /// The tasks that await the operation's result (`perform`), for deadlock detection: see
+        /// ``OperationAwaiters``. Empty for `enqueue`.
+        @usableFromInline let awaiters: [Int]
 
         @inlinable
-        init(engine: CommandEngine, waiter: AwaitingWaiter, grantedAtOnce: Bool, discardable: Bool, startsInOrder: Bool)
-        {
+        init(
+            engine: CommandEngine, waiter: AwaitingWaiter, grantedAtOnce: Bool, discardable: Bool,
+            startsInOrder: Bool, awaiters: [Int]
+        ) {
             (self.engine, self.waiter, self.grantedAtOnce) = (engine, waiter, grantedAtOnce)
-            (self.discardable, self.startsInOrder) = (discardable, startsInOrder)
+            (self.discardable, self.startsInOrder, self.awaiters) = (discardable, startsInOrder, awaiters)
         }
     }
 
     /// Takes the operation's place now, synchronously.
     @inlinable
-    func place(priority: CommandPriority, policy: Policy) -> Placement {
+    func place(priority: CommandPriority, policy: Policy, awaiters: [Int]) -> Placement {
         let discardable = policy == .discardable
         let (waiter, grantedAtOnce) = engine.enqueueOperation(priority: priority, discardable: discardable)
         return Placement(
             engine: engine, waiter: waiter, grantedAtOnce: grantedAtOnce, discardable: discardable,
-            startsInOrder: ordering == .startsInOrder)
+            startsInOrder: ordering == .startsInOrder, awaiters: awaiters)
+    }
+
+    /// Why `perform` must not enqueue: its task was cancelled before the call (then the operation
+    /// never runs, as for `value.async`), or it runs inside an operation of this same one-at-a-time
+    /// queue (it would wait for itself).
+    @inlinable
+    func checkCanAwaitOperation() throws(QueueSafeValueError) {
+        if Task.isCancelled { throw .cancelled }
+        if engine.isInsideRunningSection() { throw .reentrantAccess }
     }
 
     /// Takes the place of an operation that inherited its isolation, and starts the task that waits
@@ -265,13 +290,14 @@ public final class CommandQueue: Sendable {
         priority: CommandPriority,
         policy: Policy,
         deadline: DispatchTime? = nil,
+        awaiters: [Int] = [],
         _ operation: @escaping @isolated(any) () async throws -> T
     ) -> Task<T, any Error> {
         let isolation = operation.isolation
         // Unsafe: `operation` is the caller's `sending` closure; only this one task ever calls it,
         // once, which the compiler cannot see through the closure that captures it.
         nonisolated(unsafe) let operation = operation
-        let placement = place(priority: priority, policy: policy)
+        let placement = place(priority: priority, policy: policy, awaiters: awaiters)
         let task = Task<T, any Error> {
             try await Self.takeTurn(placement, deadline: deadline, isolation: isolation) { try await operation() }
         }
@@ -286,12 +312,13 @@ public final class CommandQueue: Sendable {
         priority: CommandPriority,
         policy: Policy,
         isolation: (any Actor)?,
+        awaiters: [Int] = [],
         _ body: nonisolated(nonsending) @escaping () async throws -> T
     ) -> Task<T, any Error> {
         // Unsafe: `body` may hold the caller's `sending` operation; only this one task ever calls
         // it, once, which the compiler cannot see through the closure that captures it.
         nonisolated(unsafe) let body = body
-        let placement = place(priority: priority, policy: policy)
+        let placement = place(priority: priority, policy: policy, awaiters: awaiters)
         let task = Task<T, any Error> {
             try await Self.takeTurn(placement, deadline: nil, isolation: isolation, body)
         }
@@ -308,6 +335,26 @@ public final class CommandQueue: Sendable {
     @inlinable
     @inline(__always)
     static func takeTurn<T: Sendable>(
+        _ placement: Placement,
+        deadline: DispatchTime?,
+        isolation: isolated (any Actor)?,
+        _ body: nonisolated(nonsending) () async throws -> T
+    ) async throws -> T {
+        guard !placement.awaiters.isEmpty else {
+            return try await waitAndRun(placement, deadline: deadline, isolation: isolation, body)
+        }
+        // Awaited by `perform`: the awaiting tasks wait for whatever this task waits for.
+        let awaiters = OperationAwaiters(task: currentTaskID(), awaiters: placement.awaiters)
+        return try await OperationAwaiters.current.withValue(awaiters) {
+            _ = isolation  // keeps the closure on the operation's executor
+            return try await waitAndRun(placement, deadline: deadline, isolation: isolation, body)
+        }
+    }
+
+    /// ``takeTurn(_:deadline:isolation:_:)`` once the task-local of the operation's awaiters is set.
+    @inlinable
+    @inline(__always)
+    static func waitAndRun<T: Sendable>(
         _ placement: Placement,
         deadline: DispatchTime?,
         isolation: isolated (any Actor)?,

@@ -506,7 +506,7 @@ class CommandEngine: @unchecked Sendable {
         isolation: isolated (any Actor)?
     ) async throws(QueueSafeValueError) {
         let ticket = waiter.ticket
-        let nodes: [DeadlockDetector.Node] = [.task(currentTaskID())]
+        let nodes = DeadlockDetector.taskNodes(currentTaskID())
         // Armed once the task waits; cancelled when the wait is over. Like a cancellation, it leaves
         // the deadlock graph before it leaves the queue.
         let timer = deadline.map { _ in

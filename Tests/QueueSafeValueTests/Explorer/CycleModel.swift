@@ -7,15 +7,35 @@
 // compare-and-swap, a store of `ownerThread`, one locked section of an engine (split around its
 // atomic operation on the word), one locked section of the graph, an action after unlocking.
 //
+// A thread may also *await* another party, as `CommandQueue.perform` awaits the task of its
+// operation: that party starts then, and registers the awaiting thread with itself whenever it is
+// about to park (the real `OperationAwaiters`), so the awaiting thread waits for whatever it waits
+// for. When the awaited party ends, the awaiting one goes on (or fails, if the awaited one was
+// refused).
+//
 // Besides the engine's own promises (one holder per engine, no hang), it checks the detector
 // against the truth: a wait refused as a deadlock must close a real cycle at that moment — each
-// thread of it queued for a section the next one was granted — and no world may end with a thread
-// stuck, which is what a missed cycle looks like.
+// thread of it queued for a section the next one was granted, or awaiting a party that is — and no
+// world may end with a thread stuck, which is what a missed cycle looks like.
 
-/// One nested acquisition of a thread's program.
+/// One nested acquisition of a thread's program, or the await of another party.
 struct CycleAcquisition: Hashable {
     var engine: Int
     var timed = false
+    /// If set, this step awaits that thread (which starts now) instead of taking `engine`.
+    var awaits: Int?
+
+    init(engine: Int, timed: Bool = false) {
+        self.engine = engine
+        self.timed = timed
+    }
+
+    /// Starts thread `party` and waits until it ends (`perform` awaiting its operation).
+    static func await(_ party: Int) -> CycleAcquisition {
+        var step = CycleAcquisition(engine: -1)
+        step.awaits = party
+        return step
+    }
 }
 
 /// Threads taking sections of several engines, nested in program order.
@@ -23,12 +43,21 @@ struct CycleScenario {
     var name: String
     var engines: Int
     var threads: [[CycleAcquisition]]
+
+    /// The thread that starts and awaits `thread`, if any.
+    func starter(of thread: Int) -> Int? {
+        threads.indices.first { threads[$0].contains { $0.awaits == thread } }
+    }
 }
 
 struct CycleWorld: ExplorableWorld {
     typealias Graph = WaitForGraph<Int>
 
     enum Phase: Hashable {
+        /// Awaited by a thread that has not reached its await yet.
+        case notStarted
+        /// Awaits the party it started; goes on when that party ends.
+        case awaiting(Int)
         /// About to take `depth`'s engine.
         case acquire
         case enqueue
@@ -111,7 +140,21 @@ struct CycleWorld: ExplorableWorld {
         engines = Array(
             repeating: EngineState(tickets: Array(repeating: nil, count: scenario.threads.count)),
             count: scenario.engines)
-        threads = scenario.threads.map { $0.isEmpty ? ThreadState(phase: .done) : ThreadState() }
+        threads = scenario.threads.indices.map { index in
+            if scenario.threads[index].isEmpty { return ThreadState(phase: .done) }
+            return ThreadState(phase: scenario.starter(of: index) == nil ? .acquire : .notStarted)
+        }
+    }
+
+    /// The nodes `thread` registers as one party: itself, then the threads awaiting it, in a chain.
+    private func party(_ thread: Int) -> [Graph.Node] {
+        var nodes: [Graph.Node] = [.thread(thread)]
+        var current = thread
+        while let starter = scenario.starter(of: current), threads[starter].phase == .awaiting(current) {
+            nodes.append(.thread(starter))
+            current = starter
+        }
+        return nodes
     }
 
     private func target(_ thread: Int) -> CycleAcquisition { scenario.threads[thread][threads[thread].depth] }
@@ -131,8 +174,10 @@ struct CycleWorld: ExplorableWorld {
         var steps: [Step] = []
         for (index, thread) in threads.enumerated() {
             switch thread.phase {
-            case .done:
+            case .done, .notStarted:
                 continue
+            case .awaiting(let party):
+                if threads[party].phase == .done { steps.append(.thread(index, .only)) }
             case .enqueue, .timeoutLeave, .refuseLeave, .releaseLocked:
                 if engines[engine(of: index)].lock == nil { steps.append(.thread(index, .only)) }
             case .enqueueStore:
@@ -172,6 +217,21 @@ struct CycleWorld: ExplorableWorld {
         let phase = threads[me].phase
         let e = engine(of: me)
         switch phase {
+        case .acquire where target(me).awaits != nil:
+            let party = target(me).awaits!
+            threads[party].phase = .acquire
+            threads[me].phase = .awaiting(party)
+        case .awaiting(let party):
+            if let failure = threads[party].failures.last {
+                failAcquisition(me, failure)  // `perform` rethrows what its operation threw
+            } else if threads[me].depth + 1 < scenario.threads[me].count {
+                threads[me].depth += 1
+                threads[me].phase = .acquire
+            } else {
+                afterRelease(me)
+            }
+        case .notStarted:
+            fail("thread \(me) stepped before it was started")
         case .acquire:
             // The idle compare-and-swap.
             if engines[e].word == 0 {
@@ -206,7 +266,7 @@ struct CycleWorld: ExplorableWorld {
         case .register:
             // The graph's lock section: it reads the engines' `ownerThread` words.
             let owners = engines.map(\.ownerThread)
-            let verdict = graph.register([.thread(me)], waitingFor: e) { engine in
+            let verdict = graph.register(party(me), waitingFor: e) { engine in
                 owners[engine] == 0 ? nil : .thread(owners[engine] - 1)
             }
             switch verdict {
@@ -238,7 +298,7 @@ struct CycleWorld: ExplorableWorld {
                 threads[me].phase = .unregister(leaving: false)
             }
         case .unregister(let leaving):
-            graph.unregister([.thread(me)])
+            graph.unregister(party(me))
             threads[me].phase = leaving ? .timeoutLeave : .setOwner
         case .timeoutLeave:
             if leave(e, me) {
@@ -327,11 +387,18 @@ struct CycleWorld: ExplorableWorld {
         var current = e
         var seen: Set<Int> = []
         while let holder = engines[current].grantedTo, seen.insert(current).inserted {
-            if holder == thread { return true }
-            guard let next = queuedEngine(of: holder) else { return false }
+            if party(thread).contains(.thread(holder)) { return true }
+            guard let next = blockingEngine(of: holder) else { return false }
             current = next
         }
         return false
+    }
+
+    /// The engine `thread` is blocked on: the one it is queued for, or, while it awaits a party,
+    /// the one that party is blocked on.
+    private func blockingEngine(of thread: Int) -> Int? {
+        if case .awaiting(let party) = threads[thread].phase { return blockingEngine(of: party) }
+        return queuedEngine(of: thread)
     }
 
     /// The engine `thread` is queued for (not granted, not left), if any.
@@ -359,7 +426,12 @@ struct CycleWorld: ExplorableWorld {
     func violation() -> String? { error }
 
     func terminalViolation() -> String? {
-        if let stuck = threads.indices.first(where: { threads[$0].phase != .done }) {
+        let stuck = threads.indices.first { index in
+            // A party never started because its starter failed before awaiting it is not stuck.
+            threads[index].phase != .done
+                && !(threads[index].phase == .notStarted && threads[scenario.starter(of: index)!].phase == .done)
+        }
+        if let stuck {
             return "thread \(stuck) hung in a wait cycle the detector missed (\(threads[stuck].phase), "
                 + "holding \(threads[stuck].held))"
         }

@@ -54,6 +54,26 @@ extension Explorers {
                     [Take(engine: 0), Take(engine: 1, timed: true)], [Take(engine: 1), Take(engine: 0, timed: true)],
                     [Take(engine: 0)],
                 ]),
+            // `perform`: a party awaits another (the task of its operation), which starts then.
+            CycleScenario(
+                name: "an operation waits for a value whose holder performs on the operation's queue",
+                engines: 2,
+                threads: [[Take(engine: 1), Take(engine: 0)], [Take(engine: 0), .await(2)], [Take(engine: 1)]]),
+            CycleScenario(
+                name: "an awaited operation waits for a value its awaiting party holds",
+                engines: 1,
+                threads: [[Take(engine: 0), .await(1)], [Take(engine: 0)]]),
+            CycleScenario(
+                name: "a chain through an awaited operation, without a cycle",
+                engines: 3,
+                threads: [[Take(engine: 2), .await(1)], [Take(engine: 1)], [Take(engine: 1), Take(engine: 0)]]),
+            CycleScenario(
+                name: "a cycle of four parties through an awaited operation",
+                engines: 3,
+                threads: [
+                    [Take(engine: 2), .await(1)], [Take(engine: 1)], [Take(engine: 1), Take(engine: 0)],
+                    [Take(engine: 0), Take(engine: 2)],
+                ]),
         ]
 
         @Test(

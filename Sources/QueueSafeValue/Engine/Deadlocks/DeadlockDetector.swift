@@ -101,10 +101,18 @@ final class DeadlockDetector: @unchecked Sendable {
         return id
     }
 
-    /// The nodes of the calling thread: its thread, and its task if it runs inside one.
+    /// The nodes of the calling thread: its thread, and its task if it runs inside one (see
+    /// ``taskNodes(_:)``).
     static func currentNodes() -> [Node] {
         let task = currentTaskID()
-        return task == 0 ? [.thread(currentThreadID())] : [.thread(currentThreadID()), .task(task)]
+        return task == 0 ? [.thread(currentThreadID())] : [.thread(currentThreadID())] + taskNodes(task)
+    }
+
+    /// The nodes of the task `task` (the current one): the task, then the tasks that await its
+    /// result, if it runs a ``CommandQueue`` operation that `perform` awaits (see
+    /// ``OperationAwaiters``). They wait for whatever it waits for.
+    static func taskNodes(_ task: Int) -> [Node] {
+        [.task(task)] + OperationAwaiters.ofCurrentTask(task).map { .task($0) }
     }
 
     /// What to tell the user about a refused wait.
@@ -171,7 +179,54 @@ extension CommandEngine {
 /// The identity of the task the caller runs in (its address, the same one `UnsafeCurrentTask`
 /// wraps), or 0 outside any task. About 2 ns, where `withUnsafeCurrentTask` costs about 35 ns: an
 /// awaiting command's idle path records its task with it.
+@usableFromInline
 @inline(__always)
 func currentTaskID() -> Int {
     Int(bitPattern: qsv_current_task())
+}
+
+// MARK: - Tasks that await an operation
+
+/// The tasks that await the result of the ``CommandQueue`` operation the current task runs:
+/// `perform` awaits its operation's task, so while that task waits for a value, so do they. The
+/// operation's task carries them in a task-local, and registers them with itself whenever it is
+/// about to wait: a cycle through an operation and the task that awaits it is then a cycle of the
+/// wait-for graph (the task holds a value the operation waits for, directly or through others).
+///
+/// The task-local names the operation's task: an unstructured task created inside the operation
+/// inherits the task-local but is awaited by nobody, and a record that does not name the current
+/// task is ignored (so is, conservatively, a child task of the operation: a cycle through it is not
+/// detected).
+@usableFromInline
+struct OperationAwaiters: Sendable {
+    /// The operation's task.
+    @usableFromInline let task: Int
+    /// The task that awaits it, then the tasks that await that one, and so on.
+    @usableFromInline let awaiters: [Int]
+
+    @inlinable
+    init(task: Int, awaiters: [Int]) {
+        self.task = task
+        self.awaiters = awaiters
+    }
+
+    @usableFromInline
+    static let current = TaskLocal<OperationAwaiters?>(wrappedValue: nil)
+
+    /// The tasks that await the current task, `task`, if it runs an awaited operation.
+    @usableFromInline
+    static func ofCurrentTask(_ task: Int) -> [Int] {
+        // mutant: awaiters-leak-to-other-tasks
+        guard let record = current.get(), record.task == task else { return [] }
+        return record.awaiters
+    }
+
+    /// What an operation enqueued now by `perform` carries: the calling task, then the tasks that
+    /// await it.
+    @usableFromInline
+    static func forOperationAwaitedByCurrentTask() -> [Int] {
+        let task = currentTaskID()
+        guard task != 0 else { return [] }
+        return [task] + ofCurrentTask(task)
+    }
 }

@@ -45,8 +45,6 @@ struct WaitForGraph<Engine: Hashable> {
 
     struct Wait: Hashable {
         let engine: Engine
-        /// The other node of the same party (a blocking command inside a task is both).
-        let alias: Node?
         let poolThread: Bool
     }
 
@@ -59,7 +57,9 @@ struct WaitForGraph<Engine: Hashable> {
     /// A party is about to block until it gets `engine`.
     ///
     /// - Parameters:
-    ///   - nodes: the party: its thread, and its task if it runs inside one (one or two nodes).
+    ///   - nodes: the party, the node that waits first: its thread, and its task if it runs inside
+    ///     one; then the tasks that await that task's result (``CommandQueue/perform(priority:policy:_:)``
+    ///     awaits the task of its operation), which wait for whatever it waits for.
     ///   - poolThread: it is a thread of the cooperative pool (a blocking command inside a task,
     ///     off the main thread).
     ///   - poolWidth: how many threads the cooperative pool has.
@@ -80,9 +80,7 @@ struct WaitForGraph<Engine: Hashable> {
             }
             parkedPoolThreads += 1
         }
-        for (index, node) in nodes.enumerated() {
-            waits[node] = Wait(engine: engine, alias: nodes.count > 1 ? nodes[1 - index] : nil, poolThread: poolThread)
-        }
+        for node in nodes { waits[node] = Wait(engine: engine, poolThread: poolThread) }
         return .wait
     }
 
