@@ -154,6 +154,63 @@ import Testing
         #expect(value.storage.engine.pendingCount == 0)
     }
 
+    /// `perform` keeps `value.async`'s promise, every time: a task cancelled before the call never
+    /// runs the operation. (The operation's task is a new one; before the fix it sometimes checked
+    /// its own cancellation before the caller's cancellation handler reached it, and ran.)
+    @Test(arguments: [CommandQueue.Ordering.oneAtATime, .startsInOrder], [CommandQueue.Policy.standard, .discardable])
+    func performFromAnAlreadyCancelledTask_neverRunsTheOperation(
+        ordering: CommandQueue.Ordering,
+        policy: CommandQueue.Policy
+    ) async throws {
+        let queue = CommandQueue(label: "cancelled callers", ordering: ordering)
+        let ran = Locked(0)
+        for _ in 0..<1_000 {
+            let outcome = try await withHangTimeout {
+                await Task { () -> Result<Bool, any Error> in
+                    withUnsafeCurrentTask { $0?.cancel() }
+                    do {
+                        return .success(
+                            try await queue.perform(policy: policy) {
+                                ran.increment()
+                                return true
+                            })
+                    } catch {
+                        return .failure(error)
+                    }
+                }.value
+            }
+            guard case .failure(QueueSafeValueError.cancelled) = outcome else {
+                Issue.record("a cancelled caller's perform gave \(outcome)")
+                break
+            }
+        }
+        #expect(ran.value == 0, "the operation ran \(ran.value) times for cancelled callers")
+    }
+
+    /// A cancelled caller's `perform` never reaches the queue: it takes no place (so it neither
+    /// runs nor discards a pending discardable operation, as a later enqueue would).
+    @Test func performFromAnAlreadyCancelledTask_leavesTheQueueUntouched() async throws {
+        let queue = CommandQueue(label: "untouched")
+        let gate = Gate()
+        let blocker = try await holdQueue(queue, until: gate)
+        let ran = Recorder<String>()
+        let pending = queue.enqueue(policy: .discardable) { ran.append("pending") }
+        let outcome = try await withHangTimeout {
+            await Task { () -> QueueSafeValueError? in
+                withUnsafeCurrentTask { $0?.cancel() }
+                return await thrownError { try await queue.perform { ran.append("cancelled caller") } }
+            }.value
+        }
+        #expect(outcome == .cancelled)
+        #expect(queue.engine.pendingCount == 1, "the cancelled perform changed the queue")
+        gate.open()
+        try await withHangTimeout {
+            _ = try await blocker.value
+            try await pending.value
+        }
+        #expect(ran.snapshot == ["pending"])
+    }
+
     @Test func taskAlreadyCancelled_onABusyValue_throwsCancelled_withoutJoiningTheQueue() async throws {
         let value = QueueSafeValue(value: 0)
         let engine = value.storage.engine
