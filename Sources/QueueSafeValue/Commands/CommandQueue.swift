@@ -167,7 +167,9 @@ public final class CommandQueue: Sendable {
     ) async throws -> T {
         try checkCanAwaitOperation()
         return try await awaitCancellably(
-            schedule(priority: priority, policy: policy, awaiters: OperationAwaiters.forOperationAwaitedByCurrentTask(), operation))
+            schedule(
+                priority: priority, policy: policy, awaiters: OperationAwaiters.forOperationAwaitedByCurrentTask(),
+                operation))
     }
 
     /// Like ``perform(priority:policy:_:)``, but the operation gives up if it has not started within
