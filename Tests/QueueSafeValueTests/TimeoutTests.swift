@@ -70,15 +70,41 @@ import Testing
         #expect((value.waitBounded.lowestPriority.set { $0 += 1 }) == .success(1))
     }
 
-    @Test func zeroOrNegativeTimeout_succeedsOnlyWhenValueIsFree() throws {
+    @Test func zeroTimeout_succeedsOnlyWhenValueIsFree() throws {
         let value = QueueSafeValue(value: 0)
         #expect((value.wait(timeout: .seconds(0)).lowestPriority.set { $0 += 1 }) == .success(1))
-        #expect((value.wait(timeout: .milliseconds(-5)).lowestPriority.set { $0 += 1 }) == .success(2))
+        #expect((value.wait(timeout: .nanoseconds(0)).lowestPriority.set { $0 += 1 }) == .success(2))
         let holder = SectionHolder(value)
         #expect(value.wait(timeout: .seconds(0)).lowestPriority.get() == .failure(.anyTimedOut))
-        #expect(value.wait(timeout: .milliseconds(-5)).lowestPriority.get() == .failure(.anyTimedOut))
         holder.release()
         #expect(value.waitBounded.lowestPriority.get() == .success(2))
+    }
+
+    /// A negative timeout is a mistake, refused like every negative interval of the library, on a
+    /// free value as on a held one, and the command never runs. (It used to mean "try once".)
+    @Test(arguments: [.milliseconds(-5), .seconds(-1), .nanoseconds(-1)] as [DispatchTimeInterval])
+    func negativeTimeout_isInvalidArgument_onEverySchedule(timeout: DispatchTimeInterval) async throws {
+        let value = QueueSafeValue(value: 0)
+        let ran = Locked(0)
+        let blocking = value.wait(timeout: timeout).lowestPriority.set { _ in ran.increment() }
+        #expect(blocking.isNegativeTimeout, "\(blocking)")
+        let synced = QueueSafeSyncedValue(value: 0, timeout: timeout).highestPriority.get()
+        #expect(synced.isNegativeTimeout, "\(synced)")
+        let awaiting = await thrownError {
+            try await value.async(timeout: timeout).highestPriority.set { _ in ran.increment() }
+        }
+        #expect(awaiting.isNegativeTimeout, "\(String(describing: awaiting))")
+        let queue = CommandQueue(label: "negative")
+        let enqueued = await queue.enqueue(timeout: timeout) { ran.increment() }.result
+        #expect(enqueued.isNegativeTimeout, "\(enqueued)")
+        do {
+            try await queue.perform(timeout: timeout) { ran.increment() }
+            Issue.record("perform with a negative timeout ran")
+        } catch let error as QueueSafeValueError {
+            #expect(error.isNegativeTimeout, "\(error)")
+        }
+        #expect(ran.value == 0)
+        #expect(queue.engine.pendingCount == 0 && value.storage.pendingCount == 0)
     }
 
     @Test func neverTimeout_waitsUntilValueIsFree() throws {

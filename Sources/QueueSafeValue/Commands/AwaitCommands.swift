@@ -73,18 +73,10 @@ public struct AwaitCommands<Value> {
         self.timeout = timeout
     }
 
-    /// When a command issued now stops waiting for its turn.
-    @inlinable
-    var deadline: DispatchTime? {
-        guard let timeout else { return nil }
-        if case .never = timeout { return nil }
-        return .now() + timeout
-    }
-
     /// Returns a copy of the value, read in its turn.
     @inlinable
     public func get(isolation: isolated (any Actor)? = #isolation) async throws(QueueSafeValueError) -> Value {
-        try await storage.withAwaitingAccess(priority: priority, deadline: deadline, isolation: isolation) { $0 }
+        try await storage.withAwaitingAccess(priority: priority, timeout: timeout, isolation: isolation) { $0 }
     }
 
     /// Replaces the value in its turn and returns the value now stored.
@@ -94,7 +86,7 @@ public struct AwaitCommands<Value> {
         newValue: Value,
         isolation: isolated (any Actor)? = #isolation
     ) async throws(QueueSafeValueError) -> Value {
-        try await storage.withAwaitingAccess(priority: priority, deadline: deadline, isolation: isolation) { value in
+        try await storage.withAwaitingAccess(priority: priority, timeout: timeout, isolation: isolation) { value in
             value = newValue
             return value
         }
@@ -108,7 +100,7 @@ public struct AwaitCommands<Value> {
         isolation: isolated (any Actor)? = #isolation,
         _ accessClosure: nonisolated(nonsending) (inout Value) async -> Void
     ) async throws(QueueSafeValueError) -> Value {
-        try await storage.withAwaitingAccess(priority: priority, deadline: deadline, isolation: isolation) { value in
+        try await storage.withAwaitingAccess(priority: priority, timeout: timeout, isolation: isolation) { value in
             await accessClosure(&value)
             return value
         }
@@ -121,7 +113,7 @@ public struct AwaitCommands<Value> {
         isolation: isolated (any Actor)? = #isolation,
         _ transform: nonisolated(nonsending) (Value) async -> MappedValue
     ) async throws(QueueSafeValueError) -> MappedValue {
-        try await storage.withAwaitingAccess(priority: priority, deadline: deadline, isolation: isolation) { value in
+        try await storage.withAwaitingAccess(priority: priority, timeout: timeout, isolation: isolation) { value in
             return await transform(value)
         }
     }

@@ -136,7 +136,9 @@ public final class CommandQueue: Sendable {
     /// Like ``enqueue(priority:policy:_:)``, but the operation gives up if it has not started within
     /// `timeout` (counted from this call): its task then throws
     /// ``QueueSafeValueError/timedOut(_:)`` with a snapshot of the queue, and the operation never
-    /// runs. Once it has started, the timeout no longer applies. `.never` waits forever.
+    /// runs. Once it has started, the timeout no longer applies. `.never` waits forever; a negative
+    /// interval is refused: the task throws ``QueueSafeValueError/invalidArgument(_:)`` and the
+    /// operation never runs.
     @inlinable
     @discardableResult
     public func enqueue<T: Sendable>(
@@ -145,7 +147,9 @@ public final class CommandQueue: Sendable {
         timeout: DispatchTimeInterval,
         @_inheritActorContext @_implicitSelfCapture _ operation: sending @escaping @isolated(any) () async throws -> T
     ) -> Task<T, any Error> {
-        schedule(priority: priority, policy: policy, deadline: Self.deadline(after: timeout), operation)
+        let deadline: DispatchTime?
+        do { deadline = try commandDeadline(after: timeout) } catch { return Task { throw error } }
+        return schedule(priority: priority, policy: policy, deadline: deadline, operation)
     }
 
     // MARK: Await the result
@@ -156,9 +160,13 @@ public final class CommandQueue: Sendable {
     /// Cancelling the calling task cancels the operation's task (it leaves the queue if it has not
     /// started).
     /// - Throws: what the operation throws; ``QueueSafeValueError/cancelled`` if it was cancelled or
-    ///   discarded before it started; ``QueueSafeValueError/reentrantAccess`` at once, without
-    ///   enqueuing, when called from inside an operation of this same ``Ordering/oneAtATime`` queue
-    ///   (it would wait for itself).
+    ///   discarded before it started, and at once, without enqueuing, if the calling task was
+    ///   cancelled before the call (the operation never runs); ``QueueSafeValueError/reentrantAccess``
+    ///   at once, without enqueuing, when called from inside an operation of this same
+    ///   ``Ordering/oneAtATime`` queue (it would wait for itself); ``QueueSafeValueError/deadlock(_:)``
+    ///   if the operation, while it waits for its turn or for a value, would close a wait cycle
+    ///   through the calling task (which waits for it): for example, the caller holds a value
+    ///   that the queue's running operation waits for.
     @inlinable
     public func perform<T: Sendable>(
         priority: CommandPriority = .medium,
@@ -174,6 +182,7 @@ public final class CommandQueue: Sendable {
 
     /// Like ``perform(priority:policy:_:)``, but the operation gives up if it has not started within
     /// `timeout`: then this throws ``QueueSafeValueError/timedOut(_:)`` and the operation never runs.
+    /// A negative `timeout` throws ``QueueSafeValueError/invalidArgument(_:)`` without enqueuing.
     @inlinable
     public func perform<T: Sendable>(
         priority: CommandPriority = .medium,
@@ -182,9 +191,10 @@ public final class CommandQueue: Sendable {
         @_inheritActorContext @_implicitSelfCapture _ operation: sending @escaping @isolated(any) () async throws -> T
     ) async throws -> T {
         try checkCanAwaitOperation()
+        let deadline = try commandDeadline(after: timeout)
         return try await awaitCancellably(
             schedule(
-                priority: priority, policy: policy, deadline: Self.deadline(after: timeout),
+                priority: priority, policy: policy, deadline: deadline,
                 awaiters: OperationAwaiters.forOperationAwaitedByCurrentTask(), operation))
     }
 
@@ -376,12 +386,6 @@ public final class CommandQueue: Sendable {
             return try await body()
         }
         return try await engine.runHeldTaskSection(.operation, isolation: isolation, body)
-    }
-
-    @inlinable
-    static func deadline(after timeout: DispatchTimeInterval) -> DispatchTime? {
-        if case .never = timeout { return nil }
-        return .now() + timeout
     }
 
     @inlinable

@@ -77,17 +77,10 @@ public struct WaitCommands<Value> {
         self.timeout = timeout
     }
 
-    @inlinable
-    var deadline: DispatchTime? {
-        guard let timeout else { return nil }
-        if case .never = timeout { return nil }
-        return .now() + timeout
-    }
-
     /// Returns a copy of the value, read in its turn.
     @inlinable
     public func get() -> Result<Value, QueueSafeValueError> {
-        storage.withBlockingAccess(priority: priority, deadline: deadline) { $0 }
+        storage.withBlockingAccess(priority: priority, timeout: timeout) { $0 }
     }
 
     /// Runs `commandClosure` with the value as the critical section: no other command touches the
@@ -96,7 +89,7 @@ public struct WaitCommands<Value> {
     @inlinable
     public func get(completion commandClosure: ((Result<Value, QueueSafeValueError>) -> Void)?) {
         guard let commandClosure else { return }
-        let result = storage.withBlockingAccess(priority: priority, deadline: deadline) { value -> Void in
+        let result = storage.withBlockingAccess(priority: priority, timeout: timeout) { value -> Void in
             commandClosure(.success(value))
         }
         if case .failure(let error) = result { commandClosure(.failure(error)) }
@@ -116,7 +109,7 @@ public struct WaitCommands<Value> {
         )?
     ) {
         guard let commandClosure else { return }
-        let result = storage.withBlockingManualAccess(priority: priority, deadline: deadline) { value, done in
+        let result = storage.withBlockingManualAccess(priority: priority, timeout: timeout) { value, done in
             commandClosure(.success(value), done)
         } result: { _ in
             ()
@@ -125,28 +118,36 @@ public struct WaitCommands<Value> {
     }
 
     /// Replaces the value in its turn.
+    ///
+    /// The result may be discarded; a failure that would then lose the update silently
+    /// (`.reentrantAccess`, `.deadlock`) is also reported to ``LostUpdates/handler``.
     /// - Returns: the value now stored, or why the command did not run.
     @inlinable
     @discardableResult
     public func set(newValue: Value) -> Result<Value, QueueSafeValueError> {
-        storage.withBlockingAccess(priority: priority, deadline: deadline) { value in
-            value = newValue
-            return value
-        }
+        storage.reportingLostUpdate(
+            storage.withBlockingAccess(priority: priority, timeout: timeout) { value in
+                value = newValue
+                return value
+            })
     }
 
     /// Gives `accessClosure` in-place (`inout`) access to the value as the critical section, on the
     /// calling thread. The closure does not run if the command fails.
+    ///
+    /// The result may be discarded; a failure that would then lose the update silently
+    /// (`.reentrantAccess`, `.deadlock`) is also reported to ``LostUpdates/handler``.
     /// - Returns: the value after the closure, or why the command did not run
     ///   (`.commandClosureDeallocated` for a `nil` closure).
     @inlinable
     @discardableResult
     public func set(completion accessClosure: ((inout Value) -> Void)?) -> Result<Value, QueueSafeValueError> {
         guard let accessClosure else { return .failure(.commandClosureDeallocated) }
-        return storage.withBlockingAccess(priority: priority, deadline: deadline) { value in
-            accessClosure(&value)
-            return value
-        }
+        return storage.reportingLostUpdate(
+            storage.withBlockingAccess(priority: priority, timeout: timeout) { value in
+                accessClosure(&value)
+                return value
+            })
     }
 
     /// Gives `accessClosure` in-place access and a completion closure; the value stays exclusively
@@ -154,7 +155,9 @@ public struct WaitCommands<Value> {
     /// (from any thread, in either order). The closure does not run if the command fails.
     ///
     /// If `done` is released without being called the command still ends, and the container's
-    /// `abandonedCompletionCount` records it.
+    /// `abandonedCompletionCount` records it. The result may be discarded; a failure that would
+    /// then lose the update silently (`.reentrantAccess`, `.deadlock`) is also reported to
+    /// ``LostUpdates/handler``.
     /// - Returns: the value when the command ended, or why it did not run.
     @inlinable
     @discardableResult
@@ -162,7 +165,8 @@ public struct WaitCommands<Value> {
         manualCompletion accessClosure: ((inout Value, @escaping CommandCompletionClosure) -> Void)?
     ) -> Result<Value, QueueSafeValueError> {
         guard let accessClosure else { return .failure(.commandClosureDeallocated) }
-        return storage.withBlockingManualAccess(priority: priority, deadline: deadline, accessClosure) { $0 }
+        return storage.reportingLostUpdate(
+            storage.withBlockingManualAccess(priority: priority, timeout: timeout, accessClosure) { $0 })
     }
 
     /// Transforms the value inside the critical section, on the calling thread.
@@ -173,7 +177,7 @@ public struct WaitCommands<Value> {
         completion commandClosure: ((Value) -> MappedValue)?
     ) -> Result<MappedValue, QueueSafeValueError> {
         guard let commandClosure else { return .failure(.commandClosureDeallocated) }
-        return storage.withBlockingAccess(priority: priority, deadline: deadline) { commandClosure($0) }
+        return storage.withBlockingAccess(priority: priority, timeout: timeout) { commandClosure($0) }
     }
 }
 

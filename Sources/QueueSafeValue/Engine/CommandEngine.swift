@@ -298,11 +298,16 @@ class CommandEngine: @unchecked Sendable {
     ///
     /// On a free section this is one compare-and-swap. Otherwise the thread joins the queue, spins
     /// briefly and then parks.
+    /// - Parameter timeout: how long to wait for the turn (see `commandDeadline(after:)`); `nil` waits
+    ///   as long as it takes.
     /// - Returns: `nil` once the section is held (release it with ``release(_:)`` and
     ///   `.blocking`), or why not: `.valueContainerDeinited`, `.reentrantAccess` (the caller is
-    ///   inside this section already), `.timedOut`.
+    ///   inside this section already), `.timedOut`, `.deadlock`, `.invalidArgument` (a negative
+    ///   timeout).
     @inlinable
-    final func acquireBlocking(priority: CommandPriority, deadline: DispatchTime?) -> QueueSafeValueError? {
+    final func acquireBlocking(priority: CommandPriority, timeout: DispatchTimeInterval?) -> QueueSafeValueError? {
+        let deadline: DispatchTime?
+        do { deadline = try commandDeadline(after: timeout) } catch { return error }
         let thread = currentThreadID()
         if tryAcquireIdle(.blocking) {
             ownerThread.storeRelaxed(thread)

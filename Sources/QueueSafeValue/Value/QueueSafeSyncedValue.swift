@@ -24,7 +24,8 @@ public final class QueueSafeSyncedValue<Value> {
     }
 
     /// Wraps `value`. Every command gives up with ``QueueSafeValueError/timedOut(_:)`` if it has not
-    /// started within `timeout` (and then never runs).
+    /// started within `timeout` (and then never runs); with a negative `timeout`, every command
+    /// fails with ``QueueSafeValueError/invalidArgument(_:)``.
     /// - Parameters:
     ///   - value: the value to guard; read and change it only through commands from now on.
     ///   - timeout: how long each command may wait for its turn.

@@ -51,8 +51,9 @@ public final class QueueSafeValue<Value> {
     }
 
     /// Blocking commands that give up with ``QueueSafeValueError/timedOut(_:)`` if they have not started
-    /// within `timeout`. A timed-out command never runs later. `.never` waits forever; an interval of
-    /// zero or less only succeeds if the value is free at once.
+    /// within `timeout`. A timed-out command never runs later. `.never` waits forever; zero only
+    /// succeeds if the value is free at once; a negative interval is a mistake, and every command
+    /// fails with ``QueueSafeValueError/invalidArgument(_:)`` without running.
     @inlinable
     public func wait(timeout: DispatchTimeInterval) -> WaitSchedule<Value> {
         WaitSchedule(storage: storage, timeout: timeout)
@@ -61,8 +62,8 @@ public final class QueueSafeValue<Value> {
     /// Awaiting commands that give up with ``QueueSafeValueError/timedOut(_:)`` if they have not
     /// started within `timeout`, like ``wait(timeout:)`` for a thread. A timed-out command left the
     /// queue and never runs later; once its closure has started, the timeout no longer applies.
-    /// `.never` waits forever; an interval of zero or less only succeeds if the value is free when
-    /// the command is issued.
+    /// `.never` waits forever; zero only succeeds if the value is free when the command is issued;
+    /// a negative interval fails every command with ``QueueSafeValueError/invalidArgument(_:)``.
     @inlinable
     public func async(timeout: DispatchTimeInterval) -> AwaitSchedule<Value> {
         AwaitSchedule(storage: storage, timeout: timeout)

@@ -48,14 +48,15 @@ final class ValueStorage<Value>: CommandEngine, @unchecked Sendable {
 
     // MARK: Blocking access
 
-    /// Waits for the critical section on the calling thread, runs `body` there, and releases.
+    /// Waits for the critical section on the calling thread, at most `timeout` (`nil`: as long as
+    /// it takes), runs `body` there, and releases.
     @inlinable
     func withBlockingAccess<R>(
         priority: CommandPriority,
-        deadline: DispatchTime?,
+        timeout: DispatchTimeInterval?,
         _ body: (inout Value) -> R
     ) -> Result<R, QueueSafeValueError> {
-        if let error = acquireBlocking(priority: priority, deadline: deadline) {
+        if let error = acquireBlocking(priority: priority, timeout: timeout) {
             return .failure(error)
         }
         let result = body(&pointer.pointee)
@@ -63,23 +64,37 @@ final class ValueStorage<Value>: CommandEngine, @unchecked Sendable {
         return .success(result)
     }
 
-    /// Like ``withBlockingAccess(priority:deadline:_:)``, but the section stays held after `body`
+    /// Like ``withBlockingAccess(priority:timeout:_:)``, but the section stays held after `body`
     /// returns until its completion closure is called (or dropped); then `result` reads the value
     /// and the section is released.
     @inlinable
     func withBlockingManualAccess<R>(
         priority: CommandPriority,
-        deadline: DispatchTime?,
+        timeout: DispatchTimeInterval?,
         _ body: (inout Value, @escaping CommandCompletionClosure) -> Void,
         result: (Value) -> R
     ) -> Result<R, QueueSafeValueError> {
-        if let error = acquireBlocking(priority: priority, deadline: deadline) {
+        if let error = acquireBlocking(priority: priority, timeout: timeout) {
             return .failure(error)
         }
         holdUntilCompleted { done in body(&pointer.pointee, done) }
         let value = result(pointer.pointee)
         releaseBlocking()
         return .success(value)
+    }
+
+    /// Returns `result`, the outcome of a blocking `set`, after reporting a failure that would lose
+    /// the update silently if the caller discarded it (see ``LostUpdates``).
+    @inlinable
+    @inline(__always)
+    func reportingLostUpdate(_ result: Result<Value, QueueSafeValueError>) -> Result<Value, QueueSafeValueError> {
+        if case .failure(let error) = result { reportLostUpdate(error) }
+        return result
+    }
+
+    @usableFromInline
+    func reportLostUpdate(_ error: QueueSafeValueError) {
+        LostUpdates.report(error, value: displayName)
     }
 
     // MARK: Awaiting access
@@ -89,11 +104,12 @@ final class ValueStorage<Value>: CommandEngine, @unchecked Sendable {
     @inlinable
     func withAwaitingAccess<R>(
         priority: CommandPriority,
-        deadline: DispatchTime? = nil,
+        timeout: DispatchTimeInterval? = nil,
         isolation: isolated (any Actor)?,
         _ body: nonisolated(nonsending) (inout Value) async -> R
     ) async throws(QueueSafeValueError) -> R {
         if Task.isCancelled { throw .cancelled }
+        let deadline = try commandDeadline(after: timeout)
         if !tryAcquireIdle(.awaiting) {
             try await acquireAwaitingSlow(priority: priority, deadline: deadline, isolation: isolation)
         }

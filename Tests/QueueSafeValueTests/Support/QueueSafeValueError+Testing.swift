@@ -24,3 +24,21 @@ func thrownError<T>(
         return .invalidArgument("unexpected error \(error)")
     }
 }
+
+extension QueueSafeValueError {
+    /// Whether this is the refusal of a negative timeout (not any `.invalidArgument`: `thrownError`
+    /// reports unexpected errors as one).
+    var isNegativeTimeout: Bool {
+        if case .invalidArgument(let what) = self { return what.hasPrefix("timeout must not be negative") }
+        return false
+    }
+}
+
+extension Optional where Wrapped == QueueSafeValueError {
+    var isNegativeTimeout: Bool { self?.isNegativeTimeout ?? false }
+}
+
+extension Result {
+    /// Whether this failed with the refusal of a negative timeout.
+    var isNegativeTimeout: Bool { (failure as? QueueSafeValueError)?.isNegativeTimeout ?? false }
+}
