@@ -10,7 +10,9 @@ import Testing
     static let everyCase: [QueueSafeValueError] = {
         let held = QueueDiagnostics(
             name: "'orders'",
-            holder: QueueDiagnostics.Holder(kind: .blocking, awaitsCompletion: false, since: nil, sinceIsExact: false),
+            holder: QueueDiagnostics.Holder(
+                kind: .blocking, awaitsCompletion: false, since: nil, sinceIsExact: false, queue: nil,
+                isWaitingForItsQueue: false),
             waiting: [.high: 1], isContainerReleased: false)
         let cycle = DeadlockReport(
             kind: .waitCycle,
@@ -86,11 +88,13 @@ import Testing
     @Test func payloads_reachTheReasonAndTheSuggestion() throws {
         let waitingForDone = QueueDiagnostics(
             name: "'orders'",
-            holder: QueueDiagnostics.Holder(kind: .dispatch, awaitsCompletion: true, since: nil, sinceIsExact: false),
+            holder: QueueDiagnostics.Holder(
+                kind: .dispatch, awaitsCompletion: true, since: nil, sinceIsExact: false, queue: "db",
+                isWaitingForItsQueue: false),
             waiting: [:], isContainerReleased: false)
         let timedOut = QueueSafeValueError.timedOut(waitingForDone)
         let reason = try #require(timedOut.failureReason)
-        #expect(reason.contains("'orders': held by a dispatch command waiting for done()"))
+        #expect(reason.contains("'orders': held by a dispatch command on queue 'db' waiting for done()"))
         #expect(try #require(timedOut.recoverySuggestion).contains("done()"))
 
         let pool = DeadlockReport(

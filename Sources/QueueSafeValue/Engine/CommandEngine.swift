@@ -36,8 +36,9 @@ class CommandEngine: @unchecked Sendable {
     /// the section (or waiting for its `done()`), or 0. Word 2: the generation of the task section
     /// being held (see `Reentrancy.swift`). Word 3: the task holding the section, or 0 (for
     /// deadlock detection). Word 4: the dispatched holder's slot for helping (see
-    /// ``publishPendingDispatch(_:)``).
-    @usableFromInline final let words = AtomicWords.make(count: 5)
+    /// ``publishPendingDispatch(_:)``). Word 5: the identity of the dispatched holder's queue (see
+    /// `QueueTag`), for diagnostics; meaningful only while a dispatched command holds the section.
+    @usableFromInline final let words = AtomicWords.make(count: 6)
     private let machine = LockedState.make(Machine())
 
     @inlinable @inline(__always) final var state: AtomicWord { AtomicWord(words, index: 0) }
@@ -45,6 +46,7 @@ class CommandEngine: @unchecked Sendable {
     @inline(__always) final var taskSection: AtomicWord { AtomicWord(words, index: 2) }
     @inline(__always) final var ownerTask: AtomicWord { AtomicWord(words, index: 3) }
     @inline(__always) final var pendingDispatch: AtomicWord { AtomicWord(words, index: 4) }
+    @inline(__always) final var dispatchedHolderQueue: AtomicWord { AtomicWord(words, index: 5) }
 
     /// The name the user gave the container or queue, if any; see ``displayName``.
     final let label: String?
@@ -141,6 +143,7 @@ class CommandEngine: @unchecked Sendable {
             guard let next = release.next else { return (release, nil) }
             next.isGranted = true
             guard release.nextKind == .dispatched else { return (release, nil) }
+            dispatchedHolderQueue.storeRelaxed(next.targetQueueID)
             // A dispatched command for a queue whose thread waits here: that thread runs it.
             // Otherwise it is published, in this same lock section, for a waiter that comes later.
             if machine.hasHelpers, let helper = machine.helper(forQueue: next.targetQueueID) as? BlockingWaiter {
@@ -172,6 +175,8 @@ class CommandEngine: @unchecked Sendable {
     static let dispatchStarted = 1
 
     /// Publishes `command`, just granted, as the dispatched holder whose block has not started.
+    /// (A release that grants it also notes its queue, under the lock; one that took a free
+    /// section notes it itself, see `DispatchedCommand`.)
     final func publishPendingDispatch(_ command: Waiter) {
         pendingDispatch.storeRelease(Int(bitPattern: Unmanaged.passRetained(command).toOpaque()))
     }
@@ -524,9 +529,9 @@ class CommandEngine: @unchecked Sendable {
             await withUnsafeContinuation(isolation: isolation) { (continuation: TurnContinuation) in
                 // Registered before the continuation is stored, so that a cancellation (which
                 // unregisters, then leaves) never leaves a stale registration behind.
-                let verdict = DeadlockDetector.shared.register(nodes, waitingFor: self, poolThread: false)
+                let registration = DeadlockDetector.shared.register(nodes, waitingFor: self, poolThread: false)
                 let waiting = machine.withLock { machine in
-                    guard verdict == .wait, machine.isWaiting(ticket) else { return false }
+                    guard registration.verdict == .wait, machine.isWaiting(ticket) else { return false }
                     waiter.continuation = continuation
                     return true
                 }
@@ -543,10 +548,11 @@ class CommandEngine: @unchecked Sendable {
                 }
                 DeadlockDetector.shared.unregister(nodes)
                 // Granted or left before it could suspend, or suspending would close a cycle.
-                if verdict != .wait, let diagnostics = leaveWithSnapshot(ticket) {
+                if registration.verdict != .wait, let diagnostics = leaveWithSnapshot(ticket) {
                     waiter.refusal = .deadlock(
                         DeadlockDetector.report(
-                            verdict, diagnostics: diagnostics, waiterDescription: DeadlockDetector.describe(nodes[0])))
+                            registration, diagnostics: diagnostics,
+                            waiterDescription: DeadlockDetector.describe(nodes[0])))
                 }
                 continuation.resume()
             }

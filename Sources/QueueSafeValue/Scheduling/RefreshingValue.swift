@@ -23,8 +23,7 @@
 ///
 /// **Cancelling the caller that is refreshing** (``RefreshCancellation``): by default
 /// (``RefreshCancellation/letRefreshFinish``) the refresh in flight is not cancelled. The cancelled
-/// caller throws ``QueueSafeValueError/cancelled`` at once, while the refresh goes on in the
-/// background, still inside the critical section, and its value is stored and returned to the
+/// caller throws `CancellationError` at once, while the refresh goes on in the background, still inside the critical section, and its value is stored and returned to the
 /// callers waiting behind it: one refresh, even when its initiator gave up. That is the default
 /// because aborting a refresh midway can cost more than finishing it: a single-use refresh token
 /// may already be spent on the server, and a second refresh would then fail. With
@@ -106,15 +105,18 @@ public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {  // `
     ///
     /// With ``RefreshCancellation/letRefreshFinish`` (the default) the command runs in a task of its
     /// own, which inherits the caller's priority and task-locals, and the call awaits it. When the
-    /// calling task is cancelled, the call throws ``QueueSafeValueError/cancelled`` at once: if its
-    /// command was still waiting for its turn, the command leaves the queue and never runs; if it
-    /// was refreshing, the refresh finishes, its value is stored and the callers behind it get it.
+    /// calling task is cancelled, the call returns at once: if its command was still waiting for its
+    /// turn, the command leaves the queue and never runs, and the call throws
+    /// ``QueueSafeValueError/cancelled``; if the command had started (it may be refreshing), it
+    /// finishes, its value is stored and the callers behind it get it, and the call throws
+    /// `CancellationError`, Swift's error for a task that stopped waiting for work that goes on.
     /// With ``RefreshCancellation/cancelRefresh`` the command runs in the calling task.
     ///
     /// - Throws: the refresh's error when the refresh run by this call failed, or when one failed
     ///   while this call was waiting for its turn; ``QueueSafeValueError/cancelled`` when the calling
-    ///   task was cancelled before it got a value (see above; with ``RefreshCancellation/cancelRefresh``
-    ///   a refresh cancelled with the caller throws its own error instead);
+    ///   task was cancelled before its command started, `CancellationError` when it was cancelled
+    ///   after (see above; with ``RefreshCancellation/cancelRefresh`` a refresh cancelled with the
+    ///   caller throws its own error instead);
     ///   ``QueueSafeValueError/reentrantAccess`` when called from inside a critical section of
     ///   ``store`` (including from `refresh`).
     public func get() async throws -> Value {
@@ -169,8 +171,9 @@ public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {  // `
             case queued
             /// The command runs: a cancellation lets it finish.
             case inSection
-            /// The caller left; the command's result goes to nobody.
-            case left
+            /// The caller left (before its command started, or while it ran); the command's result
+            /// goes to nobody.
+            case left(whileRunning: Bool)
             /// The command ended.
             case ended
         }
@@ -200,7 +203,7 @@ public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {  // `
         func attach(_ continuation: CheckedContinuation<Value, any Error>) {
             let resumeWith = state.withLock { state -> Result<Value, any Error>? in
                 switch state.phase {
-                case .left: return .failure(QueueSafeValueError.cancelled)
+                case .left(let whileRunning): return .failure(Self.leaving(whileRunning: whileRunning))
                 case .ended: return state.result
                 case .queued, .inSection:
                     state.continuation = continuation
@@ -224,23 +227,30 @@ public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {  // `
             continuation?.resumeFromAnotherThread(with: result)
         }
 
-        /// The caller's task was cancelled: it leaves with `.cancelled`. A command still waiting
-        /// for its turn is cancelled (it leaves the queue); a running one finishes.
+        /// What a caller that left throws: `.cancelled` if its command had not started (it never
+        /// runs), `CancellationError` if it was running (it finishes, for the callers behind it).
+        static func leaving(whileRunning: Bool) -> any Error {
+            whileRunning ? CancellationError() : QueueSafeValueError.cancelled
+        }
+
+        /// The caller's task was cancelled: it leaves. A command still waiting for its turn is
+        /// cancelled (it leaves the queue, and the caller throws `.cancelled`); a running one
+        /// finishes (and the caller throws `CancellationError`).
         func cancel() {
-            let (continuation, task) = state.withLock {
-                state -> (CheckedContinuation<Value, any Error>?, Task<Void, Never>?) in
-                let wasQueued: Bool
+            let (continuation, task, whileRunning) = state.withLock {
+                state -> (CheckedContinuation<Value, any Error>?, Task<Void, Never>?, Bool) in
+                let whileRunning: Bool
                 switch state.phase {
-                case .queued: wasQueued = true
-                case .inSection: wasQueued = false
-                case .left, .ended: return (nil, nil)
+                case .queued: whileRunning = false
+                case .inSection: whileRunning = true
+                case .left, .ended: return (nil, nil, false)
                 }
-                state.phase = .left
+                state.phase = .left(whileRunning: whileRunning)
                 defer { state.continuation = nil }
-                return (state.continuation, wasQueued ? state.task : nil)
+                return (state.continuation, whileRunning ? nil : state.task, whileRunning)
             }
             task?.cancel()
-            continuation?.resumeFromAnotherThread(with: .failure(QueueSafeValueError.cancelled))
+            continuation?.resumeFromAnotherThread(with: .failure(Self.leaving(whileRunning: whileRunning)))
         }
     }
 
@@ -298,8 +308,9 @@ public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {  // `
 /// What a ``RefreshingValue`` does with the refresh in flight when the caller that started it is
 /// cancelled. Either way the cancelled caller gets no value, and the other callers are served.
 public enum RefreshCancellation: Sendable, Hashable {
-    /// The refresh finishes (the default): the cancelled caller throws
-    /// ``QueueSafeValueError/cancelled`` at once, the refresh goes on inside the critical section in
+    /// The refresh finishes (the default): the cancelled caller throws `CancellationError` at once
+    /// (``QueueSafeValueError/cancelled`` if its command had not started yet, and then never runs),
+    /// the refresh goes on inside the critical section in
     /// a task of its own, and its value is stored and returned to the callers waiting behind it.
     /// One refresh, whoever gives up: the safe choice when a refresh spends something, such as a
     /// single-use refresh token. Costs one task per ``RefreshingValue/get()``.

@@ -36,12 +36,24 @@ public struct QueueDiagnostics: Sendable, CustomStringConvertible {
         public let since: DispatchTime?
         /// Whether ``since`` is the moment of the grant rather than a lower bound.
         public let sinceIsExact: Bool
+        /// For a ``HolderKind/dispatch`` command: the label of the queue its closures run on
+        /// (`queue #7` for a queue the library no longer remembers the label of); `nil` otherwise.
+        public let queue: String?
+        /// For a ``HolderKind/dispatch`` command: it was granted the value, but its queue has not
+        /// run it yet, so the queue is busy or blocked (a thread waiting on that serial queue for
+        /// this same value runs it itself; see <doc:GettingStarted#Deadlocks>).
+        public let isWaitingForItsQueue: Bool
 
-        /// "a blocking command for at least 2.5 s", "a dispatch command waiting for done() for 0.1 s", …
+        /// "a blocking command for at least 2.5 s", "a dispatch command waiting to run on queue
+        /// 'db' for 0.1 s", "a dispatch command on queue 'db' waiting for done() for 3.00 s", …
         public var description: String {
-            let article = kind == .awaiting || kind == .operation ? "an" : "a"
+            let article = kind == .awaiting ? "an" : "a"
             let noun = kind == .operation ? "CommandQueue operation" : "\(kind.rawValue) command"
-            var text = "\(article) \(noun)" + (awaitsCompletion ? " waiting for done()" : "")
+            var text = "\(article) \(noun)"
+            if let queue {
+                text += isWaitingForItsQueue ? " waiting to run on queue '\(queue)'" : " on queue '\(queue)'"
+            }
+            text += awaitsCompletion ? " waiting for done()" : ""
             if let since {
                 let seconds = Double(DispatchTime.now().uptimeNanoseconds &- since.uptimeNanoseconds) / 1e9
                 text += " for \(sinceIsExact ? "" : "at least ")\(Self.format(max(0, seconds))) s"
@@ -101,11 +113,18 @@ extension CommandEngine {
         case CommandKind.dispatched.wordBits: kind = .dispatch
         default: kind = machine.trackedHolderKind == .operation ? .operation : .awaiting
         }
+        var queue: String?
+        if kind == .dispatch {
+            let id = dispatchedHolderQueue.loadRelaxed()
+            queue = DeadlockDetector.shared.label(ofQueue: id) ?? "queue #\(id)"
+        }
+        // A retained address: published and not claimed by its block (or a helper) yet.
+        let waitingForQueue = kind == .dispatch && pendingDispatch.loadAcquire() > Self.dispatchStarted
         let holder = kind.map { kind in
             QueueDiagnostics.Holder(
                 kind: kind, awaitsCompletion: machine.holderAwaitsCompletion,
                 since: machine.holderSince == 0 ? nil : DispatchTime(uptimeNanoseconds: machine.holderSince),
-                sinceIsExact: machine.holderSinceIsExact)
+                sinceIsExact: machine.holderSinceIsExact, queue: queue, isWaitingForItsQueue: waitingForQueue)
         }
         return QueueDiagnostics(
             name: displayName, holder: holder, waiting: machine.waitingCountsByPriority(),

@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <pthread.h>
 #include <time.h>
+#include <stddef.h>
 
 /// Atomic operations on a word that Swift allocated (`UnsafeMutablePointer<Int>`).
 /// Swift's own `Atomic` type needs macOS 15 / iOS 18; these builtins work on every platform we support.
@@ -83,6 +84,11 @@ int qsv_is_main_thread(void);
 /// `qsv_sanitizer_ignore_accesses_end()` (synchronization is still tracked); does nothing otherwise.
 void qsv_sanitizer_ignore_accesses_begin(void);
 void qsv_sanitizer_ignore_accesses_end(void);
+
+/// Copies the name of `thread` (a live thread's id, see `qsv_current_thread_id`) into `buffer` and
+/// returns 1, or returns 0 if it has no name of its own (none, or the name every thread starts
+/// with). The thread must stay alive during the call.
+int qsv_thread_name(uintptr_t thread, char *buffer, size_t size);
 
 /// An identifier of the calling thread that is never 0. On Linux it is the thread pointer, read
 /// from its register: what `pthread_self()` reads too, without the call through the PLT (on the

@@ -40,7 +40,15 @@ final class DeadlockDetector: @unchecked Sendable {
         var watchers: [ObjectIdentifier: BlockingWaiter] = [:]
         /// The identity of the queue tagged last (``QueueTag/mainQueue`` is taken).
         var lastQueueID = QueueTag.mainQueue
+        /// The labels of registered threads' queues, for reports.
+        var queueOfThread: [Int: String] = [:]
+        /// The labels of the queues tagged most recently, by identity, for diagnostics (at most
+        /// ``labelLimit``: a process that makes a queue per request must not grow this forever).
+        var labels: [Int: String] = [QueueTag.mainQueue: "com.apple.main-thread"]
     }
+
+    /// How many queue labels ``State/labels`` keeps.
+    private static let labelLimit = 4096
 
     private let state = LockedState.make(State())
     /// How many queues have been tagged: changed under the lock, read without it.
@@ -58,42 +66,69 @@ final class DeadlockDetector: @unchecked Sendable {
         waitingFor engine: CommandEngine,
         poolThread: Bool,
         watcher: (waiter: BlockingWaiter, epoch: Int)? = nil
-    ) -> Graph.Verdict {
+    ) -> Registration {
         let handle = EngineHandle(engine: .passUnretained(engine))
-        let (verdict, stale) = state.withLock { state -> (Graph.Verdict, Bool) in
-            let verdict = state.graph.register(nodes, waitingFor: handle, poolThread: poolThread, poolWidth: poolWidth)
-            {
-                handle in handle.engine.takeUnretainedValue().holderNode
+        var queue: String?
+        if case .thread? = nodes.first { queue = QueueTag.currentLabel }
+        let (registration, stale) = state.withLock { state -> (Registration, Bool) in
+            let verdict = state.graph.register(
+                nodes, waitingFor: handle, poolThread: poolThread, poolWidth: poolWidth
+            ) { handle in handle.engine.takeUnretainedValue().holderNode }
+            guard verdict == .wait else {
+                // Every thread of a cycle is registered (parked, so alive) or is the caller: its
+                // name can be read now, under the lock that keeps them registered.
+                return (
+                    Registration(verdict: verdict, names: Self.names(in: verdict, queues: state.queueOfThread)), false
+                )
             }
-            guard verdict == .wait, let watcher else { return (verdict, false) }
+            if case .thread(let thread)? = nodes.first, let queue { state.queueOfThread[thread] = queue }
+            guard let watcher else { return (Registration(verdict: verdict, names: [:]), false) }
             state.watchers[ObjectIdentifier(watcher.waiter)] = watcher.waiter
-            return (verdict, watcher.epoch != tagCount.loadRelaxed())
+            return (Registration(verdict: verdict, names: [:]), watcher.epoch != tagCount.loadRelaxed())
         }
         if stale { watcher?.waiter.postRecheck() }
-        return verdict
+        return registration
+    }
+
+    /// What ``register(_:waitingFor:poolThread:watcher:)`` decided, and, for a refusal, how the
+    /// report names the parties of the cycle.
+    struct Registration {
+        let verdict: Graph.Verdict
+        let names: [Node: String]
     }
 
     /// The party's wait ended; call before it does anything else.
     func unregister(_ nodes: [Node], watcher: BlockingWaiter? = nil) {
         state.withLock { state in
             state.graph.unregister(nodes)
+            if case .thread(let thread)? = nodes.first, !state.queueOfThread.isEmpty {
+                state.queueOfThread[thread] = nil
+            }
             if let watcher { state.watchers[ObjectIdentifier(watcher)] = nil }
         }
+    }
+
+    /// The label of the queue with identity `id`, if it was tagged recently enough to be
+    /// remembered (``labelLimit`` queues).
+    func label(ofQueue id: Int) -> String? {
+        state.withLock { $0.labels[id] }
     }
 
     /// Read by a waiter before it reads which queues it runs on; see ``register(_:waitingFor:poolThread:watcher:)``.
     var tagEpoch: Int { tagCount.loadAcquire() }
 
-    /// Tags a queue: `tag` is called under the lock with an identity no queue has had, stores the
+    /// Tags a queue labelled `label`: `tag` is called under the lock with an identity no queue has had, stores the
     /// tag unless the queue has one already, and returns the queue's identity. When it stored one,
     /// every registered waiter that did not know its queue is told to look again (after
     /// unlocking), because it may run on this queue.
-    func tagQueue(_ tag: (_ newID: Int) -> Int) -> Int {
+    func tagQueue(label: String, _ tag: (_ newID: Int) -> Int) -> Int {
         let (id, watchers) = state.withLock { state -> (Int, [BlockingWaiter]) in
             let newID = state.lastQueueID + 1
             let id = tag(newID)
             guard id == newID else { return (id, []) }
             state.lastQueueID = newID
+            state.labels[newID] = label
+            state.labels[newID - Self.labelLimit] = nil
             _ = tagCount.fetchAdd(1)
             return (id, Array(state.watchers.values))
         }
@@ -117,17 +152,18 @@ final class DeadlockDetector: @unchecked Sendable {
 
     /// What to tell the user about a refused wait.
     static func report(
-        _ verdict: Graph.Verdict,
+        _ registration: Registration,
         diagnostics: QueueDiagnostics,
         waiterDescription: String
     ) -> DeadlockReport {
-        switch verdict {
+        switch registration.verdict {
         case .cycle(let links):
+            let name = { (node: Node) in registration.names[node] ?? describe(node) }
             let cycle = links.enumerated().map { index, link in
                 DeadlockReport.Link(
-                    waiter: index == 0 ? waiterDescription : describe(link.waiter),
+                    waiter: index == 0 ? waiterDescription : name(link.waiter),
                     value: link.engine.engine.takeUnretainedValue().displayName,
-                    holder: describe(link.holder))
+                    holder: name(link.holder))
             }
             return DeadlockReport(kind: .waitCycle, cycle: cycle, diagnostics: diagnostics, parkedPoolThreads: nil)
         case .poolExhausted(let parked, let width):
@@ -139,6 +175,18 @@ final class DeadlockDetector: @unchecked Sendable {
         }
     }
 
+    /// The names of the threads of a cycle: each is registered (parked) or is the caller, so it is
+    /// alive while the lock is held.
+    private static func names(in verdict: Graph.Verdict, queues: [Int: String]) -> [Node: String] {
+        guard case .cycle(let links) = verdict else { return [:] }
+        var names: [Node: String] = [:]
+        for node in links.flatMap({ [$0.waiter, $0.holder] }) where names[node] == nil {
+            guard case .thread(let thread) = node else { continue }
+            names[node] = describe(node, name: threadName(thread), queue: queues[thread])
+        }
+        return names
+    }
+
     /// "thread 0x7f3a1c", "task 0x55d2a0".
     static func describe(_ node: Node) -> String {
         switch node {
@@ -147,13 +195,44 @@ final class DeadlockDetector: @unchecked Sendable {
         }
     }
 
-    /// "thread 0x7f3a1c (main thread)", or "… (queue 'db')", or "… in task 0x55d2a0": the caller.
+    /// "thread 'worker' (0x7f3a1c) on queue 'db'": a thread with the name and queue known of it.
+    static func describe(_ node: Node, name: String?, queue: String?) -> String {
+        var text = describe(node)
+        if case .thread(let id) = node, let name {
+            text = "thread '\(name)' (0x" + String(UInt(bitPattern: id), radix: 16) + ")"
+        }
+        if let queue { text += " on queue '\(queue)'" }
+        return text
+    }
+
+    /// The name of a live thread, if it has one of its own: not the name every thread starts with,
+    /// nor the one Dispatch gives its worker threads on Linux (the tail of a global queue's label,
+    /// `oot.default-qos`), which says nothing the queue label does not.
+    static func threadName(_ thread: Int) -> String? {
+        let name = withUnsafeTemporaryAllocation(of: CChar.self, capacity: 64) { buffer -> String? in
+            guard let base = buffer.baseAddress,
+                qsv_thread_name(UInt(bitPattern: thread), base, buffer.count) != 0
+            else { return nil }
+            return String(cString: base)
+        }
+        guard let name, !dispatchWorkerNames.contains(where: { $0.hasSuffix(name) }) else { return nil }
+        return name
+    }
+
+    /// The labels of Dispatch's global queues, whose tails name its worker threads.
+    private static let dispatchWorkerNames: [String] = {
+        let classes = ["maintenance", "background", "utility", "default", "user-initiated", "user-interactive"]
+        return classes.flatMap { ["com.apple.root.\($0)-qos", "com.apple.root.\($0)-qos.overcommit"] }
+    }()
+
+    /// "thread 'ui' (0x7f3a1c) (main thread)", or "… on queue 'db'", or "… in task 0x55d2a0": the caller.
     static func describeCurrent() -> String {
-        var text = describe(.thread(currentThreadID()))
+        let thread = currentThreadID()
+        var text: String
         if qsv_is_main_thread() != 0 {
-            text += " (main thread)"
-        } else if let queue = QueueTag.current {
-            text += " (queue '\(queue.label)')"
+            text = describe(.thread(thread), name: threadName(thread), queue: nil) + " (main thread)"
+        } else {
+            text = describe(.thread(thread), name: threadName(thread), queue: QueueTag.currentLabel)
         }
         let task = currentTaskID()
         if task != 0 { text += " in " + describe(.task(task)) }

@@ -40,7 +40,7 @@ struct QueueTag: Sendable, Hashable {
     static func identity(of queue: DispatchQueue) -> Int {
         if let tag = queue.getSpecific(key: key) { return tag.id }
         // Serialized, so that two threads tagging one queue at once agree on its identity.
-        return DeadlockDetector.shared.tagQueue { newID in
+        return DeadlockDetector.shared.tagQueue(label: queue.label) { newID in
             // Another thread may have tagged it since the read above.
             if let tag = queue.getSpecific(key: key) { return tag.id }
             queue.setSpecific(key: key, value: QueueTag(id: newID, label: queue.label))
@@ -65,14 +65,16 @@ struct QueueTag: Sendable, Hashable {
         return (identities, true)
     }
 
-    /// The label of the queue the caller runs on, tagged or not (`nil` outside any queue's block,
-    /// where Dispatch reports an empty label).
+    /// The label of the queue the caller runs on, tagged or not; `nil` outside any queue's block,
+    /// and on Dispatch's own global queues (whose label a plain thread reports too).
     static var currentLabel: String? {
         #if canImport(Darwin)
-            let label = String(cString: __dispatch_queue_get_label(nil))
+            let raw: UnsafePointer<CChar>? = __dispatch_queue_get_label(nil)
         #else
-            let label = String(cString: dispatch_queue_get_label(nil))
+            let raw: UnsafePointer<CChar>? = dispatch_queue_get_label(nil)
         #endif
-        return label.isEmpty ? nil : label
+        guard let raw else { return nil }
+        let label = String(cString: raw)
+        return label.isEmpty || label.hasPrefix("com.apple.root.") ? nil : label
     }
 }

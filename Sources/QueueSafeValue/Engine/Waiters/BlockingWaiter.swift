@@ -129,9 +129,9 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
         let poolThread = nodes.count > 1 && qsv_is_main_thread() == 0
         while true {
             // About to park: would that close a cycle, or starve the cooperative pool?
-            let verdict = DeadlockDetector.shared.register(
+            let registration = DeadlockDetector.shared.register(
                 nodes, waitingFor: engine, poolThread: poolThread, watcher: tagEpoch.map { (self, $0) })
-            guard verdict == .wait else { return refuse(verdict, engine: engine, ticket: ticket) }
+            guard registration.verdict == .wait else { return refuse(registration, engine: engine, ticket: ticket) }
             let outcome = parkOnce(deadline: deadline)
             // Unregistered before anything else, and before leaving the queue: a party that gave
             // up must not look like a waiter to another thread's walk.
@@ -191,7 +191,7 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
 
     /// Waiting would deadlock: leave the queue and report why, unless the grant came first.
     private func refuse(
-        _ verdict: DeadlockDetector.Graph.Verdict,
+        _ registration: DeadlockDetector.Registration,
         engine: CommandEngine,
         ticket: CommandEngine.Ticket
     ) -> QueueSafeValueError? {
@@ -199,7 +199,7 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
             runJobHandedBeforeLeaving()
             return .deadlock(
                 DeadlockDetector.report(
-                    verdict, diagnostics: diagnostics, waiterDescription: DeadlockDetector.describeCurrent()))
+                    registration, diagnostics: diagnostics, waiterDescription: DeadlockDetector.describeCurrent()))
         }
         awaitGrantWithoutParking()
         return nil
