@@ -91,7 +91,12 @@ import Testing
         Thread {
             // Named from inside: on Linux, Foundation gives the thread a name it had before it
             // started only to `Thread.name`, not to the system.
-            Thread.current.name = "ledger writer"
+            // Foundation on Linux names the system thread only once `start()` has recorded it,
+            // which may be after the thread began: name it until the system has the name.
+            _ = waitUntil("the thread's name") {
+                Thread.current.name = "ledger writer"
+                return DeadlockDetector.threadName(currentThreadID()) == "ledger writer"
+            }
             take(first, then: second)
         }.start()
         queue.async { take(second, then: first) }

@@ -59,9 +59,12 @@ import Testing
         let second = QueueSafeValue(value: 0, label: "lost-update cycle B")
         let bothHold = DispatchGroup()
         let done = DispatchGroup()
-        for (mine, theirs) in [(first, second), (second, first)] {
+        // Both enter before either thread starts: each waits until both hold their first value.
+        for _ in 0..<2 {
             bothHold.enter()
             done.enter()
+        }
+        for (mine, theirs) in [(first, second), (second, first)] {
             Thread {
                 mine.wait.highestPriority.set { _ in
                     bothHold.leave()
