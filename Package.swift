@@ -15,13 +15,16 @@ let package = Package(
         .target(
             name: "QueueSafeValue", dependencies: ["QueueSafeValueShims"],
             swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
+        // Real-time scheduling for the priority-inversion test and benchmark row (not the library's).
+        .target(name: "RealtimeSupport"),
         // The benchmark uses the shim's atomics for its hand-off floor baseline.
         .executableTarget(
-            name: "Benchmarks", dependencies: ["QueueSafeValue", "QueueSafeValueShims"], path: "Benchmarks"),
+            name: "Benchmarks", dependencies: ["QueueSafeValue", "QueueSafeValueShims", "RealtimeSupport"],
+            path: "Benchmarks"),
         // A soak through the public API: every schedule, manual completion, timeouts, cancellation,
         // cancelAll and container release at once, with a watchdog. `swift run -c release Stress`.
         .executableTarget(name: "Stress", dependencies: ["QueueSafeValue", "QueueSafeValueShims"]),
-        .testTarget(name: "QueueSafeValueTests", dependencies: ["QueueSafeValue"]),
+        .testTarget(name: "QueueSafeValueTests", dependencies: ["QueueSafeValue", "RealtimeSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

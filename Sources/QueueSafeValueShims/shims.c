@@ -4,7 +4,11 @@
 // only this file is compiled by clang with the package's sanitizer flags: the header is also read
 // by the Swift compiler's importer, which does not see them.
 #include "QueueSafeValueShims.h"
+#include <sched.h>
 #include <string.h>
+#if defined(__APPLE__)
+#include <pthread/qos.h>
+#endif
 
 #if defined(__has_feature)
 #if __has_feature(thread_sanitizer)
@@ -62,4 +66,74 @@ int qsv_thread_name(uintptr_t thread, char *buffer, size_t size) {
     if (pthread_getname_np((pthread_t)thread, buffer, size) != 0) return 0;
     if (buffer[0] == 0 || strcmp(buffer, qsv_default_name) == 0) return 0;
     return 1;
+}
+
+// MARK: - Priority inheritance
+
+#if defined(__APPLE__)
+int qsv_thread_urgency(void) {
+    return (int)qos_class_self();
+}
+
+int qsv_boost_thread(uintptr_t thread, int urgency, qsv_boost *boost) {
+    if (boost->applied && boost->urgency >= urgency) return 1;
+    // An override tells the kernel to run the thread at least at that QoS until it is ended.
+    pthread_override_t override =
+        pthread_override_qos_class_start_np((pthread_t)thread, (qos_class_t)urgency, 0);
+    if (override == NULL) return boost->applied;
+    if (boost->applied && boost->override) pthread_override_qos_class_end_np((pthread_override_t)boost->override);
+    boost->override = override;
+    boost->urgency = urgency;
+    boost->applied = 1;
+    return 1;
+}
+
+void qsv_end_boost(uintptr_t thread, qsv_boost *boost) {
+    (void)thread;
+    if (boost->applied && boost->override) pthread_override_qos_class_end_np((pthread_override_t)boost->override);
+    boost->applied = 0;
+    boost->override = NULL;
+}
+#else
+int qsv_thread_urgency(void) {
+    int policy;
+    struct sched_param param;
+    if (pthread_getschedparam(pthread_self(), &policy, &param) != 0) return 0;
+    return (policy == SCHED_FIFO || policy == SCHED_RR) ? param.sched_priority : 0;
+}
+
+int qsv_boost_thread(uintptr_t thread, int urgency, qsv_boost *boost) {
+    if (urgency <= 0) return 0;
+    if (boost->applied && boost->urgency >= urgency) return 1;
+    int policy;
+    struct sched_param param;
+    if (pthread_getschedparam((pthread_t)thread, &policy, &param) != 0) return boost->applied;
+    int current = (policy == SCHED_FIFO || policy == SCHED_RR) ? param.sched_priority : 0;
+    if (!boost->applied) {
+        if (current >= urgency) return 0;  // already at least that urgent on its own
+        boost->policy = policy;
+        boost->priority = param.sched_priority;
+    }
+    struct sched_param raised = {.sched_priority = urgency};
+    if (pthread_setschedparam((pthread_t)thread, SCHED_FIFO, &raised) != 0) return boost->applied;
+    boost->urgency = urgency;
+    boost->applied = 1;
+    return 1;
+}
+
+void qsv_end_boost(uintptr_t thread, qsv_boost *boost) {
+    if (!boost->applied) return;
+    struct sched_param saved = {.sched_priority = boost->priority};
+    (void)pthread_setschedparam((pthread_t)thread, boost->policy, &saved);
+    boost->applied = 0;
+}
+#endif
+
+// The concurrency runtime's entry point behind `Task.escalatePriority(to:)` (Swift's calling
+// convention; `JobPriority` is a `size_t`), called directly because the engine knows a holder
+// task only by its address: the public API needs a handle it does not have.
+extern size_t swift_task_escalate(void *task, size_t priority) __attribute__((swiftcall));
+
+void qsv_escalate_task(void *task, size_t priority) {
+    (void)swift_task_escalate(task, priority);
 }

@@ -40,6 +40,8 @@ class CommandEngine: @unchecked Sendable {
     /// `QueueTag`), for diagnostics; meaningful only while a dispatched command holds the section.
     @usableFromInline final let words = AtomicWords.make(count: 6)
     private let machine = LockedState.make(Machine())
+    /// The boost lock and what it guards (see `PriorityInheritance.swift`).
+    final let boosts = LockedState.make(BoostRecord())
 
     @inlinable @inline(__always) final var state: AtomicWord { AtomicWord(words, index: 0) }
     @inlinable @inline(__always) final var ownerThread: AtomicWord { AtomicWord(words, index: 1) }
@@ -135,6 +137,7 @@ class CommandEngine: @unchecked Sendable {
 
     @usableFromInline
     final func releaseSlow() -> Waiter? {
+        var heir = (thread: 0, task: 0)
         let (release, helper) = machine.withLock { machine -> (Machine.Release, BlockingWaiter?) in
             // The holder is the caller, and `slowRelease` or `closed` is set: only locked
             // transitions change the word now.
@@ -142,6 +145,7 @@ class CommandEngine: @unchecked Sendable {
             state.storeRelease(word)
             guard let next = release.next else { return (release, nil) }
             next.isGranted = true
+            if release.nextUrgency != nil { heir = (next.threadToBoost, next.taskToEscalate) }
             guard release.nextKind == .dispatched else { return (release, nil) }
             dispatchedHolderQueue.storeRelaxed(next.targetQueueID)
             // A dispatched command for a queue whose thread waits here: that thread runs it.
@@ -156,6 +160,15 @@ class CommandEngine: @unchecked Sendable {
         }
         if release.freeValue { freeValue() }
         if let ended = release.ended as? AwaitingWaiter { ended.task = nil }
+        // The new holder inherits the urgency of the waiters still parked before it is started.
+        if let urgency = release.nextUrgency { raiseHeir(heir, to: urgency) }
+        if release.endBoost {
+            // A boosted holder hands the section on while still boosted, and only then goes back
+            // to its own priority: at its own priority it might not get the processor to hand it on.
+            if let helper { helper.postJob() } else { release.next?.start() }
+            endBoostOfCurrentThread()
+            return nil
+        }
         if let helper {
             helper.postJob()
             return nil
@@ -396,9 +409,13 @@ class CommandEngine: @unchecked Sendable {
         }
     }
 
-    /// The closure of the manual-completion command `ticket` returned.
+    /// The closure of the manual-completion command `ticket` returned. If the command goes on
+    /// holding the section without the calling thread (it waits for its completion), that thread
+    /// ends the boost it may have inherited.
     final func manualClosureReturned(_ ticket: Ticket) -> Machine.ManualStep {
-        machine.withLock { $0.manualClosureReturned(ticket) }
+        let (step, boosted) = machine.withLock { ($0.manualClosureReturned(ticket), $0.isHoldBoosted) }
+        if boosted, case .waitForCompletion = step, ownerThread.loadRelaxed() == 0 { endBoostOfCurrentThread() }
+        return step
     }
 
     /// The completion of the manual-completion command `ticket` was called, or dropped uncalled.
@@ -533,9 +550,12 @@ class CommandEngine: @unchecked Sendable {
                 let waiting = machine.withLock { machine in
                     guard registration.verdict == .wait, machine.isWaiting(ticket) else { return false }
                     waiter.continuation = continuation
+                    waiter.waitingTask = currentTaskID()
                     return true
                 }
                 if waiting {
+                    // While it waits, the holder runs at least at this task's priority.
+                    inheritUrgency(ticket, .ofTask(Task.currentPriority))
                     if let deadline, let timer {
                         // A deadline already past gives up now, like `wait(timeout:)`.
                         if deadline <= .now() {
@@ -601,6 +621,11 @@ class CommandEngine: @unchecked Sendable {
     }
 
     // MARK: Observation
+
+    /// Runs `body` with the machine, under the lock: one transition or query, nothing else.
+    final func withMachineLocked<R>(_ body: (inout Machine) -> R) -> R {
+        machine.withLock(body)
+    }
 
     /// Runs `body` with the machine and the state word, under the lock (for snapshots).
     final func withMachine<R>(_ body: (Machine, Int) -> R) -> R {

@@ -67,6 +67,31 @@ enum CommandKind: UInt8, Hashable, Sendable, CustomStringConvertible {
     }
 }
 
+// MARK: - Urgency
+
+/// How urgently a waiting party must run, which the holder of the section inherits while it waits:
+/// `thread`, as the operating system schedules threads (on Linux a real-time priority, on Apple
+/// platforms a QoS class; 0 for nothing to inherit), and `task`, a `TaskPriority` raw value (0 for
+/// nothing). Each axis is compared on its own.
+struct Urgency: Hashable, Sendable {
+    var thread: Int32
+    var task: UInt8
+
+    init(thread: Int32 = 0, task: UInt8 = 0) {
+        self.thread = thread
+        self.task = task
+    }
+
+    static let none = Urgency()
+
+    var isNone: Bool { self == .none }
+
+    /// The higher of the two on each axis.
+    func merged(_ other: Urgency) -> Urgency {
+        Urgency(thread: max(thread, other.thread), task: max(task, other.task))
+    }
+}
+
 // MARK: - EngineStateMachine
 
 /// Every decision of the command engine, as a plain value: who holds the critical section, who
@@ -113,6 +138,12 @@ struct EngineStateMachine<Waiter> {
         var ended: Waiter?
         /// The container is gone and nothing waits: free the value now.
         var freeValue = false
+        /// A waiter raised the released holder's urgency during its hold: the releasing thread
+        /// ends the boost it may have been given (see ``Urgency``).
+        var endBoost = false
+        /// Parked waiters remain: `next`, the new holder, inherits this urgency (the releaser raises
+        /// it before starting it).
+        var nextUrgency: Urgency?
     }
 
     /// What ``cancelAll()`` decided.
@@ -250,6 +281,14 @@ struct EngineStateMachine<Waiter> {
     private(set) var holderSinceIsExact = false
     /// The newest discardable operation (a ``CommandQueue`` policy) that has not begun, if any.
     private var discardable: Ticket?
+    /// The urgencies of parked waiters, by slot (a side table: most waiting commands never park).
+    private var urgencies: [UInt32: Urgency] = [:]
+    /// The urgency the current holder was asked to inherit during this hold (the highest of the
+    /// parked waiters'), so that a waiter that asks for no more asks nothing.
+    private(set) var holdUrgency = Urgency.none
+    /// Whether a boost may have been applied to the current holder: its release (or the end of its
+    /// closure) must end it.
+    private(set) var isHoldBoosted = false
 
     init() {}
 
@@ -311,6 +350,8 @@ struct EngineStateMachine<Waiter> {
         }
         let closedBit = observed & EngineWord.closed
         (holderSince, holderSinceIsExact) = (0, false)
+        release.endBoost = isHoldBoosted
+        (holdUrgency, isHoldBoosted) = (.none, false)
         guard let (slot, kind) = popWaiting() else {
             if isClosed && !isValueFreed {
                 isValueFreed = true
@@ -320,6 +361,15 @@ struct EngineStateMachine<Waiter> {
         }
         release.next = records[Int(slot)].waiter
         release.nextKind = kind
+        if !urgencies.isEmpty {
+            urgencies[slot] = nil
+            // The waiters still parked are now waiting for `next`: it inherits their urgency.
+            let inherited = urgencies.values.reduce(Urgency.none) { $0.merged($1) }
+            if !inherited.isNone {
+                (holdUrgency, isHoldBoosted) = (inherited, true)
+                release.nextUrgency = inherited
+            }
+        }
         var word = closedBit | kind.wordBits
         if kind == .operation {
             records[Int(slot)].state = .holding
@@ -367,6 +417,32 @@ struct EngineStateMachine<Waiter> {
         isCurrent(ticket) && records[Int(ticket.slot)].state == .waiting
     }
 
+    // MARK: Priority inheritance
+
+    /// The waiting command `ticket` is about to park its thread or suspend its task, which runs at
+    /// `urgency`: while it waits, the holder must run at least that urgently.
+    /// - Returns: the urgency the holder must be raised to now, or `nil` if it already inherits at
+    ///   least that much, or the command no longer waits.
+    mutating func park(_ ticket: Ticket, urgency: Urgency) -> Urgency? {
+        guard !urgency.isNone, isWaiting(ticket) else { return nil }
+        urgencies[ticket.slot] = (urgencies[ticket.slot] ?? .none).merged(urgency)
+        let raised = holdUrgency.merged(urgency)
+        guard raised != holdUrgency else { return nil }
+        holdUrgency = raised
+        return raised
+    }
+
+    /// The storage is about to raise the current holder on behalf of the waiting command
+    /// `ticket`: allowed only while that command still waits, so the holder cannot change without
+    /// a release that sees ``isHoldBoosted`` and ends the boost.
+    /// - Returns: whether to raise the holder.
+    mutating func beginBoost(for ticket: Ticket) -> Bool {
+        // mutant: boost-outlives-hold
+        guard isWaiting(ticket) else { return false }
+        isHoldBoosted = true
+        return true
+    }
+
     // MARK: Helpers
 
     /// The waiting command `ticket` runs on these dispatch queues: dispatched commands granted for
@@ -390,6 +466,7 @@ struct EngineStateMachine<Waiter> {
     }
 
     private mutating func markLeft(_ slot: UInt32) -> Waiter? {
+        if !urgencies.isEmpty { urgencies[slot] = nil }
         let waiter = records[Int(slot)].waiter
         records[Int(slot)].state = .left
         records[Int(slot)].waiter = nil
@@ -479,6 +556,7 @@ struct EngineStateMachine<Waiter> {
             records[Int(slot)].inHeap = false
             if records[Int(slot)].state == .waiting {
                 waitingCount -= 1
+                if !urgencies.isEmpty { urgencies[slot] = nil }
                 if let waiter = records[Int(slot)].waiter { result.left.append(waiter) }
                 records[Int(slot)].waiter = nil
                 records[Int(slot)].state = .left
@@ -667,6 +745,10 @@ struct EngineStateMachine<Waiter> {
         }
         if (word & EngineWord.closed != 0) != isClosed { return "closed bit and state disagree" }
         if isValueFreed && (EngineWord.isHeld(word) || waitingCount > 0) { return "value freed while in use" }
+        if urgencies.keys.contains(where: { records[Int($0)].state != .waiting }) {
+            return "an urgency kept for a command that no longer waits"
+        }
+        if !EngineWord.isHeld(word) && (isHoldBoosted || !holdUrgency.isNone) { return "a boost outlived its hold" }
         return nil
     }
 

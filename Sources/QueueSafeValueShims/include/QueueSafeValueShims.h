@@ -90,6 +90,40 @@ void qsv_sanitizer_ignore_accesses_end(void);
 /// with). The thread must stay alive during the call.
 int qsv_thread_name(uintptr_t thread, char *buffer, size_t size);
 
+/// How urgently the calling thread must run, as the operating system schedules it: on Linux its
+/// real-time priority (1...99 under SCHED_FIFO or SCHED_RR), 0 under every other policy; on Apple
+/// platforms its QoS class (`qos_class_self()`). Higher is more urgent; 0 means nothing to inherit.
+int qsv_thread_urgency(void);
+
+/// What a thread's boost changed, so that it can be undone: filled by `qsv_boost_thread`.
+typedef struct {
+    /// Whether a boost is in effect.
+    int applied;
+    /// The urgency the boost gave.
+    int urgency;
+    /// Linux: the policy and priority the thread had before.
+    int policy;
+    int priority;
+    /// Apple: the QoS override in effect (a `pthread_override_t`).
+    void *override;
+} qsv_boost;
+
+/// Raises the live thread `thread` (an id from `qsv_current_thread_id`) to run at least at
+/// `urgency`, recording what it changed in `boost` (which the first boost of a hold starts zeroed).
+/// Returns 1 if the thread now runs boosted, 0 if it already ran at least that urgently or the
+/// system refused (Linux needs CAP_SYS_NICE, or an RLIMIT_RTPRIO, to raise another thread into a
+/// real-time policy): a boost is a best effort, and its failure changes nothing else.
+int qsv_boost_thread(uintptr_t thread, int urgency, qsv_boost *boost);
+
+/// Ends the boost recorded in `boost` on `thread`, which must be the calling thread: it gets back
+/// the policy and priority (or QoS) it had before the boost.
+void qsv_end_boost(uintptr_t thread, qsv_boost *boost);
+
+/// Escalates the task `task` (a live task's address, see `qsv_current_task`) to run at least at
+/// `priority` (a `TaskPriority` raw value), as awaiting a task does. Escalation is not undone: a task
+/// keeps its escalated priority until it ends, as Swift's runtime defines it.
+void qsv_escalate_task(void *task, size_t priority);
+
 /// An identifier of the calling thread that is never 0. On Linux it is the thread pointer, read
 /// from its register: what `pthread_self()` reads too, without the call through the PLT (on the
 /// uncontended blocking path that call was a sixth of the time). The x86-64 and AArch64 ABIs put

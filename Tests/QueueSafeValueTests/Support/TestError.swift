@@ -5,11 +5,14 @@ enum TestError: Error, Equatable, CustomStringConvertible {
     case thrown(id: Int)
     /// A bounded wait ran out.
     case hang(String)
+    /// What the test needs is missing where it must not be (under `CI=true`).
+    case unavailable(String)
 
     var description: String {
         switch self {
         case .thrown(let id): return "test error \(id)"
         case .hang(let message): return message
+        case .unavailable(let message): return message
         }
     }
 }

@@ -29,6 +29,11 @@ final class AwaitingWaiter: Waiter, @unchecked Sendable {
     var refusal: QueueSafeValueError?
     /// The command's ticket, once it took its place.
     var ticket = CommandEngine.Ticket.none
+    /// The task that waits, while it waits (written before it suspends, read by the releaser under
+    /// the engine's boost lock): priority inheritance escalates it when it is granted.
+    var waitingTask = 0
+
+    override var taskToEscalate: Int { waitingTask }
 
     @usableFromInline
     override init() {}

@@ -47,6 +47,8 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
 
     private let word = AtomicWord(0)
     private let semaphore = DispatchSemaphore(value: 0)
+    /// The thread this waiter belongs to (each thread has its own).
+    private let thread = currentThreadID()
     /// A granted dispatch command to run on this thread: written by the granting thread under the
     /// engine lock before it sets `job` in the word, read by this thread after it saw `job`.
     var job: Waiter?
@@ -69,6 +71,8 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     override func start() {
         post(Self.granted)
     }
+
+    override var threadToBoost: Int { thread }
 
     /// Hands this waiting thread the granted dispatch command stored in ``job``.
     func postJob() {
@@ -125,6 +129,8 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     ) -> QueueSafeValueError? {
         // Before it blocks its queue for longer than a spin: see *helping*.
         var tagEpoch = engine.becomeHelper(ticket)
+        // While it is parked, the holder runs at least as urgently as this thread.
+        engine.inheritUrgency(ticket, .ofCurrentThread())
         let nodes = DeadlockDetector.currentNodes()
         let poolThread = nodes.count > 1 && qsv_is_main_thread() == 0
         while true {

@@ -26,6 +26,14 @@ class Waiter: @unchecked Sendable {
     /// The identity of ``targetQueue`` (see `QueueTag`) for a dispatched command; 0 otherwise.
     var targetQueueID: Int { 0 }
 
+    /// The thread that runs this command once it is granted, if it is known and alive until then
+    /// (a blocking waiter's own thread); 0 otherwise. Priority inheritance raises it.
+    var threadToBoost: Int { 0 }
+
+    /// The task that runs this command once it is granted, if it is known and alive until then (a
+    /// suspended task); 0 otherwise. Priority inheritance escalates it.
+    var taskToEscalate: Int { 0 }
+
     /// Runs a granted dispatched command on the calling thread, which runs on its queue and waits
     /// for the same section (see *helping* in ``BlockingWaiter``): the command's block is not run.
     func runOnHelper() {
