@@ -543,38 +543,15 @@ class CommandEngine: @unchecked Sendable {
             }
         }
         await withTaskCancellationHandler {
-            await withUnsafeContinuation(isolation: isolation) { (continuation: TurnContinuation) in
-                // Registered before the continuation is stored, so that a cancellation (which
-                // unregisters, then leaves) never leaves a stale registration behind.
-                let registration = DeadlockDetector.shared.register(nodes, waitingFor: self, poolThread: false)
-                let waiting = machine.withLock { machine in
-                    guard registration.verdict == .wait, machine.isWaiting(ticket) else { return false }
-                    waiter.continuation = continuation
-                    waiter.waitingTask = currentTaskID()
-                    return true
+            if #available(macOS 26.0, iOS 26.0, watchOS 26.0, tvOS 26.0, visionOS 26.0, *) {
+                // A task escalated while it waits passes the escalation on to the holder.
+                await withTaskPriorityEscalationHandler {
+                    await suspendForTurn(waiter, nodes: nodes, deadline: deadline, timer: timer, isolation: isolation)
+                } onPriorityEscalated: { [self] _, escalated in
+                    inheritUrgency(ticket, .ofTask(escalated))
                 }
-                if waiting {
-                    // While it waits, the holder runs at least at this task's priority.
-                    inheritUrgency(ticket, .ofTask(Task.currentPriority))
-                    if let deadline, let timer {
-                        // A deadline already past gives up now, like `wait(timeout:)`.
-                        if deadline <= .now() {
-                            timer.perform()
-                        } else {
-                            DispatchQueue.global().asyncAfter(deadline: deadline, execute: timer)
-                        }
-                    }
-                    return
-                }
-                DeadlockDetector.shared.unregister(nodes)
-                // Granted or left before it could suspend, or suspending would close a cycle.
-                if registration.verdict != .wait, let diagnostics = leaveWithSnapshot(ticket) {
-                    waiter.refusal = .deadlock(
-                        DeadlockDetector.report(
-                            registration, diagnostics: diagnostics,
-                            waiterDescription: DeadlockDetector.describe(nodes[0])))
-                }
-                continuation.resume()
+            } else {
+                await suspendForTurn(waiter, nodes: nodes, deadline: deadline, timer: timer, isolation: isolation)
             }
         } onCancel: {
             // No longer a waiter for deadlock detection, then out of the queue; the continuation
@@ -586,6 +563,53 @@ class CommandEngine: @unchecked Sendable {
         DeadlockDetector.shared.unregister(nodes)
         let (granted, refusal) = machine.withLock { _ in (waiter.isGranted, waiter.refusal) }
         if !granted { throw refusal ?? .cancelled }
+    }
+
+
+    /// The suspension of ``waitForTurn(_:deadline:isolation:)``: registers for deadlock detection,
+    /// stores the continuation unless the wait is over already, raises the holder to this task's
+    /// priority and arms the deadline.
+    private func suspendForTurn(
+        _ waiter: AwaitingWaiter,
+        nodes: [DeadlockDetector.Node],
+        deadline: DispatchTime?,
+        timer: DispatchWorkItem?,
+        isolation: isolated (any Actor)?
+    ) async {
+        let ticket = waiter.ticket
+        await withUnsafeContinuation(isolation: isolation) { (continuation: TurnContinuation) in
+            // Registered before the continuation is stored, so that a cancellation (which
+            // unregisters, then leaves) never leaves a stale registration behind.
+            let registration = DeadlockDetector.shared.register(nodes, waitingFor: self, poolThread: false)
+            let waiting = machine.withLock { machine in
+                guard registration.verdict == .wait, machine.isWaiting(ticket) else { return false }
+                waiter.continuation = continuation
+                waiter.waitingTask = currentTaskID()
+                return true
+            }
+            if waiting {
+                // While it waits, the holder runs at least at this task's priority.
+                inheritUrgency(ticket, .ofTask(Task.currentPriority))
+                if let deadline, let timer {
+                    // A deadline already past gives up now, like `wait(timeout:)`.
+                    if deadline <= .now() {
+                        timer.perform()
+                    } else {
+                        DispatchQueue.global().asyncAfter(deadline: deadline, execute: timer)
+                    }
+                }
+                return
+            }
+            DeadlockDetector.shared.unregister(nodes)
+            // Granted or left before it could suspend, or suspending would close a cycle.
+            if registration.verdict != .wait, let diagnostics = leaveWithSnapshot(ticket) {
+                waiter.refusal = .deadlock(
+                    DeadlockDetector.report(
+                        registration, diagnostics: diagnostics,
+                        waiterDescription: DeadlockDetector.describe(nodes[0])))
+            }
+            continuation.resume()
+        }
     }
 
     /// The deadline of a waiting awaiting command or operation passed: it leaves the queue and its

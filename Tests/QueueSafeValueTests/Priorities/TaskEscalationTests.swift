@@ -1,0 +1,145 @@
+import Dispatch
+import Foundation
+import Testing
+
+@testable import QueueSafeValue
+
+/// A task that holds a value (an awaiting command, a `CommandQueue` operation) runs at least at the
+/// priority of the most urgent party waiting for it: waiting tasks and threads escalate it, and a
+/// waiter escalated while it waits passes the escalation on. Read through `Task.currentPriority`
+/// inside the holder. (Escalation is never undone: a task keeps it until it ends, as when a task is
+/// awaited.)
+@Suite(.runsAlongsideOthers) struct TaskEscalationTests {
+    /// What a holder task saw of its own priority. Read through a gate, never by awaiting the
+    /// holder: awaiting a task escalates it to the awaiting task's priority.
+    final class Measurement: @unchecked Sendable {  // @unchecked Sendable: `seen` is Locked, the gate is
+        let seen = Locked(TaskPriority.background)
+        let done = Gate()
+
+        func result() async throws -> TaskPriority {
+            try await withHangTimeout { await self.done.wait() }
+            return seen.value
+        }
+    }
+
+    /// Holds `value` in a task of `priority` until `release` opens; then measures the holder's
+    /// priority once it is at least `expected` (or what it is after 5 s).
+    private static func holdInTask(
+        _ value: QueueSafeValue<Int>,
+        priority: TaskPriority,
+        until release: Gate,
+        holding: Gate,
+        expected: TaskPriority
+    ) -> Measurement {
+        let measurement = Measurement()
+        Task.detached(priority: priority) {
+            _ = try? await value.async.highestPriority.set { _ in
+                holding.open()
+                await release.wait()
+                // The escalation may reach the task a moment after the waiter suspended.
+                let deadline = Date().addingTimeInterval(5)
+                while Task.currentPriority < expected && Date() < deadline {
+                    try? await Task.sleep(nanoseconds: 1_000_000)
+                }
+                measurement.seen.set(Task.currentPriority)
+            }
+            measurement.done.open()
+        }
+        return measurement
+    }
+
+    @Test func waitingTaskOfHigherPriority_escalatesTheHolderTask() async throws {
+        let value = QueueSafeValue(value: 0, label: "escalated by a task")
+        let holding = Gate()
+        let release = Gate()
+        let holder = Self.holdInTask(value, priority: .low, until: release, holding: holding, expected: .high)
+        await holding.wait()
+        let waiter = Task.detached(priority: .high) { _ = try? await value.async.lowestPriority.get() }
+        try await waitUntil { value.diagnostics.waitingCount == 1 }
+        release.open()
+        let seen = try await holder.result()
+        #expect(seen >= .high, "the holder ran at \(seen) while a .high task waited")
+        _ = try await withHangTimeout { await waiter.value }
+    }
+
+    @Test func waiterEscalatedWhileItWaits_passesTheEscalationOn() async throws {
+        let value = QueueSafeValue(value: 0, label: "escalation passed on")
+        let holding = Gate()
+        let release = Gate()
+        let holder = Self.holdInTask(value, priority: .low, until: release, holding: holding, expected: .high)
+        await holding.wait()
+        let waiter = Task.detached(priority: .low) { _ = try? await value.async.lowestPriority.get() }
+        try await waitUntil { value.diagnostics.waitingCount == 1 }
+        try await Task.sleep(nanoseconds: 10_000_000)  // let it suspend
+        waiter.escalatePriority(to: .high)
+        release.open()
+        let seen = try await holder.result()
+        #expect(seen >= .high, "the holder ran at \(seen) after its .low waiter was escalated to .high")
+        _ = try await withHangTimeout { await waiter.value }
+    }
+
+    /// A thread that blocks for a task's value escalates the task to the priority the thread
+    /// stands for (`.medium` for a normal thread on Linux; its QoS class on Apple platforms).
+    @Test func blockedThread_escalatesTheHolderTask() async throws {
+        let value = QueueSafeValue(value: 0, label: "escalated by a thread")
+        let holding = Gate()
+        let release = Gate()
+        let expected = TaskPriority(rawValue: Urgency.ofCurrentThreadForTesting().task)
+        let holder = Self.holdInTask(value, priority: .background, until: release, holding: holding, expected: expected)
+        await holding.wait()
+        let done = DispatchSemaphore(value: 0)
+        Thread {
+            _ = value.waitBounded.lowestPriority.get()
+            done.signal()
+        }.start()
+        try await waitUntil { value.diagnostics.waitingCount == 1 }
+        try await Task.sleep(nanoseconds: 10_000_000)  // let it spin out and park
+        release.open()
+        let seen = try await holder.result()
+        #expect(seen >= expected, "the holder ran at \(seen) while a thread standing for \(expected) waited")
+        #expect(done.wait(timeout: .now() + 30) == .success)
+    }
+
+    /// A `CommandQueue` operation is a task holder too: an operation of higher priority waiting
+    /// behind it escalates it.
+    @Test func waitingOperationOfHigherPriority_escalatesTheRunningOperation() async throws {
+        let queue = CommandQueue(label: "escalated queue")
+        let holding = Gate()
+        let release = Gate()
+        let measurement = Measurement()
+        Task.detached(priority: .low) {
+            try await queue.perform {
+                holding.open()
+                await release.wait()
+                let deadline = Date().addingTimeInterval(5)
+                while Task.currentPriority < .high && Date() < deadline {
+                    try? await Task.sleep(nanoseconds: 1_000_000)
+                }
+                measurement.seen.set(Task.currentPriority)
+            }
+            measurement.done.open()
+        }
+        await holding.wait()
+        let urgent = Task.detached(priority: .high) { try await queue.perform {} }
+        try await waitUntil { queue.diagnostics.waitingCount == 1 }
+        release.open()
+        let seen = try await measurement.result()
+        #expect(seen >= .high, "the running operation ran at \(seen) while a .high one waited")
+        _ = try await withHangTimeout { try await urgent.value }
+    }
+}
+
+extension Urgency {
+    /// The urgency a parking thread of this process stands for (`ofCurrentThread()` on a thread of
+    /// the default policy).
+    static func ofCurrentThreadForTesting() -> Urgency {
+        let result = Locked(Urgency.none)
+        let done = DispatchSemaphore(value: 0)
+        Thread {
+            result.set(.ofCurrentThread())
+            done.signal()
+        }.start()
+        done.wait()
+        return result.value
+    }
+}
