@@ -45,6 +45,70 @@
             #expect(outcome.holderPriorityAfter == 0, "the holder kept a real-time priority after its release")
         }
 
+        /// How a boosted hold ends.
+        enum Ending: String, CaseIterable, Sendable {
+            /// The holder releases after the urgent waiter gave up (its deadline passed).
+            case waiterTimedOut
+            /// A manual-completion holder drops its `done` without calling it.
+            case droppedCompletion
+            /// The container is released while the holder holds; the holder releases later.
+            case containerReleased
+        }
+
+        /// Whatever ends the hold, the holder ran at the waiter's real-time priority while it held
+        /// and at its own once it released.
+        @Test(.enabled(if: Realtime.mayRun, Realtime.skipReason), arguments: Ending.allCases)
+        func boostLastsExactlyAsLongAsTheHold(ending: Ending) throws {
+            try Realtime.require()
+            var value: QueueSafeValue<Int>? = QueueSafeValue(value: 0, label: "boosted")
+            let schedule = value!.wait
+            let holding = DispatchSemaphore(value: 0)
+            let waiterParked = DispatchSemaphore(value: 0)
+            let holderDone = DispatchSemaphore(value: 0)
+            let priorityDuring = Locked<Int32>(-1)
+            let priorityAfter = Locked<Int32>(-1)
+            Thread {
+                let measure = {
+                    holding.signal()
+                    _ = waiterParked.wait(timeout: .now() + 30)
+                    priorityDuring.set(qsvrt_realtime_priority())
+                }
+                switch ending {
+                case .waiterTimedOut, .containerReleased:
+                    schedule.highestPriority.set { _ in
+                        measure()
+                        if ending == .waiterTimedOut { usleep(150_000) }  // past the waiter's deadline
+                    }
+                case .droppedCompletion:
+                    schedule.highestPriority.set(manualCompletion: { _, done in
+                        measure()
+                        _ = done  // dropped, never called: the command ends when the closure lets go of it
+                    })
+                }
+                priorityAfter.set(qsvrt_realtime_priority())
+                holderDone.signal()
+            }.start()
+            holding.wait()
+            let waiterDone = DispatchSemaphore(value: 0)
+            let urgent = value!.wait(timeout: ending == .waiterTimedOut ? .milliseconds(100) : .seconds(30))
+            Thread {
+                _ = qsvrt_set_realtime(20)
+                _ = urgent.lowestPriority.get()
+                _ = qsvrt_set_realtime(0)
+                waiterDone.signal()
+            }.start()
+            // The waiter spins briefly, then parks and raises the holder.
+            let raised = waitUntil("the holder to be raised") { value!.diagnostics.waitingCount == 1 }
+            usleep(20_000)
+            if ending == .containerReleased { value = nil }
+            waiterParked.signal()
+            #expect(raised)
+            #expect(holderDone.wait(timeout: .now() + 30) == .success)
+            #expect(waiterDone.wait(timeout: .now() + 30) == .success)
+            #expect(priorityDuring.value == 20, "the holder was not raised while the waiter was parked")
+            #expect(priorityAfter.value == 0, "the holder kept the waiter's priority after its release")
+        }
+
         /// Runs the shape once and undoes everything it set (affinities, policies).
         static func run(holder: Holder, waiter: Waiter) -> Outcome {
             let value = QueueSafeValue(value: 0, label: "pathfinder")
