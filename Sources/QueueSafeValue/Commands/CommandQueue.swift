@@ -79,8 +79,10 @@ public final class CommandQueue: Sendable {
     ///   - label: a name for diagnostics and deadlock reports.
     ///   - ordering: what the queue keeps in order; ``Ordering/oneAtATime`` unless you port code
     ///     that relies on operations interleaving at their suspension points.
-    public init(label: String? = nil, ordering: Ordering = .oneAtATime) {
-        engine = CommandEngine(label: label)
+    ///   - fairness: how priority is weighed against waiting time: ``CommandFairness/strictPriority``
+    ///     (the default) or a bound on how often a waiting command is overtaken.
+    public init(label: String? = nil, ordering: Ordering = .oneAtATime, fairness: CommandFairness = .strictPriority) {
+        engine = CommandEngine(label: label, fairness: fairness)
         self.ordering = ordering
     }
 

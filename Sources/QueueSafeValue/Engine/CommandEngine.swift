@@ -39,7 +39,7 @@ class CommandEngine: @unchecked Sendable {
     /// ``publishPendingDispatch(_:)``). Word 5: the identity of the dispatched holder's queue (see
     /// `QueueTag`), for diagnostics; meaningful only while a dispatched command holds the section.
     @usableFromInline final let words = AtomicWords.make(count: 6)
-    private let machine = LockedState.make(Machine())
+    private let machine: LockedState<Machine>
     /// The boost lock and what it guards (see `PriorityInheritance.swift`).
     final let boosts = LockedState.make(BoostRecord())
 
@@ -54,8 +54,9 @@ class CommandEngine: @unchecked Sendable {
     final let label: String?
 
     @usableFromInline
-    init(label: String?) {
+    init(label: String?, fairness: CommandFairness = .strictPriority) {
         self.label = label
+        machine = LockedState.make(Machine(maxOvertakes: fairness.maxOvertakes))
     }
 
     /// How diagnostics and deadlock reports name this engine: its label in quotes, or a short
@@ -564,7 +565,6 @@ class CommandEngine: @unchecked Sendable {
         let (granted, refusal) = machine.withLock { _ in (waiter.isGranted, waiter.refusal) }
         if !granted { throw refusal ?? .cancelled }
     }
-
 
     /// The suspension of ``waitForTurn(_:deadline:isolation:)``: registers for deadlock detection,
     /// stores the continuation unless the wait is over already, raises the holder to this task's

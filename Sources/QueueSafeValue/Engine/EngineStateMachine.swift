@@ -281,6 +281,16 @@ struct EngineStateMachine<Waiter> {
     private(set) var holderSinceIsExact = false
     /// The newest discardable operation (a ``CommandQueue`` policy) that has not begun, if any.
     private var discardable: Ticket?
+    /// Under a bounded-overtaking policy (``CommandFairness``), how many commands that arrived after
+    /// a waiting one may be granted the section before it; `nil` for strict priority.
+    let maxOvertakes: Int?
+    /// The waiting commands in arrival order, under a bounded-overtaking policy only (commands that
+    /// left or were granted are dropped when they reach the front).
+    private var arrivals: [Arrival] = []
+    private var arrivalsStart = 0
+    /// An upper bound of how many commands that arrived after the oldest waiting command have been
+    /// granted the section while it waited: it is granted next once this reaches `maxOvertakes`.
+    private(set) var oldestOvertakes = 0
     /// The urgencies of parked waiters, by slot (a side table: most waiting commands never park).
     private var urgencies: [UInt32: Urgency] = [:]
     /// The urgency the current holder was asked to inherit during this hold (the highest of the
@@ -290,7 +300,17 @@ struct EngineStateMachine<Waiter> {
     /// closure) must end it.
     private(set) var isHoldBoosted = false
 
-    init() {}
+    /// A command in ``arrivals``.
+    private struct Arrival {
+        let ticket: Ticket
+        let sequence: UInt64
+    }
+
+    /// - Parameter maxOvertakes: `nil` for strict priority (the default), or how many commands that
+    ///   arrived after a waiting command may be granted before it (see ``CommandFairness``).
+    init(maxOvertakes: Int? = nil) {
+        self.maxOvertakes = maxOvertakes
+    }
 
     // MARK: Enqueue
 
@@ -329,6 +349,7 @@ struct EngineStateMachine<Waiter> {
         records[Int(ticket.slot)].awaitingTask = kind == .operation
         records[Int(ticket.slot)].inHeap = true
         heap.insert(.init(key: CommandHeap.key(priority: priority, sequence: sequence), slot: ticket.slot))
+        if maxOvertakes != nil { arrivals.append(Arrival(ticket: ticket, sequence: sequence)) }
         sequence &+= 1
         waitingCount += 1
         return (.queued(ticket), observed | EngineWord.slowRelease)
@@ -352,7 +373,7 @@ struct EngineStateMachine<Waiter> {
         (holderSince, holderSinceIsExact) = (0, false)
         release.endBoost = isHoldBoosted
         (holdUrgency, isHoldBoosted) = (.none, false)
-        guard let (slot, kind) = popWaiting() else {
+        guard let (slot, kind) = popNext() else {
             if isClosed && !isValueFreed {
                 isValueFreed = true
                 release.freeValue = true
@@ -374,6 +395,8 @@ struct EngineStateMachine<Waiter> {
         if kind == .operation {
             records[Int(slot)].state = .holding
             holderSlot = slot
+        } else if records[Int(slot)].inHeap {
+            end(slot)  // promoted past the heap: its entry is dropped when it surfaces
         } else {
             free(slot)
         }
@@ -382,6 +405,60 @@ struct EngineStateMachine<Waiter> {
             (holderSince, holderSinceIsExact) = (now, true)
         }
         return (release, word)
+    }
+
+    /// The command to grant next: the first in the waiting order, unless a bounded-overtaking policy
+    /// says the oldest waiting command has been overtaken enough.
+    private mutating func popNext() -> (slot: UInt32, kind: CommandKind)? {
+        guard let limit = maxOvertakes, let oldest = oldestWaiting() else { return popWaiting() }
+        // mutant: bound-never-promotes
+        if oldestOvertakes >= limit {
+            // Granted ahead of the waiting order: its heap entry is now dead, and dropped when it
+            // surfaces (its record stays until then).
+            let slot = oldest.ticket.slot
+            records[Int(slot)].state = .ended
+            waitingCount -= 1
+            deadEntries += 1
+            dropOldest()
+            return (slot, records[Int(slot)].kind)
+        }
+        guard let next = popWaiting() else { return nil }
+        if next.slot == oldest.ticket.slot {
+            dropOldest()
+        } else {
+            oldestOvertakes += 1  // it arrived after the oldest, which every later one waits behind
+        }
+        return next
+    }
+
+    /// The oldest command that still waits, under a bounded-overtaking policy; drops the ones ahead
+    /// of it that no longer wait.
+    private mutating func oldestWaiting() -> Arrival? {
+        while arrivalsStart < arrivals.count {
+            let front = arrivals[arrivalsStart]
+            if isWaiting(front.ticket) { return front }
+            dropOldest()
+        }
+        return nil
+    }
+
+    /// The oldest arrival is gone (granted or left). The next one has been overtaken at most as
+    /// often as it (every command granted ahead of the newer one was granted ahead of the older),
+    /// and at most as often as commands arrived after it.
+    private mutating func dropOldest() {
+        arrivalsStart += 1
+        if arrivalsStart == arrivals.count {
+            arrivals.removeAll(keepingCapacity: true)
+            arrivalsStart = 0
+            oldestOvertakes = 0
+            return
+        }
+        if arrivalsStart >= 64 && arrivalsStart * 2 >= arrivals.count {
+            arrivals.removeFirst(arrivalsStart)
+            arrivalsStart = 0
+        }
+        let arrivedSince = Int(clamping: sequence &- 1 &- arrivals[arrivalsStart].sequence)
+        oldestOvertakes = min(oldestOvertakes, arrivedSince)
     }
 
     /// Pops the next command that still waits, dropping entries of commands that left.
@@ -481,7 +558,8 @@ struct EngineStateMachine<Waiter> {
         var swept = heap
         heap = CommandHeap()  // one owner while sweeping, so the sweep does not copy it
         swept.removeAll { entry in
-            guard records[Int(entry.slot)].state == .left else { return false }
+            // Entries of commands that left, or that a bounded-overtaking policy granted ahead.
+            guard records[Int(entry.slot)].state != .waiting else { return false }
             records[Int(entry.slot)].inHeap = false
             freeIfUnused(entry.slot)
             return true
@@ -567,6 +645,7 @@ struct EngineStateMachine<Waiter> {
             freeIfUnused(slot)
         }
         assert(deadEntries == 0 && waitingCount == 0)
+        (arrivals, arrivalsStart, oldestOvertakes) = ([], 0, 0)
         if let slot = holderSlot, records[Int(slot)].kind == .operation {
             if records[Int(slot)].hasTask {
                 result.holder = records[Int(slot)].waiter
@@ -749,6 +828,10 @@ struct EngineStateMachine<Waiter> {
             return "an urgency kept for a command that no longer waits"
         }
         if !EngineWord.isHeld(word) && (isHoldBoosted || !holdUrgency.isNone) { return "a boost outlived its hold" }
+        if maxOvertakes != nil {
+            let live = arrivals[arrivalsStart...].filter { isWaiting($0.ticket) }.count
+            if live != waitingCount { return "\(waitingCount) commands wait but \(live) are in the arrival order" }
+        }
         return nil
     }
 

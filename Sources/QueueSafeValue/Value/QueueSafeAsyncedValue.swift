@@ -18,8 +18,12 @@ public final class QueueSafeAsyncedValue<Value> {
     ///   - value: the value to guard; read and change it only through commands from now on.
     ///   - queue: the queue every command's closures and completions run on.
     ///   - label: a name for diagnostics and deadlock reports.
-    public init(value: Value, queue: DispatchQueue, label: String? = nil) {
-        let storage = ValueStorage(value: value, label: label)
+    ///   - fairness: how priority is weighed against waiting time: ``CommandFairness/strictPriority``
+    ///     (the default) or a bound on how often a waiting command is overtaken.
+    public init(
+        value: Value, queue: DispatchQueue, label: String? = nil, fairness: CommandFairness = .strictPriority
+    ) {
+        let storage = ValueStorage(value: value, label: label, fairness: fairness)
         self.storage = storage
         self.queue = queue
         highestPriority = DispatchCommands(storage: storage, queue: queue, priority: .highest)

@@ -15,8 +15,10 @@ public final class QueueSafeSyncedValue<Value> {
     /// - Parameters:
     ///   - value: the value to guard; read and change it only through commands from now on.
     ///   - label: a name for diagnostics and deadlock reports.
-    public init(value: Value, label: String? = nil) {
-        let storage = ValueStorage(value: value, label: label)
+    ///   - fairness: how priority is weighed against waiting time: ``CommandFairness/strictPriority``
+    ///     (the default) or a bound on how often a waiting command is overtaken.
+    public init(value: Value, label: String? = nil, fairness: CommandFairness = .strictPriority) {
+        let storage = ValueStorage(value: value, label: label, fairness: fairness)
         self.storage = storage
         timeout = nil
         highestPriority = WaitCommands(storage: storage, priority: .highest, timeout: nil)
@@ -30,8 +32,12 @@ public final class QueueSafeSyncedValue<Value> {
     ///   - value: the value to guard; read and change it only through commands from now on.
     ///   - timeout: how long each command may wait for its turn.
     ///   - label: a name for diagnostics and deadlock reports.
-    public init(value: Value, timeout: DispatchTimeInterval, label: String? = nil) {
-        let storage = ValueStorage(value: value, label: label)
+    ///   - fairness: how priority is weighed against waiting time: ``CommandFairness/strictPriority``
+    ///     (the default) or a bound on how often a waiting command is overtaken.
+    public init(
+        value: Value, timeout: DispatchTimeInterval, label: String? = nil, fairness: CommandFairness = .strictPriority
+    ) {
+        let storage = ValueStorage(value: value, label: label, fairness: fairness)
         self.storage = storage
         self.timeout = timeout
         highestPriority = WaitCommands(storage: storage, priority: .highest, timeout: timeout)

@@ -40,8 +40,10 @@ public final class QueueSafeValue<Value> {
     ///   - value: the value to guard.
     ///   - label: a name for diagnostics and deadlock reports (`"balance"`); without one they show
     ///     the value's type and a short identity.
-    public init(value: Value, label: String? = nil) {
-        storage = ValueStorage(value: value, label: label)
+    ///   - fairness: how priority is weighed against waiting time: ``CommandFairness/strictPriority``
+    ///     (the default) or a bound on how often a waiting command is overtaken.
+    public init(value: Value, label: String? = nil, fairness: CommandFairness = .strictPriority) {
+        storage = ValueStorage(value: value, label: label, fairness: fairness)
         wait = WaitSchedule(storage: storage, timeout: nil)
         async = AwaitSchedule(storage: storage)
     }

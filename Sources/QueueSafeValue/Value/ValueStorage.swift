@@ -21,10 +21,10 @@ final class ValueStorage<Value>: CommandEngine, @unchecked Sendable {
     let dispatchedCommandType = DispatchedCommand<Value>.self
 
     @usableFromInline
-    init(value: Value, label: String?) {
+    init(value: Value, label: String?, fairness: CommandFairness = .strictPriority) {
         pointer = .allocate(capacity: 1)
         pointer.initialize(to: value)
-        super.init(label: label)
+        super.init(label: label, fairness: fairness)
     }
 
     deinit {
