@@ -116,6 +116,27 @@ extension Explorers {
                     Command(kind: .operation, priority: .high, discardable: true),
                 ],
                 actors: [[.issue(0), .issue(1)], [.issue(2), .cancelTask(0), .cancelAll]]),
+            ModelScenario(
+                name: "a bound of one overtake: a low command among later high ones",
+                commands: [
+                    Command(kind: .blocking, priority: .medium),
+                    Command(kind: .blocking, priority: .lowest),
+                    Command(kind: .dispatch, priority: .highest),
+                    Command(kind: .dispatch, priority: .highest),
+                    Command(kind: .awaiting, priority: .highest),
+                ],
+                actors: [[.issue(0), .issue(4)], [.issue(1)], [.issue(2), .issue(3)]],
+                maxOvertakes: 1),
+            ModelScenario(
+                name: "a bound of zero (first come, first served) with deadlines and cancellation",
+                commands: [
+                    Command(kind: .blocking, priority: .high),
+                    Command(kind: .timedBlocking, priority: .lowest),
+                    Command(kind: .awaiting, priority: .highest),
+                    Command(kind: .dispatch, priority: .medium),
+                ],
+                actors: [[.issue(0), .issue(3)], [.issue(1)], [.issue(2), .cancelTask(2)]],
+                maxOvertakes: 0),
         ]
 
         // Single-threaded and deterministic, so ThreadSanitizer has nothing to find here and would only

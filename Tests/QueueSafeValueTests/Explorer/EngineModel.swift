@@ -88,6 +88,8 @@ struct ModelScenario {
     var name: String
     var commands: [ModelCommand]
     var actors: [[ModelAction]]
+    /// The engine's bounded-overtaking policy (`CommandFairness`); `nil` for strict priority.
+    var maxOvertakes: Int? = nil
 }
 
 // MARK: - The world
@@ -174,6 +176,8 @@ struct EngineWorld: ExplorableWorld {
         var superseded = false
         var deliveries = 0
         var outcome: Outcome?
+        /// Grants to commands that arrived after it, while it waited.
+        var overtakes = 0
     }
 
     /// The machine's admission, with the ticket replaced by what it meant.
@@ -237,6 +241,7 @@ struct EngineWorld: ExplorableWorld {
 
     init(_ scenario: ModelScenario) {
         self.scenario = scenario
+        machine = ModelMachine(maxOvertakes: scenario.maxOvertakes)
         actors = Array(repeating: ActorState(), count: scenario.actors.count)
         commands = Array(repeating: CommandState(), count: scenario.commands.count)
         tickets = Array(repeating: nil, count: scenario.commands.count)
@@ -763,9 +768,10 @@ struct EngineWorld: ExplorableWorld {
         commands[index].released = true
         if let next = release.next {
             if commands[next].hasLeft { fail("#\(next) was granted after it left the queue") }
-            if next != expected {
+            if next != expected && !isPromotion(next) {
                 fail("#\(next) was granted before #\(expected.map(String.init) ?? "none"), which waits ahead of it")
             }
+            countOvertakes(by: next)
             commands[next].isQueued = false
             commands[next].isGranted = true
             if let owner = commands.indices.first(where: { commands[$0].owns }) {
@@ -776,6 +782,31 @@ struct EngineWorld: ExplorableWorld {
             fail("the section was released with #\(expected) waiting: a stall")
         }
         commands[index].phase = .releasePerform(next: release.next, free: release.freeValue)
+    }
+
+    /// Under a bounded-overtaking policy a grant may skip the priority order only for the oldest
+    /// waiting command, and only once enough commands arrived after it that it may have been
+    /// overtaken `maxOvertakes` times.
+    private func isPromotion(_ next: Int) -> Bool {
+        guard let limit = scenario.maxOvertakes else { return false }
+        let queued = commands.indices.filter { commands[$0].isQueued }
+        guard let oldest = queued.min(by: { commands[$0].arrival! < commands[$1].arrival! }), oldest == next else {
+            return false
+        }
+        return arrivals - 1 - commands[oldest].arrival! >= limit
+    }
+
+    /// `next` is granted: every command still waiting that arrived before it was overtaken once
+    /// more, which the bound never allows past `maxOvertakes`.
+    private mutating func countOvertakes(by next: Int) {
+        guard let limit = scenario.maxOvertakes else { return }
+        for index in commands.indices where index != next && commands[index].isQueued {
+            guard commands[index].arrival! < commands[next].arrival! else { continue }
+            commands[index].overtakes += 1
+            if commands[index].overtakes > limit {
+                fail("#\(index) was overtaken \(commands[index].overtakes) times, past the bound of \(limit)")
+            }
+        }
     }
 
     /// What a release's `start()` does for the command granted next.
@@ -937,6 +968,7 @@ struct EngineWorld: ExplorableWorld {
         hasher.combine(machine.isClosed)
         hasher.combine(machine.isValueFreed)
         hasher.combine(machine.droppedCompletions)
+        hasher.combine(machine.oldestOvertakes)
         for entry in machine.waitingInOrder() { hasher.combine(entry.waiter) }
         for ticket in tickets { hasher.combine(ticket.flatMap { machine.summary(of: $0) }) }
         hasher.combine(machine.trackedHolder.flatMap { holder in tickets.firstIndex { $0 == holder } })
