@@ -42,6 +42,11 @@ struct Comparison: Sendable {
         Comparison(library: "CommandQueue.perform", baseline: "Task create+await", target: .ratioAtMost(1.5)),
         Comparison(library: "pending 100k drain", baseline: "pending 1k drain", target: .ratioAtMost(3)),
         Comparison(library: "memory per pending command", baseline: nil, target: .valueAtMost(128)),
+        // The urgent waiter's latency behind a starved holder (ms): a priority-inheriting futex is
+        // the floor; a plain mutex shows what happens without inheritance.
+        Comparison(library: "priority inversion: wait", baseline: "priority inversion: Mutex", target: .ratioAtMost(2)),
+        Comparison(library: "priority inversion: wait", baseline: nil, target: .valueAtMost(200)),
+        Comparison(library: "priority inversion: wait", baseline: "priority inversion: NSLock", target: nil),
     ]
 
     /// The scenarios to run for `filter`: those whose name contains it, plus the baseline of every
@@ -90,7 +95,8 @@ struct ComparisonResult {
         case .none: return "-"
         case .ratioAtMost(let limit): return "≤ \(Format.ratio(limit))"
         case .valueAtMost(let limit):
-            return "≤ \(Format.number(limit))" + (library.unit == .bytes ? " B" : " ns")
+            return "≤ \(Format.number(limit))"
+                + (library.unit == .bytes ? " B" : library.unit == .milliseconds ? " ms" : " ns")
         }
     }
 

@@ -95,6 +95,8 @@ struct Scenario {
     enum Unit: String {
         case nanoseconds = "ns/op"
         case bytes = "bytes/command"
+        /// A latency per sample, in milliseconds (the priority-inversion rows).
+        case milliseconds = "ms"
     }
 
     let name: String
@@ -133,6 +135,7 @@ struct ScenarioResult {
     var maximum: Double { values.max() ?? 0 }
     var operationsPerSecond: Double {
         if unit == .bytes { return extras["drainOpsPerSecond"] ?? 0 }
+        if unit == .milliseconds { return 0 }
         return median > 0 ? 1e9 / median : 0
     }
 }

@@ -38,7 +38,11 @@ enum Format {
     }
 
     static func value(_ result: ScenarioResult) -> String {
-        result.unit == .bytes ? "\(number(result.median)) B" : number(result.median)
+        switch result.unit {
+        case .bytes: return "\(number(result.median)) B"
+        case .milliseconds: return "\(number(result.median)) ms"
+        case .nanoseconds: return number(result.median)
+        }
     }
 
     static func spread(_ result: ScenarioResult) -> String {
@@ -69,7 +73,7 @@ enum Report {
             [
                 result.name,
                 Format.value(result),
-                result.unit == .bytes ? "-" : Format.rate(result.operationsPerSecond),
+                result.unit == .nanoseconds ? Format.rate(result.operationsPerSecond) : "-",
                 Format.spread(result),
                 "\(result.values.count) × \(Format.grouped(Double(result.operationsPerSample)))",
             ]
@@ -362,7 +366,7 @@ enum Report {
         for row in absolute {
             let text =
                 "\(row.library.name): \(Format.value(row.library))"
-                + (row.library.unit == .bytes ? " per command " : " ns/op ")
+                + (row.library.unit == .bytes ? " per command " : row.library.unit == .milliseconds ? " " : " ns/op ")
                 + "(target \(row.targetText), \(row.resultText))"
             svg.append("<text x=\"12\" y=\"\(n(lineY))\">\(escape(text))</text>")
             lineY += 22

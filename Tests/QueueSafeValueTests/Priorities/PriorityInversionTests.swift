@@ -151,8 +151,9 @@
             holding.wait()
             // The urgent waiter: real-time priority 20, waits for its cue.
             Thread {
-                _ = qsvrt_pin_to_cpu(0)
+                // Real-time first, then onto the holder's processor: it preempts the holder at once.
                 _ = qsvrt_set_realtime(20)
+                _ = qsvrt_pin_to_cpu(0)
                 urgentReady.signal()
                 goUrgent.wait()
                 let start = qsvrt_now()
@@ -169,8 +170,8 @@
             // The spinner: real-time priority 10, between the two; it cues the urgent waiter, which
             // preempts it at once, then spins until the waiter is done (at most 1.5 s).
             Thread {
-                _ = qsvrt_pin_to_cpu(0)
                 _ = qsvrt_set_realtime(10)
+                _ = qsvrt_pin_to_cpu(0)
                 goUrgent.signal()
                 let end = qsvrt_now() + 1.5
                 while qsvrt_now() < end && !stop.value {}
