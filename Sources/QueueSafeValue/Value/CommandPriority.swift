@@ -4,7 +4,11 @@
 /// before a lower one, and commands of equal priority run first-come-first-served.
 ///
 /// Priority decides only the order of *waiting* commands. A running command is never preempted,
-/// whatever arrives after it.
+/// whatever arrives after it. It is not the priority a thread or task runs at: that decides who gets
+/// the processor, and the command holding the value inherits the highest of its waiters' (see
+/// <doc:GettingStarted>). Under the default ``CommandFairness/strictPriority`` a steady stream of
+/// higher-priority commands can starve a lower-priority one; ``CommandFairness/bounded(maxOvertakes:)``
+/// bounds that wait.
 ///
 /// Five named levels cover most needs; any `UInt8` is a valid priority (`0` lowest, `255` highest).
 ///
