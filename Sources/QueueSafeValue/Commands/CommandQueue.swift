@@ -312,7 +312,7 @@ public final class CommandQueue: Sendable {
         // once, which the compiler cannot see through the closure that captures it.
         nonisolated(unsafe) let operation = operation
         let placement = place(priority: priority, policy: policy, awaiters: awaiters)
-        let task = Task<T, any Error> {
+        let task = Self.makeTask {
             try await Self.takeTurn(placement, deadline: deadline, isolation: isolation) { try await operation() }
         }
         engine.attach(task, to: placement.waiter)
@@ -333,11 +333,28 @@ public final class CommandQueue: Sendable {
         // it, once, which the compiler cannot see through the closure that captures it.
         nonisolated(unsafe) let body = body
         let placement = place(priority: priority, policy: policy, awaiters: awaiters)
-        let task = Task<T, any Error> {
+        let task = Self.makeTask {
             try await Self.takeTurn(placement, deadline: nil, isolation: isolation, body)
         }
         engine.attach(task, to: placement.waiter)
         return task
+    }
+
+    /// The task that runs an operation. (In debug builds, on a thread of the test suite's controlled
+    /// scheduler, the task prefers that scheduler as its executor, so the scheduler runs it too; see
+    /// `SyncPoints`.)
+    @inlinable
+    static func makeTask<T: Sendable>(
+        _ operation: sending @escaping () async throws -> T
+    ) -> Task<T, any Error> {
+        #if DEBUG
+            if #available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *),
+                let executor = SyncPoints.controlledTaskExecutor()
+            {
+                return Task(executorPreference: executor, operation: operation)
+            }
+        #endif
+        return Task(operation: operation)
     }
 
     /// The body of an operation's task, on `isolation` throughout: waits for the turn (unless it was

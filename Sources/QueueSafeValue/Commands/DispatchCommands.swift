@@ -80,7 +80,7 @@ public struct DispatchCommands<Value> {
 
     private func reportMissingClosure(_ completion: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)?) {
         guard let completion else { return }
-        queue.async { completion(.failure(.commandClosureDeallocated)) }
+        SyncPoints.async(queue) { completion(.failure(.commandClosureDeallocated)) }
     }
 
     /// Runs `commandClosure` on the queue with the value, as the critical section: no other command

@@ -212,7 +212,7 @@ class CommandEngine: @unchecked Sendable {
             let raw = pendingDispatch.loadAcquire()
             if raw == Self.dispatchStarted { return nil }
             if raw == 0 {
-                sched_yield()  // granted on the idle path, publishing itself
+                SyncPoints.yield()  // granted on the idle path, publishing itself
                 continue
             }
             guard pendingDispatch.compareExchange(expected: raw, desired: Self.dispatchStarted),
@@ -549,7 +549,7 @@ class CommandEngine: @unchecked Sendable {
                 await withTaskPriorityEscalationHandler {
                     await suspendForTurn(waiter, nodes: nodes, deadline: deadline, timer: timer, isolation: isolation)
                 } onPriorityEscalated: { [self] _, escalated in
-                    inheritUrgency(ticket, .ofTask(escalated))
+                    SyncPoints.insideRuntimeLock { inheritUrgency(ticket, .ofTask(escalated)) }
                 }
             } else {
                 await suspendForTurn(waiter, nodes: nodes, deadline: deadline, timer: timer, isolation: isolation)
@@ -557,8 +557,10 @@ class CommandEngine: @unchecked Sendable {
         } onCancel: {
             // No longer a waiter for deadlock detection, then out of the queue; the continuation
             // was stored before `leave` (both under the lock), if the task suspended at all.
-            DeadlockDetector.shared.unregister(nodes)
-            leave(ticket).map { ($0 as? AwaitingWaiter)?.continuation?.resumeFromAnotherThread() }
+            SyncPoints.insideRuntimeLock {
+                DeadlockDetector.shared.unregister(nodes)
+                leave(ticket).map { ($0 as? AwaitingWaiter)?.continuation?.resumeFromAnotherThread() }
+            }
         }
         timer?.cancel()
         DeadlockDetector.shared.unregister(nodes)
@@ -595,7 +597,7 @@ class CommandEngine: @unchecked Sendable {
                     if deadline <= .now() {
                         timer.perform()
                     } else {
-                        DispatchQueue.global().asyncAfter(deadline: deadline, execute: timer)
+                        SyncPoints.asyncAfter(deadline, timer)
                     }
                 }
                 return

@@ -88,6 +88,7 @@ extension CommandEngine {
             }
         }
         if task != 0 && urgency.task > 0 {
+            SyncPoints.willTouchTask()  // the runtime takes the task's lock, as a resume does
             qsv_escalate_task(UnsafeMutableRawPointer(bitPattern: task), Int(urgency.task))
         }
     }

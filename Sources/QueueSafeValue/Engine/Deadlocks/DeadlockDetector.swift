@@ -31,7 +31,9 @@ final class DeadlockDetector: @unchecked Sendable {
     typealias Graph = WaitForGraph<EngineHandle>
     typealias Node = Graph.Node
 
-    static let shared = DeadlockDetector()
+    /// The process's detector (a controlled scheduler's threads use their world's own).
+    static var shared: DeadlockDetector { SyncPoints.detectorOverride ?? process }
+    private static let process = DeadlockDetector()
 
     /// What the lock guards: the graph, and the parked waiters that do not know which queue they
     /// run on (see ``tagQueue(_:)``).

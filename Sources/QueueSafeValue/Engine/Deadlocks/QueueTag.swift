@@ -37,10 +37,10 @@ struct QueueTag: Sendable, Hashable {
     /// The identity of `queue`, tagging it if it carries no tag yet.
     /// - Complexity: about 25 ns to read the tag; tagging happens once per queue, under a lock,
     ///   and wakes the parked waiters that do not know their queue.
-    static func identity(of queue: DispatchQueue) -> Int {
+    static func identity(of queue: DispatchQueue, in detector: DeadlockDetector = .shared) -> Int {
         if let tag = queue.getSpecific(key: key) { return tag.id }
         // Serialized, so that two threads tagging one queue at once agree on its identity.
-        return DeadlockDetector.shared.tagQueue(label: queue.label) { newID in
+        return detector.tagQueue(label: queue.label) { newID in
             // Another thread may have tagged it since the read above.
             if let tag = queue.getSpecific(key: key) { return tag.id }
             queue.setSpecific(key: key, value: QueueTag(id: newID, label: queue.label))
@@ -50,7 +50,8 @@ struct QueueTag: Sendable, Hashable {
 
     /// The innermost tagged queue the caller runs on, if any.
     static var current: QueueTag? {
-        DispatchQueue.getSpecific(key: key)
+        if let virtual = SyncPoints.queueOverride { return virtual }
+        return DispatchQueue.getSpecific(key: key)
     }
 
     /// The identities of the queues the caller runs on, as far as they can be known: the main
@@ -59,7 +60,7 @@ struct QueueTag: Sendable, Hashable {
     /// run on a queue nothing has tagged yet.
     static var currentIdentities: (identities: [Int], innermostKnown: Bool) {
         var identities: [Int] = []
-        if qsv_is_main_thread() != 0 { identities.append(mainQueue) }
+        if qsv_is_main_thread() != 0 && SyncPoints.queueOverride == nil { identities.append(mainQueue) }
         guard let current else { return (identities, false) }
         if current.id != mainQueue || identities.isEmpty { identities.append(current.id) }
         return (identities, true)
@@ -68,6 +69,7 @@ struct QueueTag: Sendable, Hashable {
     /// The label of the queue the caller runs on, tagged or not; `nil` outside any queue's block,
     /// and on Dispatch's own global queues (whose label a plain thread reports too).
     static var currentLabel: String? {
+        if let virtual = SyncPoints.queueOverride { return virtual?.label }
         #if canImport(Darwin)
             let raw: UnsafePointer<CChar>? = __dispatch_queue_get_label(nil)
         #else

@@ -49,24 +49,45 @@ struct AtomicWord: @unchecked Sendable {
         self.index = index
     }
 
-    @inlinable @inline(__always) func loadAcquire() -> Int { qsv_atomic_load_acquire(words.address(index)) }
-    @inlinable @inline(__always) func loadRelaxed() -> Int { qsv_atomic_load_relaxed(words.address(index)) }
+    // Each operation is a sync point (see `SyncPoints`): nothing in release builds.
+
+    @inlinable @inline(__always) func loadAcquire() -> Int {
+        SyncPoints.atomic()
+        return qsv_atomic_load_acquire(words.address(index))
+    }
+    @inlinable @inline(__always) func loadRelaxed() -> Int {
+        SyncPoints.atomic()
+        return qsv_atomic_load_relaxed(words.address(index))
+    }
     @inlinable @inline(__always) func storeRelease(_ value: Int) {
+        SyncPoints.atomic()
         qsv_atomic_store_release(words.address(index), value)
     }
     @inlinable @inline(__always) func storeRelaxed(_ value: Int) {
+        SyncPoints.atomic()
         qsv_atomic_store_relaxed(words.address(index), value)
     }
-    @inlinable @inline(__always) func exchange(_ value: Int) -> Int { qsv_atomic_exchange(words.address(index), value) }
-    @inlinable @inline(__always) func fetchAdd(_ delta: Int) -> Int {
-        qsv_atomic_fetch_add(words.address(index), delta)
+    @inlinable @inline(__always) func exchange(_ value: Int) -> Int {
+        SyncPoints.atomic()
+        return qsv_atomic_exchange(words.address(index), value)
     }
-    @inlinable @inline(__always) func fetchOr(_ bits: Int) -> Int { qsv_atomic_fetch_or(words.address(index), bits) }
-    @inlinable @inline(__always) func fetchAnd(_ bits: Int) -> Int { qsv_atomic_fetch_and(words.address(index), bits) }
+    @inlinable @inline(__always) func fetchAdd(_ delta: Int) -> Int {
+        SyncPoints.atomic()
+        return qsv_atomic_fetch_add(words.address(index), delta)
+    }
+    @inlinable @inline(__always) func fetchOr(_ bits: Int) -> Int {
+        SyncPoints.atomic()
+        return qsv_atomic_fetch_or(words.address(index), bits)
+    }
+    @inlinable @inline(__always) func fetchAnd(_ bits: Int) -> Int {
+        SyncPoints.atomic()
+        return qsv_atomic_fetch_and(words.address(index), bits)
+    }
 
     /// Stores `desired` if the word holds `expected`; returns whether it did.
     @inlinable @inline(__always) func compareExchange(expected: Int, desired: Int) -> Bool {
-        qsv_atomic_compare_exchange(words.address(index), expected, desired) != 0
+        SyncPoints.atomic()
+        return qsv_atomic_compare_exchange(words.address(index), expected, desired) != 0
     }
 }
 

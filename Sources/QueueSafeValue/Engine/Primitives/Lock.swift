@@ -59,8 +59,8 @@ final class LockedState<State>: ManagedBuffer<State, PlatformMutex> {
     @inline(__always)
     func withLock<R>(_ body: (inout State) throws -> R) rethrows -> R {
         try withUnsafeMutablePointers { state, mutex in
-            Self.lock(mutex)
-            defer { Self.unlock(mutex) }
+            lock(mutex)
+            defer { unlock(mutex) }
             return try body(&state.pointee)
         }
     }
@@ -69,10 +69,28 @@ final class LockedState<State>: ManagedBuffer<State, PlatformMutex> {
     @inline(__always)
     func withLockHeld<R>(_ body: () throws -> R) rethrows -> R {
         try withUnsafeMutablePointerToElements { mutex in
-            Self.lock(mutex)
-            defer { Self.unlock(mutex) }
+            lock(mutex)
+            defer { unlock(mutex) }
             return try body()
         }
+    }
+
+    /// Takes the mutex; under a controlled scheduler, only once the scheduler lets this thread
+    /// have it (see `SyncPoints`).
+    @inline(__always)
+    private func lock(_ mutex: UnsafeMutablePointer<PlatformMutex>) {
+        #if DEBUG
+            SyncPoints.scheduler?.willLock(ObjectIdentifier(self))
+        #endif
+        Self.lock(mutex)
+    }
+
+    @inline(__always)
+    private func unlock(_ mutex: UnsafeMutablePointer<PlatformMutex>) {
+        Self.unlock(mutex)
+        #if DEBUG
+            SyncPoints.scheduler?.didUnlock(ObjectIdentifier(self))
+        #endif
     }
 
     @inline(__always)

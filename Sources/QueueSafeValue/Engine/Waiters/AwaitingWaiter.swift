@@ -89,6 +89,7 @@ extension CheckedContinuation where T: Sendable, E == any Error {
 /// `UnsafeContinuation.resumeFromAnotherThread()`.
 @inline(__always)
 private func ignoringSanitizerAccesses(_ body: () -> Void) {
+    SyncPoints.willResume()
     qsv_sanitizer_ignore_accesses_begin()
     body()
     qsv_sanitizer_ignore_accesses_end()

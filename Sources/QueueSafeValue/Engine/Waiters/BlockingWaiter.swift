@@ -46,7 +46,7 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     static let yieldEvery = 16
 
     private let word = AtomicWord(0)
-    private let semaphore = DispatchSemaphore(value: 0)
+    private let parker = Parker()
     /// The thread this waiter belongs to (each thread has its own).
     private let thread = currentThreadID()
     /// A granted dispatch command to run on this thread: written by the granting thread under the
@@ -91,7 +91,7 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
         while !word.compareExchange(expected: current, desired: (current | bit) & ~Self.parked) {
             current = word.loadAcquire()
         }
-        if current & Self.parked != 0 { semaphore.signal() }
+        if current & Self.parked != 0 { parker.unpark() }
     }
 
     /// Blocks until the engine grants this waiter, or until `deadline`; meanwhile runs the dispatch
@@ -106,15 +106,15 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
         ticket: CommandEngine.Ticket,
         deadline: DispatchTime?
     ) -> QueueSafeValueError? {
-        for round in 1...Self.spinLimit {
+        for round in 1...SyncPoints.spinLimit(Self.spinLimit) {
             let current = word.loadAcquire()
             if current & Self.granted != 0 { return nil }
             if current & Self.jobBit != 0 { runJob() }
             if round % Self.yieldEvery == 0 {
                 // The holder may be waiting for this CPU: let it run rather than burn the slice.
-                sched_yield()
+                SyncPoints.yield()
             } else {
-                cpuRelax()
+                SyncPoints.relax()
             }
         }
         return park(engine: engine, ticket: ticket, deadline: deadline)
@@ -181,14 +181,14 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
             }
             guard word.compareExchange(expected: current, desired: current | Self.parked) else { continue }
             guard let deadline else {
-                semaphore.wait()
+                parker.park()
                 continue
             }
-            if semaphore.wait(timeout: deadline) == .success { continue }
+            if parker.park(until: deadline) { continue }
             // The deadline passed. Unless a grant or a job cleared `parked` (its signal is on its
             // way: consume it), the command gives up.
             guard word.compareExchange(expected: Self.parked, desired: 0) else {
-                semaphore.wait()
+                parker.park()
                 continue
             }
             return .deadlinePassed
@@ -217,14 +217,14 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     /// nothing else will run it: this thread runs it before it reports why it gave up.
     private func runJobHandedBeforeLeaving() {
         guard job != nil else { return }
-        while word.loadAcquire() & Self.jobBit == 0 { sched_yield() }
+        while word.loadAcquire() & Self.jobBit == 0 { SyncPoints.yield() }
         runJob()
     }
 
     /// The machine granted this waiter; its start() is on its way (briefly: the granting thread is
     /// between unlocking and starting it).
     private func awaitGrantWithoutParking() {
-        while word.loadAcquire() & Self.granted == 0 { sched_yield() }
+        while word.loadAcquire() & Self.granted == 0 { SyncPoints.yield() }
     }
 
     /// Runs the dispatch command handed to this thread, with a waiter of its own for its own waits.
@@ -254,11 +254,11 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
 
     /// Blocks the holder's thread until ``finishManualCompletion()``.
     func waitForManualCompletion() {
-        semaphore.wait()
+        parker.park()
     }
 
     override func finishManualCompletion() {
-        semaphore.signal()
+        parker.unpark()
     }
 }
 

@@ -63,7 +63,7 @@ final class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
         do {
             if try storage.enqueueDispatched(command, priority: priority) { command.publishAndStart() }
         } catch {
-            queue.async { command.deliverFailure(error) }
+            SyncPoints.async(queue) { command.deliverFailure(error) }
         }
     }
 
@@ -82,7 +82,7 @@ final class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
     /// blocking waiter that runs on `queue` may take it over (see
     /// ``CommandEngine/publishPendingDispatch(_:)``).
     override func start() {
-        queue.async {
+        SyncPoints.async(queue) {
             guard self.storage.claimPendingDispatch(self) else { return }  // taken over
             self.runBatch()
         }
@@ -95,7 +95,7 @@ final class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
         next?.start()
         if let delivery {
             let box = UncheckedSendable(delivery)
-            queue.async { box.value() }
+            SyncPoints.async(queue) { box.value() }
         }
     }
 
@@ -198,7 +198,7 @@ final class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
         next?.start()
         if let delivery {
             let box = UncheckedSendable(delivery)
-            queue.async { box.value() }
+            SyncPoints.async(queue) { box.value() }
         }
     }
 

@@ -1,0 +1,253 @@
+import Dispatch
+import QueueSafeValueShims
+
+#if canImport(Darwin)
+    import Darwin
+#elseif canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#endif
+
+// MARK: - SyncPoints
+
+/// The seam between the engine's storage and the threads that run it: every point where what one
+/// thread does can change what another does next — an atomic operation on a shared word, taking or
+/// giving up a lock, parking and waking a thread, a busy-wait, `queue.async`, resuming a task.
+///
+/// In release builds each of these is the plain primitive, inlined: the seam costs nothing. In debug
+/// builds a thread that a *controlled scheduler* runs (the test suite's, see
+/// `Tests/…/Checker/ControlledScheduler.swift`) hands each point to it, and the scheduler decides
+/// which thread goes next: that is how the test suite explores the interleavings of the real
+/// storage, not of a copy of it. Every other thread (of the app, of the other tests) finds no
+/// scheduler and goes straight to the primitive.
+@usableFromInline
+enum SyncPoints {
+    #if DEBUG
+        /// The scheduler that runs the calling thread, if any.
+        static var scheduler: (any ControlledScheduler)? {
+            guard let raw = pthread_getspecific(schedulerKey) else { return nil }
+            return (Unmanaged<AnyObject>.fromOpaque(raw).takeUnretainedValue() as! any ControlledScheduler)
+        }
+
+        /// Makes `scheduler` the scheduler of the calling thread (`nil`: none), for the scheduler's own
+        /// threads. The scheduler must outlive the thread's use of it.
+        static func install(_ scheduler: (any ControlledScheduler)?) {
+            let raw = scheduler.map { Unmanaged.passUnretained($0 as AnyObject).toOpaque() }
+            let status = pthread_setspecific(schedulerKey, raw)
+            precondition(status == 0, "pthread_setspecific failed: \(status)")
+        }
+    #endif
+
+    /// Before an atomic operation on a word another thread may touch.
+    @inlinable
+    @inline(__always)
+    static func atomic() {
+        #if DEBUG
+            atomicPoint()
+        #endif
+    }
+
+    #if DEBUG
+        @usableFromInline
+        static func atomicPoint() {
+            scheduler?.atomicPoint()
+        }
+
+        /// The calling thread's controlled scheduler, as the executor the tasks it starts prefer.
+        @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
+        @usableFromInline
+        static func controlledTaskExecutor() -> (any TaskExecutor)? {
+            scheduler as? any TaskExecutor
+        }
+    #endif
+
+    /// One turn of a busy-wait that gives the processor away (`sched_yield`): under a controlled
+    /// scheduler, the thread waits until another thread has taken a step.
+    static func yield() {
+        #if DEBUG
+            if let scheduler {
+                scheduler.spin()
+                return
+            }
+        #endif
+        sched_yield()
+    }
+
+    /// One turn of a bounded busy-wait on the processor (a pause hint): under a controlled
+    /// scheduler, a plain sync point (the loop ends on its own).
+    @inline(__always)
+    static func relax() {
+        #if DEBUG
+            if let scheduler {
+                scheduler.atomicPoint()
+                return
+            }
+        #endif
+        cpuRelax()
+    }
+
+    /// How many times a waiter polls before it parks: `polls`, or a couple under a controlled
+    /// scheduler (each poll is a step to explore, and a parked waiter's path is the one to cover).
+    static func spinLimit(_ polls: Int) -> Int {
+        #if DEBUG
+            if scheduler != nil { return 2 }
+        #endif
+        return polls
+    }
+
+    /// `queue.async(execute: block)`.
+    static func async(_ queue: DispatchQueue, _ block: @escaping @Sendable () -> Void) {
+        #if DEBUG
+            if let scheduler {
+                scheduler.async(on: queue, block)
+                return
+            }
+        #endif
+        queue.async(execute: block)
+    }
+
+    /// Runs `item` at `deadline` on a global queue, unless it was cancelled first.
+    static func asyncAfter(_ deadline: DispatchTime, _ item: DispatchWorkItem) {
+        #if DEBUG
+            if let scheduler {
+                scheduler.asyncAfter(deadline, item)
+                return
+            }
+        #endif
+        DispatchQueue.global().asyncAfter(deadline: deadline, execute: item)
+    }
+
+    /// A task's continuation is about to be resumed from this thread (or the task escalated).
+    @inline(__always)
+    static func willResume() {
+        #if DEBUG
+            scheduler?.willResume()
+        #endif
+    }
+
+    /// The calling thread is about to escalate a task (under the boost lock, which serializes it
+    /// with the end of the hold: see `PriorityInheritance.swift`).
+    @inline(__always)
+    static func willTouchTask() {
+        #if DEBUG
+            scheduler?.willTouchTask()
+        #endif
+    }
+
+    /// Runs `body`, code that the concurrency runtime calls while it holds a lock of its own (a
+    /// cancellation or escalation handler): under a controlled scheduler, no task may be started
+    /// meanwhile (it could block on that lock, outside the scheduler's sight).
+    @inline(__always)
+    static func insideRuntimeLock<R>(_ body: () -> R) -> R {
+        #if DEBUG
+            if let scheduler {
+                scheduler.enterRuntimeLock()
+                defer { scheduler.leaveRuntimeLock() }
+                return body()
+            }
+        #endif
+        return body()
+    }
+
+    /// The queues the calling thread runs on (see ``QueueTag/currentIdentities``): under a
+    /// controlled scheduler, the virtual queue whose block it runs.
+    static var queueOverride: QueueTag?? {
+        #if DEBUG
+            if let scheduler { return .some(scheduler.currentQueue) }
+        #endif
+        return nil
+    }
+
+    /// The deadlock detector of the calling thread: the process's, or a controlled scheduler's own.
+    static var detectorOverride: DeadlockDetector? {
+        #if DEBUG
+            if let scheduler { return scheduler.detector }
+        #endif
+        return nil
+    }
+}
+
+#if DEBUG
+    /// A scheduler that runs some threads one at a time and decides, at every sync point, which of
+    /// them goes next (the test suite's checker). Every call comes from one of its own threads.
+    protocol ControlledScheduler: AnyObject {
+        /// Before an atomic operation on a shared word.
+        func atomicPoint()
+        /// Before taking `lock`: returns once the calling thread may take it without blocking.
+        func willLock(_ lock: ObjectIdentifier)
+        /// After giving up `lock`.
+        func didUnlock(_ lock: ObjectIdentifier)
+        /// Parks the calling thread on `parker` until a `unpark` (returns `true`) or, if `timed`,
+        /// until the scheduler lets its deadline pass (returns `false`).
+        func park(_ parker: ObjectIdentifier, timed: Bool) -> Bool
+        /// Wakes a thread parked on `parker`, or lets the next park on it return at once.
+        func unpark(_ parker: ObjectIdentifier)
+        /// A busy-wait turn.
+        func spin()
+        /// `queue.async(execute: block)`.
+        func async(on queue: DispatchQueue, _ block: @escaping @Sendable () -> Void)
+        /// A timer for `item`, which fires when the scheduler decides its deadline passed.
+        func asyncAfter(_ deadline: DispatchTime, _ item: DispatchWorkItem)
+        /// A task's continuation is about to be resumed.
+        func willResume()
+        /// A task is about to be escalated (the runtime takes the task's lock).
+        func willTouchTask()
+        /// The calling thread runs code the concurrency runtime called under a lock of its own.
+        func enterRuntimeLock()
+        func leaveRuntimeLock()
+        /// The virtual queue whose block the calling thread runs, if any.
+        var currentQueue: QueueTag? { get }
+        /// The deadlock detector of the scheduler's world.
+        var detector: DeadlockDetector { get }
+    }
+
+    /// The thread-specific slot for ``SyncPoints/scheduler`` (unretained).
+    private let schedulerKey: pthread_key_t = {
+        var key = pthread_key_t()
+        let status = pthread_key_create(&key, nil)
+        precondition(status == 0, "pthread_key_create failed: \(status)")
+        return key
+    }()
+#endif
+
+// MARK: - Parker
+
+/// Where a thread parks until another wakes it: a semaphore, behind the seam (see ``SyncPoints``).
+/// A wake before the park is kept: the park then returns at once.
+// @unchecked Sendable: the semaphore is thread-safe
+final class Parker: @unchecked Sendable {
+    private let semaphore = DispatchSemaphore(value: 0)
+
+    init() {}
+
+    /// Parks until woken.
+    func park() {
+        #if DEBUG
+            if let scheduler = SyncPoints.scheduler {
+                _ = scheduler.park(ObjectIdentifier(self), timed: false)
+                return
+            }
+        #endif
+        semaphore.wait()
+    }
+
+    /// Parks until woken (`true`) or until `deadline` (`false`).
+    func park(until deadline: DispatchTime) -> Bool {
+        #if DEBUG
+            if let scheduler = SyncPoints.scheduler { return scheduler.park(ObjectIdentifier(self), timed: true) }
+        #endif
+        return semaphore.wait(timeout: deadline) == .success
+    }
+
+    /// Wakes the parked thread, or lets its next park return at once.
+    func unpark() {
+        #if DEBUG
+            if let scheduler = SyncPoints.scheduler {
+                scheduler.unpark(ObjectIdentifier(self))
+                return
+            }
+        #endif
+        semaphore.signal()
+    }
+}

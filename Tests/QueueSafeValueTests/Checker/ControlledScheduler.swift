@@ -1,0 +1,526 @@
+import Dispatch
+import Foundation
+
+@testable import QueueSafeValue
+
+// The controlled scheduler: it runs the real storage (CommandEngine, the waiters, the state word,
+// the locks, the parkers, dispatch and task resumption) on threads of its own, one at a time, and
+// decides at every sync point (see `SyncPoints`) which thread goes next. A *run* executes one
+// schedule from start to end; `ScheduleExplorer` enumerates the schedules, with a bound on
+// preemptions, and replays each one from scratch (stateless model checking, as CHESS and loom do).
+//
+// What a thread may be: a program of the scenario, a virtual serial queue running its blocks in
+// order, a task job (every `Task` of a scenario prefers this scheduler as its executor), or a
+// timer (`asyncAfter`), which may fire at any point (time passes whenever the scheduler says so).
+//
+// It checks, besides what the scenario checks: no action (a wake, a resume, a dispatch) performed
+// while the thread holds a lock of the storage; no thread woken twice for one park, and no wake
+// left over at the end (each park is woken exactly once); no run ending with a thread stuck (a
+// lost wake-up or a hang); no run longer than its step limit (a livelock).
+
+/// One schedule's verdict.
+struct RunOutcome {
+    var violation: String?
+    var steps = 0
+}
+
+/// A decision the scheduler took where more than one thread could go on.
+struct Decision {
+    /// The options, in a deterministic order: `(thread index, times out)`. The running thread's own
+    /// option comes first when it can go on (`continues`): choosing another is a preemption.
+    var options: [(thread: Int, timeout: Bool)]
+    var chosen: Int
+    var continues: Bool
+
+    /// Whether choosing `option` takes the processor from a thread that could go on.
+    func isPreemption(_ option: Int) -> Bool { continues && option != 0 }
+}
+
+final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Sendable {  // @unchecked Sendable: `lock`
+    // MARK: Threads
+
+    enum ThreadState {
+        case runnable
+        case blockedOnLock(ObjectIdentifier)
+        case parked(ObjectIdentifier, timed: Bool)
+        /// Busy-waiting: may go on once any other thread took a step after `step`.
+        case spinning(since: Int)
+        /// About to touch a task (resume it, escalate it): may go on once no thread runs inside a
+        /// lock of the concurrency runtime, which that could wait for outside the world.
+        case waitingForRuntime
+        case finished
+    }
+
+    // @unchecked Sendable: its state is touched under the world's lock, its baton is a semaphore
+    final class VirtualThread: @unchecked Sendable {
+        let index: Int
+        let name: String
+        let baton = DispatchSemaphore(value: 0)
+        var state = ThreadState.runnable
+        /// What its last park returned (set by whoever ended the park).
+        var parkResult = true
+        /// The virtual queue whose blocks it runs, if any.
+        var queue: QueueTag?
+        /// It runs a task's job.
+        var isTask = false
+        /// It runs code the concurrency runtime called under a lock of its own.
+        var insideRuntimeLock = 0
+        var heldLocks: Set<ObjectIdentifier> = []
+
+        init(index: Int, name: String) {
+            self.index = index
+            self.name = name
+        }
+    }
+
+    private let lock = NSLock()
+    private var threads: [VirtualThread] = []
+    private var running: VirtualThread?
+    private var lockOwners: [ObjectIdentifier: Int] = [:]
+    private var permits: [ObjectIdentifier: Int] = [:]
+    private var queues: [ObjectIdentifier: (fifo: [@Sendable () -> Void], hasWorker: Bool)] = [:]
+    private var step = 0
+    private let stepLimit: Int
+    private let ended = DispatchSemaphore(value: 0)
+    private var isOver = false
+
+    // MARK: The schedule
+
+    /// The choices to replay, then the default (go on with the running thread).
+    private let prefix: [Int]
+    private(set) var decisions: [Decision] = []
+    private(set) var outcome = RunOutcome()
+    /// Checked at every step where no thread holds a lock (the storage is between transitions).
+    var quiescentCheck: (() -> String?)?
+
+    /// The deadlock detector of this world (its tags, watchers and wait-for graph).
+    let detector = DeadlockDetector()
+
+    init(replaying prefix: [Int], stepLimit: Int = 20_000) {
+        self.prefix = prefix
+        self.stepLimit = stepLimit
+    }
+
+    // MARK: Running
+
+    /// Starts a thread of the world running `body` (it waits for its first turn).
+    @discardableResult
+    func spawn(
+        _ name: String, queue: QueueTag? = nil, isTask: Bool = false, _ body: @escaping @Sendable () -> Void
+    ) -> VirtualThread {
+        let thread = lock.withLock { () -> VirtualThread in
+            let thread = VirtualThread(index: threads.count, name: name)
+            thread.queue = queue
+            thread.isTask = isTask
+            threads.append(thread)
+            return thread
+        }
+        let os = Thread { [self] in
+            thread.baton.wait()
+            SyncPoints.install(self)
+            if !isOverLocked { body() }
+            SyncPoints.install(nil)
+            finish(thread)
+        }
+        os.stackSize = 1 << 20
+        os.start()
+        return thread
+    }
+
+    private var isOverLocked: Bool { lock.withLock { isOver } }
+
+    /// Runs the world from its threads' first turn until every thread has ended (or a violation);
+    /// returns the verdict. Call from a thread of no world, after spawning the first threads.
+    func run(timeout: TimeInterval = 60) -> RunOutcome {
+        let first = lock.withLock { () -> VirtualThread? in
+            chooseNext(current: nil)
+        }
+        guard let first else { return outcome }
+        first.baton.signal()
+        if ended.wait(timeout: .now() + timeout) == .timedOut {
+            lock.withLock {
+                let states = threads.map { "\($0.name): \($0.state)" }.joined(separator: ", ")
+                fail(
+                    "the run did not end within \(timeout) s: \(running?.name ?? "no thread") had the turn and "
+                        + "never gave it back (it blocked outside the world). Threads: \(states)")
+                isOver = true
+            }
+        }
+        return lock.withLock { outcome }
+    }
+
+    /// Under `lock`: picks the thread to run next and records the decision, or ends the run.
+    private func chooseNext(current: VirtualThread?) -> VirtualThread? {
+        guard !isOver else { return nil }
+        var options: [(thread: Int, timeout: Bool)] = []
+        for thread in threads {
+            switch thread.state {
+            case .runnable: options.append((thread.index, false))
+            case .blockedOnLock(let id): if lockOwners[id] == nil { options.append((thread.index, false)) }
+            case .parked(_, let timed): if timed { options.append((thread.index, true)) }
+            case .spinning(let since): if step > since + 1 { options.append((thread.index, false)) }
+            case .waitingForRuntime:
+                if !threads.contains(where: { $0.insideRuntimeLock > 0 }) { options.append((thread.index, false)) }
+            case .finished: break
+            }
+        }
+        // While a thread runs inside a lock of the concurrency runtime, a task job that could take
+        // that lock waits (one that holds a lock of the storage finishes its section first).
+        if threads.contains(where: { $0.insideRuntimeLock > 0 }) {
+            let allowed = options.filter { option in
+                let thread = threads[option.thread]
+                return !thread.isTask || !thread.heldLocks.isEmpty || thread.insideRuntimeLock > 0
+            }
+            if !allowed.isEmpty { options = allowed }
+        }
+        guard !options.isEmpty else {
+            if let stuck = threads.first(where: { if case .finished = $0.state { false } else { true } }) {
+                fail("a run ended with \(stuck.name) stuck (\(stuck.state)): a hang or a lost wake-up")
+            } else {
+                let leftOver = permits.filter { $0.value > 0 }
+                if !leftOver.isEmpty { fail("a wake-up that no park consumed was left over") }
+            }
+            end()
+            return nil
+        }
+        // The running thread goes on by default: its option first.
+        var continues = false
+        if let current, let own = options.firstIndex(where: { $0.thread == current.index && !$0.timeout }) {
+            options.insert(options.remove(at: own), at: 0)
+            continues = true
+        }
+        var chosen = 0
+        if options.count > 1 {
+            if decisions.count < prefix.count {
+                chosen = prefix[decisions.count]
+                guard chosen < options.count else {
+                    fail("the schedule did not replay: the run is not deterministic")
+                    end()
+                    return nil
+                }
+            }
+            decisions.append(Decision(options: options, chosen: chosen, continues: continues))
+        }
+        let option = options[chosen]
+        let thread = threads[option.thread]
+        if option.timeout {
+            thread.parkResult = false
+        } else if case .parked = thread.state {
+            preconditionFailure("an untimed parked thread was chosen")
+        }
+        thread.state = .runnable
+        running = thread
+        return thread
+    }
+
+    /// The running thread `current` gives the turn to whoever the schedule picks, and waits until
+    /// it gets the turn back. Under no lock.
+    private func reschedule(_ current: VirtualThread) {
+        let next = lock.withLock { () -> VirtualThread? in
+            step += 1
+            outcome.steps = step
+            if step > stepLimit {
+                fail("more than \(stepLimit) steps: a livelock")
+                end()
+                return nil
+            }
+            return chooseNext(current: current)
+        }
+        if let next, next !== current { next.baton.signal() }
+        if next !== current { current.baton.wait() }
+        if isOverLocked { abandon() }
+    }
+
+    /// After a violation the world is over: a thread that gets the turn again can only stop here.
+    private func abandon() -> Never {
+        SyncPoints.install(nil)
+        // Parked forever: the run failed, and the thread's code cannot be unwound.
+        while true { sleep(3600) }
+    }
+
+    private func finish(_ thread: VirtualThread) {
+        let next = lock.withLock { () -> VirtualThread? in
+            thread.state = .finished
+            if !thread.heldLocks.isEmpty { fail("\(thread.name) ended holding a lock") }
+            return chooseNext(current: nil)
+        }
+        next?.baton.signal()
+    }
+
+    private func end() {
+        guard !isOver else { return }
+        isOver = true
+        ended.signal()
+    }
+
+    private func fail(_ message: String) {
+        if outcome.violation == nil { outcome.violation = message }
+    }
+
+    private var current: VirtualThread {
+        lock.withLock { running! }
+    }
+
+    /// Runs the quiescent check when no thread of the world holds a lock.
+    private func checkIfQuiescent() {
+        guard let check = quiescentCheck else { return }
+        let quiet = lock.withLock { lockOwners.isEmpty }
+        guard quiet else { return }
+        SyncPoints.install(nil)
+        let violation = check()
+        SyncPoints.install(self)
+        if let violation {
+            lock.withLock {
+                fail(violation)
+                end()
+            }
+        }
+    }
+
+    /// The name of thread `index`.
+    func threadName(_ index: Int) -> String {
+        lock.withLock { threads[index].name }
+    }
+
+    // MARK: ControlledScheduler
+
+    func atomicPoint() {
+        checkIfQuiescent()
+        reschedule(current)
+    }
+
+    func willLock(_ id: ObjectIdentifier) {
+        let thread = current
+        reschedule(thread)  // another thread may take it first
+        while true {
+            let free = lock.withLock { () -> Bool in
+                if lockOwners[id] == nil {
+                    lockOwners[id] = thread.index
+                    thread.heldLocks.insert(id)
+                    return true
+                }
+                thread.state = .blockedOnLock(id)
+                return false
+            }
+            if free { return }
+            reschedule(thread)
+        }
+    }
+
+    func didUnlock(_ id: ObjectIdentifier) {
+        let thread = current
+        lock.withLock {
+            lockOwners[id] = nil
+            thread.heldLocks.remove(id)
+        }
+        checkIfQuiescent()
+        reschedule(thread)
+    }
+
+    func park(_ parker: ObjectIdentifier, timed: Bool) -> Bool {
+        let thread = current
+        let consumed = lock.withLock { () -> Bool in
+            if let count = permits[parker], count > 0 {
+                permits[parker] = count - 1
+                return true
+            }
+            thread.parkResult = true
+            thread.state = .parked(parker, timed: timed)
+            return false
+        }
+        reschedule(thread)
+        return consumed ? true : lock.withLock { thread.parkResult }
+    }
+
+    func unpark(_ parker: ObjectIdentifier) {
+        let thread = current
+        lock.withLock {
+            if !thread.heldLocks.isEmpty { fail("\(thread.name) woke a thread while holding a lock") }
+            if let parked = threads.first(where: { if case .parked(parker, _) = $0.state { true } else { false } }) {
+                parked.parkResult = true
+                parked.state = .runnable
+            } else {
+                permits[parker, default: 0] += 1
+                if permits[parker]! > 1 { fail("a thread was woken twice for one park") }
+            }
+        }
+        reschedule(thread)
+    }
+
+    func spin() {
+        let thread = current
+        lock.withLock { thread.state = .spinning(since: step) }
+        reschedule(thread)
+    }
+
+    func async(on queue: DispatchQueue, _ block: @escaping @Sendable () -> Void) {
+        let thread = current
+        lock.withLock {
+            if !thread.heldLocks.isEmpty { fail("\(thread.name) dispatched a block while holding a lock") }
+        }
+        submit(block, to: queue)
+        reschedule(thread)
+    }
+
+    /// Adds `block` to the virtual serial queue of `queue`, which runs its blocks in order on a thread
+    /// of the world that knows it runs on that queue. Also for a scenario's setup: a program that
+    /// starts as a block of the queue.
+    func submit(_ block: @escaping @Sendable () -> Void, to queue: DispatchQueue) {
+        let id = ObjectIdentifier(queue)
+        let needsWorker = lock.withLock { () -> Bool in
+            var entry = queues[id] ?? ([], false)
+            entry.fifo.append(block)
+            let needsWorker = !entry.hasWorker
+            entry.hasWorker = true
+            queues[id] = entry
+            return needsWorker
+        }
+        guard needsWorker else { return }
+        // Tagged as the engine tags it, in this world's detector (a fresh queue per run).
+        let tag = QueueTag(id: QueueTag.identity(of: queue, in: detector), label: queue.label)
+        spawn("queue '\(queue.label)'", queue: tag) { [self] in
+            while let next = nextBlock(id) { next() }
+        }
+    }
+
+    /// The next block of a virtual queue, or `nil` (the worker ends) when it has none.
+    private func nextBlock(_ id: ObjectIdentifier) -> (@Sendable () -> Void)? {
+        lock.withLock {
+            guard var entry = queues[id], !entry.fifo.isEmpty else {
+                queues[id]?.hasWorker = false
+                return nil
+            }
+            let block = entry.fifo.removeFirst()
+            queues[id] = entry
+            return block
+        }
+    }
+
+    func asyncAfter(_ deadline: DispatchTime, _ item: DispatchWorkItem) {
+        let thread = current
+        lock.withLock {
+            if !thread.heldLocks.isEmpty { fail("\(thread.name) armed a timer while holding a lock") }
+        }
+        let item = UncheckedSendable(item)  // performed once, on the timer's thread
+        spawn("timer") { if !item.value.isCancelled { item.value.perform() } }
+        reschedule(thread)
+    }
+
+    func willResume() {
+        let thread = current
+        lock.withLock {
+            if !thread.heldLocks.isEmpty { fail("\(thread.name) resumed a task while holding a lock") }
+            if thread.insideRuntimeLock == 0 && threads.contains(where: { $0.insideRuntimeLock > 0 }) {
+                thread.state = .waitingForRuntime
+            }
+        }
+        reschedule(thread)
+    }
+
+    func willTouchTask() {
+        let thread = current
+        lock.withLock {
+            if thread.insideRuntimeLock == 0 && threads.contains(where: { $0.insideRuntimeLock > 0 }) {
+                thread.state = .waitingForRuntime
+            }
+        }
+        reschedule(thread)
+    }
+
+    var currentQueue: QueueTag? { current.queue }
+
+    func enterRuntimeLock() {
+        let thread = current
+        lock.withLock { thread.insideRuntimeLock += 1 }
+    }
+
+    func leaveRuntimeLock() {
+        let thread = current
+        lock.withLock { thread.insideRuntimeLock -= 1 }
+    }
+
+    // MARK: TaskExecutor
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        spawn("task", isTask: true) { [self] in job.runSynchronously(on: asUnownedTaskExecutor()) }
+    }
+}
+
+// MARK: - ScheduleExplorer
+
+/// Enumerates the schedules of a world with at most `preemptionBound` preemptions (switches away
+/// from a thread that could have gone on; a switch because a thread blocked, parked or ended is
+/// free), depth first, replaying each one in a fresh world. Most concurrency bugs need two
+/// preemptions or fewer (the CHESS result); the count of schedules grows polynomially with the
+/// bound instead of exponentially with the run's length.
+struct ScheduleExplorer {
+    struct Report {
+        var runs = 0
+        var steps = 0
+        var decisions = 0
+        /// Whether every schedule within the bound was run (not cut by the run budget).
+        var isComplete = true
+        var violation: (message: String, trace: [String])?
+    }
+
+    var preemptionBound = 2
+    var runBudget = 50_000
+
+    /// `build` makes the world of one run: spawns its threads and returns the check to make when
+    /// the run has ended (`nil` when all is well, or what went wrong).
+    func explore(_ build: (ControlledWorld) -> () -> String?) -> Report {
+        var report = Report()
+        var prefix: [Int] = []
+        while true {
+            let world = ControlledWorld(replaying: prefix)
+            let finalCheck = build(world)
+            var outcome = world.run()
+            if outcome.violation == nil { outcome.violation = finalCheck() }
+            report.runs += 1
+            report.steps += outcome.steps
+            report.decisions += world.decisions.count
+            if let violation = outcome.violation {
+                report.violation = (violation, world.describeDecisions())
+                return report
+            }
+            guard let next = Self.nextPrefix(after: world.decisions, bound: preemptionBound) else { return report }
+            if report.runs >= runBudget {
+                report.isComplete = false
+                return report
+            }
+            prefix = next
+        }
+    }
+
+    /// The next schedule in depth-first order: the deepest decision with an option not tried yet
+    /// whose preemptions stay within the bound.
+    static func nextPrefix(after decisions: [Decision], bound: Int) -> [Int]? {
+        var preemptionsBefore: [Int] = []
+        var count = 0
+        for decision in decisions {
+            preemptionsBefore.append(count)
+            if decision.isPreemption(decision.chosen) { count += 1 }
+        }
+        for depth in decisions.indices.reversed() {
+            let decision = decisions[depth]
+            for option in (decision.chosen + 1)..<decision.options.count
+            where preemptionsBefore[depth] + (decision.isPreemption(option) ? 1 : 0) <= bound {
+                return decisions[..<depth].map(\.chosen) + [option]
+            }
+        }
+        return nil
+    }
+}
+
+extension ControlledWorld {
+    /// The decisions of the run, for a violation's trace: who went on at each one.
+    func describeDecisions() -> [String] {
+        decisions.enumerated().map { depth, decision in
+            let option = decision.options[decision.chosen]
+            let name = threadName(option.thread)
+            return "\(depth): \(name)\(option.timeout ? " times out" : "")"
+                + (decision.isPreemption(decision.chosen) ? " (preempting)" : "")
+        }
+    }
+}

@@ -1,0 +1,51 @@
+import Foundation
+import Testing
+
+@testable import QueueSafeValue
+
+extension Explorers {
+    /// The real storage under the controlled scheduler: every schedule of each scenario, within its
+    /// preemption bound (see `ScheduleExplorer`).
+    @Suite struct StorageCheckerTests {
+        static let scenarios: [CheckerScenario] = [
+            CheckerScenarios.mixedCommands, CheckerScenarios.arrivalOrder, CheckerScenarios.deadlines,
+            CheckerScenarios.cancellation, CheckerScenarios.manualCompletions, CheckerScenarios.containerRelease,
+        ]
+
+        @Test(
+            .enabled(if: !TestEnvironment.isThreadSanitizerActive, "the checker runs without ThreadSanitizer"),
+            arguments: scenarios.indices)
+        func everySchedule_keepsTheEnginesPromises(scenario index: Int) async {
+            let scenario = Self.scenarios[index]
+            await StorageChecker.expectEveryScheduleHolds(scenario)
+        }
+    }
+}
+
+enum StorageChecker {
+    /// Explores `scenario` on a thread of its own, prints what it explored, and records the first
+    /// violation, with the decisions that led to it, as a test issue.
+    static func expectEveryScheduleHolds(_ scenario: CheckerScenario, sourceLocation: SourceLocation = #_sourceLocation)
+        async
+    {
+        let started = Date()
+        let report = await withCheckedContinuation {
+            (continuation: CheckedContinuation<ScheduleExplorer.Report, Never>) in
+            Thread {
+                let explorer = ScheduleExplorer(preemptionBound: scenario.preemptionBound)
+                continuation.resume(returning: explorer.explore(scenario.build))
+            }.start()
+        }
+        let seconds = Date().timeIntervalSince(started)
+        print(
+            "Checker: \(scenario.name): \(report.runs) schedules (at most \(scenario.preemptionBound) preemptions"
+                + "\(report.isComplete ? "" : ", cut by the budget")), \(report.steps) steps, "
+                + String(format: "%.1f s", seconds))
+        if let (message, trace) = report.violation {
+            Issue.record(
+                "\(scenario.name): \(message)\n  decisions: \(trace.suffix(40).joined(separator: "\n             "))",
+                sourceLocation: sourceLocation)
+        }
+        #expect(report.isComplete, "the exploration was cut by its budget", sourceLocation: sourceLocation)
+    }
+}
