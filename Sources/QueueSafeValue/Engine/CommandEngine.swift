@@ -476,6 +476,7 @@ class CommandEngine: @unchecked Sendable {
             let observed = state.fetchOr(EngineWord.slowRelease)
             let (admission, word, discarded) = machine.enqueueOperation(
                 waiter, priority: priority, discardable: discardable, observed: observed, now: coarseNow())
+            SyncPoints.note(discardable ? "a discardable operation is enqueued" : "an operation is enqueued")
             state.storeRelease(word)
             let awaiting = discarded as? AwaitingWaiter
             return (admission, awaiting, awaiting?.continuation)
@@ -500,7 +501,10 @@ class CommandEngine: @unchecked Sendable {
     ///   the section and throw `.cancelled` without running.
     @usableFromInline
     final func beginDiscardable(_ waiter: AwaitingWaiter) -> Bool {
-        machine.withLock { $0.beginDiscardable(waiter.ticket) }
+        machine.withLock { machine in
+            SyncPoints.note("a discardable operation asks to begin")
+            return machine.beginDiscardable(waiter.ticket)
+        }
     }
 
     /// Records the task that runs an operation, so ``cancelAll()`` can cancel it. If `cancelAll()`

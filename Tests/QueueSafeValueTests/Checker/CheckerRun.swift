@@ -26,6 +26,11 @@ final class CheckerRun: @unchecked Sendable {  // @unchecked Sendable: every acc
         if violation == nil { violation = message }
     }
 
+    /// Reports a violation a scenario noticed itself.
+    func report(_ message: String) {
+        lock.withLock { record(message) }
+    }
+
     /// A command's closure begins: it must be the only holder.
     func enter(_ name: String) {
         lock.withLock {

@@ -54,7 +54,7 @@ enum CheckerScenarios {
     // MARK: The engine's commands (what EngineModel explored, on the real storage)
 
     static let mixedCommands = CheckerScenario(
-        name: "blocking, timed, dispatch and awaiting commands of mixed priorities", preemptionBound: 1
+        name: "blocking, timed, dispatch and awaiting commands of mixed priorities", preemptionBound: 2
     ) { world in
         let run = CheckerRun(world)
         let value = QueueSafeValue(value: 0, label: "mixed")
@@ -120,7 +120,7 @@ enum CheckerScenarios {
     }
 
     static let manualCompletions = CheckerScenario(
-        name: "manual completions: inside, dropped inside, called and dropped later", preemptionBound: 1
+        name: "manual completions: inside, dropped inside, called and dropped later", preemptionBound: 2
     ) { world in
         let run = CheckerRun(world)
         let value = QueueSafeValue(value: 0, label: "manual")
@@ -152,7 +152,7 @@ enum CheckerScenarios {
     }
 
     static let containerRelease = CheckerScenario(
-        name: "the container is released while commands hold, wait and arrive", preemptionBound: 1
+        name: "the container is released while commands hold, wait and arrive", preemptionBound: 2
     ) { world in
         let run = CheckerRun(world)
         let box = ContainerBox(QueueSafeValue(value: 0, label: "released"))
@@ -170,5 +170,233 @@ enum CheckerScenarios {
         return {
             run.finalCheck(box.storage, commands: ["d0", "b1", "a2"], delivering: ["d0"], freed: true)
         }
+    }
+
+    // MARK: CommandQueue
+
+    static let cancelAllOperations = CheckerScenario(
+        name: "command queue: cancelAll against running, waiting and finished operations", preemptionBound: 2
+    ) { world in
+        let run = CheckerRun(world)
+        let queue = CommandQueue(label: "cancelled queue")
+        world.quiescentCheck = run.quiescentCheck([queue.engine])
+        world.spawn("A") {
+            run.operation("o0", queue, .medium)
+            run.operation("o2", queue, .medium)
+        }
+        world.spawn("B") {
+            run.operation("o1", queue, .high)
+            queue.cancelAll()
+        }
+        return { run.expectEnded(["o0", "o1", "o2"]) }
+    }
+
+    static let attachRaces = CheckerScenario(
+        name: "command queue: task cancellation and cancelAll around attach", preemptionBound: 2
+    ) { world in
+        let run = CheckerRun(world)
+        let queue = CommandQueue(label: "attach queue")
+        let task = Mailbox<Task<Void, any Error>>()
+        world.quiescentCheck = run.quiescentCheck([queue.engine])
+        world.spawn("A") {
+            run.operation("o0", queue, .low)
+            task.value = run.operation("o1", queue, .medium)
+        }
+        world.spawn("B") {
+            task.value?.cancel()
+            queue.cancelAll()
+        }
+        return { run.expectEnded(["o0", "o1"]) }
+    }
+
+    static let discardable = CheckerScenario(
+        name: "command queue: discardable operations, granted or waiting, replaced by later ones", preemptionBound: 2
+    ) { world in
+        let run = CheckerRun(world)
+        let queue = CommandQueue(label: "discardable queue")
+        world.quiescentCheck = run.quiescentCheck([queue.engine])
+        world.spawn("A") { run.operation("d0", queue, .medium, policy: .discardable) }
+        world.spawn("B") { run.operation("s1", queue, .low) }
+        return {
+            if let problem = run.expectEnded(["d0", "s1"]) { return problem }
+            if run.outcome(of: "s1") != "ran" { return "s1 is not discardable, yet it ended \(run.outcome(of: "s1")!)" }
+            // d0 may begin only if it asked to before the later operation was enqueued.
+            let notes = world.notes
+            let enqueued = notes.firstIndex(of: "a discardable operation is enqueued")!
+            let asked = notes.firstIndex(of: "a discardable operation asks to begin")
+            let later = notes.indices.first { $0 > enqueued && notes[$0] == "an operation is enqueued" }
+            if run.didRun("d0"), let later, asked.map({ $0 > later }) ?? true {
+                return "d0 began after a later operation was enqueued"
+            }
+            return nil
+        }
+    }
+
+    // MARK: A bound on starvation
+
+    static let boundedOvertaking = CheckerScenario(
+        name: "a bound of one overtake: a low command among later high ones", preemptionBound: 2
+    ) { world in
+        let run = CheckerRun(world)
+        let value = QueueSafeValue(value: 0, label: "bounded", fairness: try! .bounded(maxOvertakes: 1))
+        let queue = DispatchQueue(label: "bounded queue")
+        world.quiescentCheck = run.quiescentCheck([value.storage])
+        world.spawn("holder") {
+            // Issued while the holder holds the value: the low one first, then two high ones, then
+            // a third from another thread, racing the release.
+            value.wait.highestPriority.set { _ in
+                run.dispatch("low", value, .lowest, on: queue, completion: false)
+                run.dispatch("high 1", value, .highest, on: queue, completion: false)
+                run.dispatch("high 2", value, .highest, on: queue, completion: false)
+                world.spawn("late") { run.blocking("high 3", value.wait, .highest) }
+            }
+        }
+        return {
+            if let problem = run.finalCheck(value.storage, commands: ["low", "high 1", "high 2", "high 3"]) {
+                return problem
+            }
+            // At most one command that arrived after it went first.
+            let order = run.runOrder
+            let lowAt = order.firstIndex(of: "low")!
+            return lowAt <= 1 ? nil : "\(order): the low command was overtaken past the bound of 1"
+        }
+    }
+
+    // MARK: Helping (what HelpingModel explored, on the real storage)
+
+    /// A dispatch command for `queue` that checks it runs on that queue (its own block, or a waiter
+    /// that runs on the queue and took it over).
+    private static func dispatchOnItsQueue(
+        _ run: CheckerRun, _ name: String, _ value: QueueSafeValue<Int>, _ priority: CommandPriority,
+        on queue: DispatchQueue, completion: Bool = true
+    ) {
+        let commands = value.async(performIn: queue).priority(priority)
+        let access: @Sendable (inout Int) -> Void = { count in
+            run.enter(name)
+            if QueueTag.current?.label != queue.label { run.report("\(name) ran off its queue") }
+            count += 1
+            run.exit(name)
+            if !completion { run.end(name, "ran") }
+        }
+        if completion {
+            commands.set(accessClosure: access) { result in
+                run.deliver(name)
+                run.end(name, CheckerRun.describe(result))
+            }
+        } else {
+            commands.set(accessClosure: access)
+        }
+    }
+
+    static let waiterBehindItsQueue = CheckerScenario(
+        name: "a waiter on the queue behind a dispatch command for it", preemptionBound: 2
+    ) { world in
+        let run = CheckerRun(world)
+        let value = QueueSafeValue(value: 0, label: "helped")
+        let queue = DispatchQueue(label: "Q")
+        world.quiescentCheck = run.quiescentCheck([value.storage])
+        world.spawn("off") { run.blocking("c0", value.wait, .highest) }
+        world.submit(
+            {
+                dispatchOnItsQueue(run, "c1", value, .high, on: queue)
+                run.blocking("c2", value.wait, .low)
+            }, to: queue)
+        return { run.finalCheck(value.storage, commands: ["c0", "c1", "c2"], delivering: ["c1"]) }
+    }
+
+    static let twoDispatchAndTwoWaiters = CheckerScenario(
+        name: "two dispatch commands, a waiter on the queue and one off it", preemptionBound: 2
+    ) { world in
+        let run = CheckerRun(world)
+        let value = QueueSafeValue(value: 0, label: "helped")
+        let queue = DispatchQueue(label: "Q")
+        world.quiescentCheck = run.quiescentCheck([value.storage])
+        world.submit(
+            {
+                dispatchOnItsQueue(run, "c0", value, .medium, on: queue)
+                dispatchOnItsQueue(run, "c1", value, .high, on: queue)
+                run.blocking("c2", value.wait, .low)
+            }, to: queue)
+        world.spawn("off") { run.blocking("c3", value.wait, .medium) }
+        return { run.finalCheck(value.storage, commands: ["c0", "c1", "c2", "c3"], delivering: ["c0", "c1"]) }
+    }
+
+    static let dispatchArrivingFromOffTheQueue = CheckerScenario(
+        name: "dispatch commands arriving from off the queue while a waiter on it waits", preemptionBound: 2
+    ) { world in
+        let run = CheckerRun(world)
+        let value = QueueSafeValue(value: 0, label: "helped")
+        let queue = DispatchQueue(label: "Q")
+        world.quiescentCheck = run.quiescentCheck([value.storage])
+        world.submit({ run.blocking("c0", value.wait, .low) }, to: queue)
+        world.spawn("off 1") {
+            dispatchOnItsQueue(run, "c1", value, .high, on: queue)
+            run.blocking("c2", value.wait, .medium)
+        }
+        world.spawn("off 2") { dispatchOnItsQueue(run, "c3", value, .highest, on: queue) }
+        return { run.finalCheck(value.storage, commands: ["c0", "c1", "c2", "c3"], delivering: ["c1", "c3"]) }
+    }
+
+    static let timedWaiterOnTheQueue = CheckerScenario(
+        name: "a timed waiter on the queue gives up around a command handed to it", preemptionBound: 2
+    ) { world in
+        let run = CheckerRun(world)
+        let value = QueueSafeValue(value: 0, label: "helped")
+        let queue = DispatchQueue(label: "Q")
+        world.quiescentCheck = run.quiescentCheck([value.storage])
+        world.spawn("off 1") { run.blocking("c0", value.wait, .highest) }
+        world.submit({ run.blocking("c1", value.wait(timeout: .seconds(60)), .low) }, to: queue)
+        world.spawn("off 2") { dispatchOnItsQueue(run, "c2", value, .high, on: queue) }
+        return { run.finalCheck(value.storage, commands: ["c0", "c1", "c2"], delivering: ["c2"]) }
+    }
+
+    static let silentSuccessorsInline = CheckerScenario(
+        name: "silent dispatch commands run their successors inline while a waiter on the queue takes over",
+        preemptionBound: 2
+    ) { world in
+        let run = CheckerRun(world)
+        let value = QueueSafeValue(value: 0, label: "helped")
+        let queue = DispatchQueue(label: "Q")
+        world.quiescentCheck = run.quiescentCheck([value.storage])
+        world.spawn("off 1") { run.blocking("c0", value.wait, .highest) }
+        world.spawn("off 2") {
+            dispatchOnItsQueue(run, "c1", value, .high, on: queue, completion: false)
+            dispatchOnItsQueue(run, "c2", value, .high, on: queue, completion: false)
+        }
+        world.submit({ run.blocking("c3", value.wait, .low) }, to: queue)
+        return { run.finalCheck(value.storage, commands: ["c0", "c1", "c2", "c3"]) }
+    }
+
+    static let waiterOnAnotherQueue = CheckerScenario(
+        name: "a waiter on another queue takes over the command while a waiter on its queue registers",
+        preemptionBound: 2
+    ) { world in
+        let run = CheckerRun(world)
+        let value = QueueSafeValue(value: 0, label: "helped")
+        let queue = DispatchQueue(label: "Q")
+        let other = DispatchQueue(label: "R")
+        world.quiescentCheck = run.quiescentCheck([value.storage])
+        world.spawn("off") {
+            run.blocking("c0", value.wait, .highest)
+            dispatchOnItsQueue(run, "c1", value, .high, on: queue)
+        }
+        world.submit({ run.blocking("c2", value.wait, .low) }, to: queue)
+        world.submit({ run.blocking("c3", value.wait, .medium) }, to: other)
+        return { run.finalCheck(value.storage, commands: ["c0", "c1", "c2", "c3"], delivering: ["c1"]) }
+    }
+
+    /// Issue 18: the queue is tagged only when the dispatch command is submitted, after the waiter
+    /// on it may have parked: the waiter must learn then that it runs on that queue.
+    static let queueTaggedAfterTheWaiterParked = CheckerScenario(
+        name: "a queue tagged only after a waiter on it parked", preemptionBound: 2
+    ) { world in
+        let run = CheckerRun(world)
+        let value = QueueSafeValue(value: 0, label: "late tag")
+        let queue = DispatchQueue(label: "Q")
+        world.quiescentCheck = run.quiescentCheck([value.storage])
+        world.spawn("holder") { run.blocking("c0", value.wait, .highest) }
+        world.submitUntagged({ run.blocking("c1", value.wait, .low) }, to: queue)
+        world.spawn("off") { dispatchOnItsQueue(run, "c2", value, .high, on: queue) }
+        return { run.finalCheck(value.storage, commands: ["c0", "c1", "c2"], delivering: ["c2"]) }
     }
 }

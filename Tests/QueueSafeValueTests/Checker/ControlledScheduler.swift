@@ -26,14 +26,15 @@ struct RunOutcome {
 
 /// A decision the scheduler took where more than one thread could go on.
 struct Decision {
-    /// The options, in a deterministic order: `(thread index, times out)`. The running thread's own
-    /// option comes first when it can go on (`continues`): choosing another is a preemption.
+    /// The options, in a deterministic order: `(thread index, times out)`. The default schedule's
+    /// choice comes first (the running thread, if it can go on: `continues`); choosing another
+    /// *delays* that thread.
     var options: [(thread: Int, timeout: Bool)]
     var chosen: Int
     var continues: Bool
 
-    /// Whether choosing `option` takes the processor from a thread that could go on.
-    func isPreemption(_ option: Int) -> Bool { continues && option != 0 }
+    /// Whether choosing `option` departs from the default schedule (it costs one of the bound).
+    func isPreemption(_ option: Int) -> Bool { option != 0 }
 }
 
 final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Sendable {  // @unchecked Sendable: `lock`
@@ -43,7 +44,8 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
         case runnable
         case blockedOnLock(ObjectIdentifier)
         case parked(ObjectIdentifier, timed: Bool)
-        /// Busy-waiting: may go on once any other thread took a step after `step`.
+        /// Busy-waiting: may go on once another thread took a step after `step` (the step at which
+        /// the thread last looked at what it waits for).
         case spinning(since: Int)
         /// About to touch a task (resume it, escalate it): may go on once no thread runs inside a
         /// lock of the concurrency runtime, which that could wait for outside the world.
@@ -65,6 +67,9 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
         var isTask = false
         /// It runs code the concurrency runtime called under a lock of its own.
         var insideRuntimeLock = 0
+        /// The progress count at its last sync point (not a busy-wait turn): what it saw was read
+        /// then.
+        var lastStep = 0
         var heldLocks: Set<ObjectIdentifier> = []
 
         init(index: Int, name: String) {
@@ -80,6 +85,8 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
     private var permits: [ObjectIdentifier: Int] = [:]
     private var queues: [ObjectIdentifier: (fifo: [@Sendable () -> Void], hasWorker: Bool)] = [:]
     private var step = 0
+    /// Steps other than busy-wait turns.
+    private var progress = 0
     private let stepLimit: Int
     private let ended = DispatchSemaphore(value: 0)
     private var isOver = false
@@ -95,6 +102,18 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
 
     /// The deadlock detector of this world (its tags, watchers and wait-for graph).
     let detector = DeadlockDetector()
+    /// When set, every sync point is recorded with where it was reached (slow: for a failing run's
+    /// replay).
+    var isTracing = false
+    private(set) var trace: [String] = []
+
+    private func traceHere(_ kind: String) {
+        guard isTracing else { return }
+        // Raw frames (addresses on Linux): the report's reader symbolizes them.
+        let frames = Thread.callStackSymbols.dropFirst(2).prefix(9)
+        let thread = lock.withLock { running?.name ?? "?" }
+        lock.withLock { trace.append("\(thread): \(kind) in \(frames.joined(separator: " <- "))") }
+    }
 
     init(replaying prefix: [Int], stepLimit: Int = 20_000) {
         self.prefix = prefix
@@ -158,7 +177,7 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
             case .runnable: options.append((thread.index, false))
             case .blockedOnLock(let id): if lockOwners[id] == nil { options.append((thread.index, false)) }
             case .parked(_, let timed): if timed { options.append((thread.index, true)) }
-            case .spinning(let since): if step > since + 1 { options.append((thread.index, false)) }
+            case .spinning(let since): if progress > since { options.append((thread.index, false)) }
             case .waitingForRuntime:
                 if !threads.contains(where: { $0.insideRuntimeLock > 0 }) { options.append((thread.index, false)) }
             case .finished: break
@@ -183,11 +202,14 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
             end()
             return nil
         }
-        // The running thread goes on by default: its option first.
+        // The default schedule: the running thread goes on; a thread that cannot goes to the next
+        // one in round-robin order. Its option comes first; every other option is a *delay*.
         var continues = false
         if let current, let own = options.firstIndex(where: { $0.thread == current.index && !$0.timeout }) {
             options.insert(options.remove(at: own), at: 0)
             continues = true
+        } else if let current, let next = options.firstIndex(where: { $0.thread > current.index && !$0.timeout }) {
+            options = Array(options[next...] + options[..<next])
         }
         var chosen = 0
         if options.count > 1 {
@@ -218,6 +240,12 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
     private func reschedule(_ current: VirtualThread) {
         let next = lock.withLock { () -> VirtualThread? in
             step += 1
+            // A busy-wait turn changes nothing another thread waits for; every other step may.
+            if case .spinning = current.state {
+            } else {
+                progress += 1
+                current.lastStep = progress
+            }
             outcome.steps = step
             if step > stepLimit {
                 fail("more than \(stepLimit) steps: a livelock")
@@ -285,11 +313,13 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
     // MARK: ControlledScheduler
 
     func atomicPoint() {
+        traceHere("atomic")
         checkIfQuiescent()
         reschedule(current)
     }
 
     func willLock(_ id: ObjectIdentifier) {
+        traceHere("lock")
         let thread = current
         reschedule(thread)  // another thread may take it first
         while true {
@@ -308,6 +338,7 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
     }
 
     func didUnlock(_ id: ObjectIdentifier) {
+        traceHere("unlock")
         let thread = current
         lock.withLock {
             lockOwners[id] = nil
@@ -318,6 +349,7 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
     }
 
     func park(_ parker: ObjectIdentifier, timed: Bool) -> Bool {
+        traceHere("park")
         let thread = current
         let consumed = lock.withLock { () -> Bool in
             if let count = permits[parker], count > 0 {
@@ -333,6 +365,7 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
     }
 
     func unpark(_ parker: ObjectIdentifier) {
+        traceHere("unpark")
         let thread = current
         lock.withLock {
             if !thread.heldLocks.isEmpty { fail("\(thread.name) woke a thread while holding a lock") }
@@ -348,12 +381,16 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
     }
 
     func spin() {
+        traceHere("spin")
         let thread = current
-        lock.withLock { thread.state = .spinning(since: step) }
+        // It looked last at its previous sync point: another thread's step since then may have
+        // changed what it waits for.
+        lock.withLock { thread.state = .spinning(since: thread.lastStep) }
         reschedule(thread)
     }
 
     func async(on queue: DispatchQueue, _ block: @escaping @Sendable () -> Void) {
+        traceHere("async")
         let thread = current
         lock.withLock {
             if !thread.heldLocks.isEmpty { fail("\(thread.name) dispatched a block while holding a lock") }
@@ -366,6 +403,16 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
     /// of the world that knows it runs on that queue. Also for a scenario's setup: a program that
     /// starts as a block of the queue.
     func submit(_ block: @escaping @Sendable () -> Void, to queue: DispatchQueue) {
+        submit(block, to: queue, tagged: true)
+    }
+
+    /// Like ``submit(_:to:)``, but the queue carries no tag until something tags it (a dispatch
+    /// command for it): a thread running on it cannot tell which queue it runs on until then.
+    func submitUntagged(_ block: @escaping @Sendable () -> Void, to queue: DispatchQueue) {
+        submit(block, to: queue, tagged: false)
+    }
+
+    private func submit(_ block: @escaping @Sendable () -> Void, to queue: DispatchQueue, tagged: Bool) {
         let id = ObjectIdentifier(queue)
         let needsWorker = lock.withLock { () -> Bool in
             var entry = queues[id] ?? ([], false)
@@ -377,11 +424,16 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
         }
         guard needsWorker else { return }
         // Tagged as the engine tags it, in this world's detector (a fresh queue per run).
-        let tag = QueueTag(id: QueueTag.identity(of: queue, in: detector), label: queue.label)
-        spawn("queue '\(queue.label)'", queue: tag) { [self] in
+        let tag = tagged ? QueueTag(id: QueueTag.identity(of: queue, in: detector), label: queue.label) : nil
+        let worker = spawn("queue '\(queue.label)'", queue: tag) { [self] in
             while let next = nextBlock(id) { next() }
         }
+        if !tagged { untagged[id] = (queue, worker) }
     }
+
+    /// The workers of queues that were not tagged when they started; they learn their tag when
+    /// they next ask (``currentQueue``).
+    private var untagged: [ObjectIdentifier: (queue: DispatchQueue, worker: VirtualThread)] = [:]
 
     /// The next block of a virtual queue, or `nil` (the worker ends) when it has none.
     private func nextBlock(_ id: ObjectIdentifier) -> (@Sendable () -> Void)? {
@@ -407,6 +459,7 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
     }
 
     func willResume() {
+        traceHere("resume")
         let thread = current
         lock.withLock {
             if !thread.heldLocks.isEmpty { fail("\(thread.name) resumed a task while holding a lock") }
@@ -415,6 +468,14 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
             }
         }
         reschedule(thread)
+    }
+
+    /// The transitions noted so far, in order (see `SyncPoints.note`).
+    var notes: [String] { lock.withLock { noted } }
+    private var noted: [String] = []
+
+    func note(_ event: StaticString) {
+        lock.withLock { noted.append("\(event)") }
     }
 
     func willTouchTask() {
@@ -427,7 +488,14 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
         reschedule(thread)
     }
 
-    var currentQueue: QueueTag? { current.queue }
+    var currentQueue: QueueTag? {
+        let thread = current
+        if thread.queue == nil, let (queue, _) = untagged.values.first(where: { $0.worker === thread }) {
+            // Dispatch knows the queue a thread runs on once the queue carries a tag.
+            if let tag = queue.getSpecific(key: QueueTag.specificKey) { thread.queue = tag }
+        }
+        return thread.queue
+    }
 
     func enterRuntimeLock() {
         let thread = current
@@ -449,11 +517,13 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
 
 // MARK: - ScheduleExplorer
 
-/// Enumerates the schedules of a world with at most `preemptionBound` preemptions (switches away
-/// from a thread that could have gone on; a switch because a thread blocked, parked or ended is
-/// free), depth first, replaying each one in a fresh world. Most concurrency bugs need two
-/// preemptions or fewer (the CHESS result); the count of schedules grows polynomially with the
-/// bound instead of exponentially with the run's length.
+/// Enumerates the schedules of a world that depart from a deterministic default schedule at most
+/// `preemptionBound` times, depth first, replaying each one in a fresh world. The default runs a
+/// thread until it blocks, then the next one in round-robin order; a departure (a *delay*: another
+/// thread goes first) is a preemption when the running thread could have gone on. This is delay
+/// bounding (Emmi, Qadeer and Rakamarić), a refinement of CHESS's preemption bounding: most
+/// concurrency bugs need two departures or fewer, and the count of schedules grows polynomially
+/// with the bound instead of exponentially with the run's length.
 struct ScheduleExplorer {
     struct Report {
         var runs = 0
@@ -481,7 +551,15 @@ struct ScheduleExplorer {
             report.steps += outcome.steps
             report.decisions += world.decisions.count
             if let violation = outcome.violation {
-                report.violation = (violation, world.describeDecisions())
+                // Replayed with every sync point traced, for the report.
+                let replay = ControlledWorld(replaying: world.decisions.map(\.chosen))
+                replay.isTracing = true
+                let replayCheck = build(replay)
+                _ = replay.run()
+                _ = replayCheck()
+                report.violation = (
+                    violation, world.describeDecisions() + ["--- sync points of the replay:"] + replay.trace
+                )
                 return report
             }
             guard let next = Self.nextPrefix(after: world.decisions, bound: preemptionBound) else { return report }

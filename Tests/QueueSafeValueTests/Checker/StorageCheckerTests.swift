@@ -10,6 +10,11 @@ extension Explorers {
         static let scenarios: [CheckerScenario] = [
             CheckerScenarios.mixedCommands, CheckerScenarios.arrivalOrder, CheckerScenarios.deadlines,
             CheckerScenarios.cancellation, CheckerScenarios.manualCompletions, CheckerScenarios.containerRelease,
+            CheckerScenarios.cancelAllOperations, CheckerScenarios.attachRaces, CheckerScenarios.discardable,
+            CheckerScenarios.boundedOvertaking, CheckerScenarios.waiterBehindItsQueue,
+            CheckerScenarios.twoDispatchAndTwoWaiters, CheckerScenarios.dispatchArrivingFromOffTheQueue,
+            CheckerScenarios.timedWaiterOnTheQueue, CheckerScenarios.silentSuccessorsInline,
+            CheckerScenarios.waiterOnAnotherQueue, CheckerScenarios.queueTaggedAfterTheWaiterParked,
         ]
 
         @Test(
@@ -43,7 +48,7 @@ enum StorageChecker {
                 + String(format: "%.1f s", seconds))
         if let (message, trace) = report.violation {
             Issue.record(
-                "\(scenario.name): \(message)\n  decisions: \(trace.suffix(40).joined(separator: "\n             "))",
+                "\(scenario.name): \(message)\n  decisions: \(trace.joined(separator: "\n             "))",
                 sourceLocation: sourceLocation)
         }
         #expect(report.isComplete, "the exploration was cut by its budget", sourceLocation: sourceLocation)

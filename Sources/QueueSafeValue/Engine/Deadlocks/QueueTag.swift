@@ -24,6 +24,10 @@ struct QueueTag: Sendable, Hashable {
     /// The key of the tags. The main queue is tagged before any other queue can be: on Linux every
     /// `DispatchQueue.main` is a new wrapper of the one main queue, so only the tag, stored on the
     /// queue itself, recognises it.
+    /// The key of the tags (for the test suite's virtual queues, which read a tag the way Dispatch
+    /// does for a thread running on the queue).
+    static var specificKey: DispatchSpecificKey<QueueTag> { key }
+
     private static let key: DispatchSpecificKey<QueueTag> = {
         let key = DispatchSpecificKey<QueueTag>()
         let main = DispatchQueue.main

@@ -126,6 +126,15 @@ enum SyncPoints {
         #endif
     }
 
+    /// Records that a transition happened, in the order transitions happen, for a controlled
+    /// scheduler's checks (nothing outside one).
+    @inline(__always)
+    static func note(_ event: StaticString) {
+        #if DEBUG
+            scheduler?.note(event)
+        #endif
+    }
+
     /// The calling thread is about to escalate a task (under the boost lock, which serializes it
     /// with the end of the hold: see `PriorityInheritance.swift`).
     @inline(__always)
@@ -191,6 +200,8 @@ enum SyncPoints {
         func asyncAfter(_ deadline: DispatchTime, _ item: DispatchWorkItem)
         /// A task's continuation is about to be resumed.
         func willResume()
+        /// A transition happened (see ``SyncPoints/note(_:)``); not a sync point.
+        func note(_ event: StaticString)
         /// A task is about to be escalated (the runtime takes the task's lock).
         func willTouchTask()
         /// The calling thread runs code the concurrency runtime called under a lock of its own.
