@@ -399,4 +399,78 @@ enum CheckerScenarios {
         world.spawn("off") { dispatchOnItsQueue(run, "c2", value, .high, on: queue) }
         return { run.finalCheck(value.storage, commands: ["c0", "c1", "c2"], delivering: ["c2"]) }
     }
+
+    // MARK: Priority inheritance
+
+    /// A task waiter raises the holder while it waits, and may be cancelled at any moment: a raise
+    /// never begins once the waiter no longer waits, and never outlives the hold.
+    static let boostAndCancellation = CheckerScenario(
+        name: "a waiter raises the holder while it is cancelled and the holder releases", preemptionBound: 2
+    ) { world in
+        let run = CheckerRun(world)
+        let value = QueueSafeValue(value: 0, label: "boosted")
+        let task = Mailbox<Task<Void, Never>>()
+        world.quiescentCheck = run.quiescentCheck([value.storage])
+        world.spawn("holder") { run.blocking("b0", value.wait, .high) }
+        world.spawn("issuer") { run.awaiting("a1", value.async, .medium, tasks: task) }
+        world.spawn("canceller") { task.value?.cancel() }
+        world.spawn("late") { run.blocking("b2", value.wait, .low) }
+        return { run.finalCheck(value.storage, commands: ["b0", "a1", "b2"]) }
+    }
+
+    // MARK: Deadlocks
+
+    /// Two threads take two values in opposite orders: no schedule hangs, at least one of the two
+    /// inner commands is refused with `.deadlock` when both hold their first value, and a refused
+    /// command never ran.
+    static let lockOrderCycle = CheckerScenario(
+        name: "two threads take two values in opposite orders", preemptionBound: 2
+    ) {
+        world in
+        let run = CheckerRun(world)
+        let first = QueueSafeValue(value: 0, label: "first")
+        let second = QueueSafeValue(value: 0, label: "second")
+        world.quiescentCheck = run.quiescentCheck([first.storage, second.storage])
+        world.spawn("A") {
+            let outer = first.wait.highestPriority.set { _ in run.blocking("A inner", second.wait, .highest) }
+            run.end("A outer", CheckerRun.describe(outer))
+        }
+        world.spawn("B") {
+            let outer = second.wait.highestPriority.set { _ in run.blocking("B inner", first.wait, .highest) }
+            run.end("B outer", CheckerRun.describe(outer))
+        }
+        return {
+            if let problem = run.expectEnded(["A outer", "B outer", "A inner", "B inner"]) { return problem }
+            for inner in ["A inner", "B inner"] where run.outcome(of: inner) == "deadlock" && run.didRun(inner) {
+                return "\(inner) ran although it was refused"
+            }
+            return nil
+        }
+    }
+
+    /// A chain without a cycle: nobody is refused.
+    static let lockOrderChain = CheckerScenario(
+        name: "three threads, a chain of values without a cycle", preemptionBound: 2
+    ) {
+        world in
+        let run = CheckerRun(world)
+        let values = (0..<3).map { QueueSafeValue(value: 0, label: "v\($0)") }
+        world.quiescentCheck = run.quiescentCheck(values.map(\.storage))
+        for index in 0..<2 {
+            world.spawn("T\(index)") {
+                let outer = values[index].wait.highestPriority.set { _ in
+                    run.blocking("inner \(index)", values[index + 1].wait, .highest)
+                }
+                run.end("outer \(index)", CheckerRun.describe(outer))
+            }
+        }
+        world.spawn("T2") { run.blocking("inner 2", values[2].wait, .highest) }
+        return {
+            if let problem = run.expectEnded(["outer 0", "outer 1", "inner 0", "inner 1", "inner 2"]) {
+                return problem
+            }
+            let refused = ["inner 0", "inner 1", "inner 2"].filter { run.outcome(of: $0) == "deadlock" }
+            return refused.isEmpty ? nil : "\(refused) refused a wait that closed no cycle"
+        }
+    }
 }

@@ -15,6 +15,7 @@ extension Explorers {
             CheckerScenarios.twoDispatchAndTwoWaiters, CheckerScenarios.dispatchArrivingFromOffTheQueue,
             CheckerScenarios.timedWaiterOnTheQueue, CheckerScenarios.silentSuccessorsInline,
             CheckerScenarios.waiterOnAnotherQueue, CheckerScenarios.queueTaggedAfterTheWaiterParked,
+            CheckerScenarios.boostAndCancellation, CheckerScenarios.lockOrderCycle, CheckerScenarios.lockOrderChain,
         ]
 
         @Test(
