@@ -120,6 +120,7 @@ class CommandEngine: @unchecked Sendable {
     ) -> Machine.Admission {
         machine.withLock { machine in
             // From here on neither idle compare-and-swap can succeed; see `EngineWord`.
+            // mutant(enqueue-without-slow-release): let observed = state.loadAcquire()
             let observed = state.fetchOr(EngineWord.slowRelease)
             let (admission, word) = machine.enqueue(
                 waiter, kind: kind, priority: priority, reentrant: reentrant, observed: observed, now: coarseNow())
@@ -153,6 +154,7 @@ class CommandEngine: @unchecked Sendable {
             // Otherwise it is published, in this same lock section, for a waiter that comes later.
             if machine.hasHelpers, let helper = machine.helper(forQueue: next.targetQueueID) as? BlockingWaiter {
                 pendingDispatch.storeRelease(Self.dispatchStarted)
+                // mutant(helper-job-after-unlock): _ = helper
                 helper.job = next
                 return (release, helper)
             }
@@ -166,11 +168,17 @@ class CommandEngine: @unchecked Sendable {
         if release.endBoost {
             // A boosted holder hands the section on while still boosted, and only then goes back
             // to its own priority: at its own priority it might not get the processor to hand it on.
-            if let helper { helper.postJob() } else { release.next?.start() }
+            if let helper {
+                // mutant(helper-job-after-unlock): helper.job = release.next; helper.postJob()
+                helper.postJob()
+            } else {
+                release.next?.start()
+            }
             endBoostOfCurrentThread()
             return nil
         }
         if let helper {
+            // mutant(helper-job-after-unlock): helper.job = release.next; helper.postJob()
             helper.postJob()
             return nil
         }

@@ -48,6 +48,7 @@ struct CommandHeap: Hashable {
 
     /// The key that orders a command of `priority` that arrived as number `sequence`.
     static func key(priority: CommandPriority, sequence: UInt64) -> UInt64 {
+        // mutant(lifo-within-priority): (UInt64(255 &- priority.rawValue) << 56) | (~sequence & 0x00FF_FFFF_FFFF_FFFF)
         (UInt64(255 &- priority.rawValue) << 56) | (sequence & 0x00FF_FFFF_FFFF_FFFF)
     }
 

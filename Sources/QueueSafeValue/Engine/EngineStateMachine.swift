@@ -331,6 +331,7 @@ struct EngineStateMachine<Waiter> {
         now: UInt64 = 0
     ) -> (Admission, word: Int) {
         if isClosed { return (.refused(.valueContainerDeinited), observed) }
+        // mutant(double-grant): guard EngineWord.isHeld(observed), waitingCount > 0 else {
         guard EngineWord.isHeld(observed) else {
             assert(waitingCount == 0 && holderSlot == nil, "a free section with waiters or a holder record")
             guard kind == .operation else { return (.granted(nil), kind.wordBits) }
@@ -338,6 +339,7 @@ struct EngineStateMachine<Waiter> {
             records[Int(ticket.slot)].awaitingTask = true
             holderSlot = ticket.slot
             (holderSince, holderSinceIsExact) = (now, true)
+            // mutant(stale-holder-record): return (.granted(ticket), kind.wordBits)
             return (.granted(ticket), kind.wordBits | EngineWord.slowRelease)
         }
         if reentrant { return (.refused(.reentrantAccess), observed) }
@@ -374,6 +376,7 @@ struct EngineStateMachine<Waiter> {
         release.endBoost = isHoldBoosted
         (holdUrgency, isHoldBoosted) = (.none, false)
         guard let (slot, kind) = popNext() else {
+            // mutant(value-outlives-container): if isClosed && !isValueFreed && false {
             if isClosed && !isValueFreed {
                 isValueFreed = true
                 release.freeValue = true
@@ -400,6 +403,7 @@ struct EngineStateMachine<Waiter> {
         } else {
             free(slot)
         }
+        // mutant(stall-with-waiters): if holderSlot != nil {
         if waitingCount > 0 || holderSlot != nil {
             word |= EngineWord.slowRelease
             (holderSince, holderSinceIsExact) = (now, true)
@@ -411,7 +415,8 @@ struct EngineStateMachine<Waiter> {
     /// says the oldest waiting command has been overtaken enough.
     private mutating func popNext() -> (slot: UInt32, kind: CommandKind)? {
         guard let limit = maxOvertakes, let oldest = oldestWaiting() else { return popWaiting() }
-        // mutant: bound-never-promotes
+        // mutant(bound-off-by-one): if oldestOvertakes > limit {
+        // mutant(bound-never-promotes): if oldestOvertakes >= limit && false {
         if oldestOvertakes >= limit {
             // Granted ahead of the waiting order: its heap entry is now dead, and dropped when it
             // surfaces (its record stays until then).
@@ -514,7 +519,7 @@ struct EngineStateMachine<Waiter> {
     /// a release that sees ``isHoldBoosted`` and ends the boost.
     /// - Returns: whether to raise the holder.
     mutating func beginBoost(for ticket: Ticket) -> Bool {
-        // mutant: boost-outlives-hold
+        // mutant(boost-outlives-hold): guard isWaiting(ticket) || true else { return false }
         guard isWaiting(ticket) else { return false }
         isHoldBoosted = true
         return true
@@ -593,6 +598,7 @@ struct EngineStateMachine<Waiter> {
                     discarded = markLeft(pending.slot)
                     sweepIfMostlyDead()
                 case .holding:
+                    // mutant(discard-forgets-granted): break
                     records[Int(pending.slot)].discarded = true
                 case .left, .ended, .free:
                     break
@@ -601,6 +607,7 @@ struct EngineStateMachine<Waiter> {
         }
         let (admission, word) = enqueue(
             waiter, kind: .operation, priority: priority, reentrant: false, observed: observed, now: now)
+        // mutant(discard-standard): if true {
         if isDiscardable {
             switch admission {
             case .granted(let ticket?), .queued(let ticket): discardable = ticket

@@ -29,11 +29,20 @@ extension Explorers {
 }
 
 enum StorageChecker {
+    /// `CHECKER_STOP_AT_FIRST_FAILURE=1` (the mutant runs): skip the scenarios after a failing one.
+    static let stopsAtFirstFailure = ProcessInfo.processInfo.environment["CHECKER_STOP_AT_FIRST_FAILURE"] == "1"
+    static let failed = Locked(false)
+
     /// Explores `scenario` on a thread of its own, prints what it explored, and records the first
     /// violation, with the decisions that led to it, as a test issue.
     static func expectEveryScheduleHolds(_ scenario: CheckerScenario, sourceLocation: SourceLocation = #_sourceLocation)
         async
     {
+        // For the mutant runs: once one scenario has failed, the others need not run.
+        if stopsAtFirstFailure && failed.value {
+            print("Checker: \(scenario.name): skipped (an earlier scenario failed)")
+            return
+        }
         let started = Date()
         let report = await withCheckedContinuation {
             (continuation: CheckedContinuation<ScheduleExplorer.Report, Never>) in
@@ -47,6 +56,7 @@ enum StorageChecker {
             "Checker: \(scenario.name): \(report.runs) schedules (at most \(scenario.preemptionBound) preemptions"
                 + "\(report.isComplete ? "" : ", cut by the budget")), \(report.steps) steps, "
                 + String(format: "%.1f s", seconds))
+        if report.violation != nil { failed.set(true) }
         if let (message, trace) = report.violation {
             Issue.record(
                 "\(scenario.name): \(message)\n  decisions: \(trace.joined(separator: "\n             "))",

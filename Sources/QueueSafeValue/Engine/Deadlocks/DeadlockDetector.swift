@@ -297,7 +297,6 @@ struct OperationAwaiters: Sendable {
     /// The tasks that await the current task, `task`, if it runs an awaited operation.
     @usableFromInline
     static func ofCurrentTask(_ task: Int) -> [Int] {
-        // mutant: awaiters-leak-to-other-tasks
         guard let record = current.get(), record.task == task else { return [] }
         return record.awaiters
     }

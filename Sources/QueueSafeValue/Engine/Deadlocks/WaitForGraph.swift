@@ -80,6 +80,7 @@ struct WaitForGraph<Engine: Hashable> {
             }
             parkedPoolThreads += 1
         }
+        // mutant(awaiters-not-registered): for node in nodes.prefix(1) { waits[node] = Wait(engine: engine, poolThread: poolThread) }
         for node in nodes { waits[node] = Wait(engine: engine, poolThread: poolThread) }
         return .wait
     }
@@ -102,8 +103,10 @@ struct WaitForGraph<Engine: Hashable> {
         var visited: Set<Engine> = []
         while let owner = holder(current) {
             links.append(Link(waiter: waiter, engine: current, holder: owner))
+            // mutant(missed-cycle): if nodes.contains(owner) && links.count > 8 { return links }
             if nodes.contains(owner) { return links }
             // A cycle that does not pass through the caller is not the caller's to break.
+            // mutant(false-alarm): guard visited.insert(current).inserted, let next = waits[owner] else { return nil }; if links.count >= 1 { return links }
             guard visited.insert(current).inserted, let next = waits[owner] else { return nil }
             waiter = owner
             current = next.engine

@@ -179,6 +179,7 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
                 _ = word.fetchAnd(~Self.recheckBit)
                 return .recheck
             }
+            // mutant(lost-parked-bit): guard word.compareExchange(expected: current, desired: current) else { continue }
             guard word.compareExchange(expected: current, desired: current | Self.parked) else { continue }
             guard let deadline else {
                 parker.park()
