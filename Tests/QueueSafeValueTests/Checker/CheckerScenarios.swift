@@ -232,6 +232,26 @@ enum CheckerScenarios {
         }
     }
 
+    static let standardOperations = CheckerScenario(
+        name: "command queue: standard operations are never discarded", preemptionBound: 1
+    ) { world in
+        let run = CheckerRun(world)
+        let queue = CommandQueue(label: "standard queue")
+        world.quiescentCheck = run.quiescentCheck([queue.engine])
+        world.spawn("A") {
+            run.operation("s0", queue, .medium)
+            run.operation("s1", queue, .medium)
+        }
+        world.spawn("B") { run.operation("s2", queue, .medium) }
+        return {
+            if let problem = run.expectEnded(["s0", "s1", "s2"]) { return problem }
+            for name in ["s0", "s1", "s2"] where run.outcome(of: name) != "ran" {
+                return "\(name) is not discardable, yet it ended \(run.outcome(of: name)!)"
+            }
+            return nil
+        }
+    }
+
     // MARK: A bound on starvation
 
     static let boundedOvertaking = CheckerScenario(

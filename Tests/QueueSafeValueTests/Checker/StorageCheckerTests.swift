@@ -11,6 +11,7 @@ extension Explorers {
             CheckerScenarios.mixedCommands, CheckerScenarios.arrivalOrder, CheckerScenarios.deadlines,
             CheckerScenarios.cancellation, CheckerScenarios.manualCompletions, CheckerScenarios.containerRelease,
             CheckerScenarios.cancelAllOperations, CheckerScenarios.attachRaces, CheckerScenarios.discardable,
+            CheckerScenarios.standardOperations,
             CheckerScenarios.boundedOvertaking, CheckerScenarios.waiterBehindItsQueue,
             CheckerScenarios.twoDispatchAndTwoWaiters, CheckerScenarios.dispatchArrivingFromOffTheQueue,
             CheckerScenarios.timedWaiterOnTheQueue, CheckerScenarios.silentSuccessorsInline,

@@ -70,7 +70,7 @@ final class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
     /// Starts a command that took a free section (not through a release, which publishes it).
     private func publishAndStart() {
         storage.dispatchedHolderQueue.storeRelaxed(queueID)
-        // mutant(dispatch-before-publish): start(); storage.publishPendingDispatch(self); return
+        // mutant(dispatch-before-publish): start(); storage.publishPendingDispatch(self); return;
         storage.publishPendingDispatch(self)
         start()
     }
