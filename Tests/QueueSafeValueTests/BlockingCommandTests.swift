@@ -48,7 +48,7 @@ import Testing
         // Nothing was left holding the value: the next commands run at once and see it unchanged.
         #expect(value.waitBounded.lowestPriority.get() == .success(5))
         #expect(synced.lowestPriority.get() == .success(5))
-        #expect(value.storage.engine.pendingCount == 0)
+        #expect(value.engine.pendingCount == 0)
     }
 
     // MARK: Threads
@@ -76,7 +76,7 @@ import Testing
             let me = pthread_self()
             value.wait.lowestPriority.set { _ in onOwnThread.set(pthread_equal(pthread_self(), me) != 0) }
         }
-        waitForPending(value.storage.engine, count: 1)
+        waitForPending(value.engine, count: 1)
         holder.release()
         threads.join()
         #expect(onOwnThread.value == true)
@@ -88,7 +88,7 @@ import Testing
         let returned = Locked<Result<Int, QueueSafeValueError>?>(nil)
         let threads = ThreadGroup()
         threads.spawn { returned.set(value.wait.lowestPriority.set { $0 += 1 }) }
-        waitForPending(value.storage.engine, count: 1)
+        waitForPending(value.engine, count: 1)
         sleepBriefly()
         #expect(returned.value == nil, "a blocked command returned while the value was held")
         holder.release()
@@ -135,14 +135,14 @@ import Testing
                 }
             }
             // Each thread is in the queue before the next one starts: issue order is known.
-            guard waitForPending(value.storage.engine, count: index + 1) else { break }
+            guard waitForPending(value.engine, count: index + 1) else { break }
         }
         holder.release()
         threads.join()
         #expect(order.snapshot == CommandPriority.expectedRunOrder(priorities))
         let writers = CommandPriority.expectedRunOrder(priorities).filter { $0 % 5 == 0 || $0 % 5 == 4 }
         #expect(value.waitBounded.lowestPriority.get() == .success(writers))
-        #expect(value.storage.engine.pendingCount == 0)
+        #expect(value.engine.pendingCount == 0)
     }
 
     @Test func syncedValue_blockedThreads_runInPriorityOrder_FIFOWithinPriority() throws {
@@ -160,7 +160,7 @@ import Testing
         waitOrFail(held, "the holder")
         for (index, priority) in priorities.enumerated() {
             threads.spawn { synced.priority(priority).set { $0.append(index) } }
-            guard waitForPending(synced.storage.engine, count: index + 1) else { break }
+            guard waitForPending(synced.engine, count: index + 1) else { break }
         }
         holderDone.withLock { done in
             done?()
@@ -185,7 +185,7 @@ import Testing
         }
         waitOrFail(entered, "the low-priority command to start")
         threads.spawn { value.wait.highestPriority.set { $0.append("highest") } }
-        waitForPending(value.storage.engine, count: 1)
+        waitForPending(value.engine, count: 1)
         proceed.signal()
         threads.join()
         #expect(value.waitBounded.lowestPriority.get() == .success(["low begins", "low ends", "highest"]))

@@ -170,7 +170,7 @@ import Testing
         }
         let threads = ThreadGroup()
         threads.spawn { value.wait.highestPriority.set { $0 += 10 } }
-        waitForPending(value.storage.engine, count: 2)
+        waitForPending(value.engine, count: 2)
         holder.release()
         waitOrFail(finished)
         threads.join()
@@ -244,7 +244,7 @@ import Testing
             received.snapshot.map(\.0) == [.failure(.commandClosureDeallocated), .failure(.commandClosureDeallocated)])
         #expect(received.snapshot.map(\.1) == [true, true])
         #expect(value.waitBounded.lowestPriority.get() == .success(9))
-        #expect(value.storage.engine.pendingCount == 0)
+        #expect(value.engine.pendingCount == 0)
     }
 
     // MARK: Order
@@ -264,7 +264,7 @@ import Testing
             issueRecordingDispatchCommand(
                 value.async(performIn: queue).priority(priority), index: index, order: order, group: group)
         }
-        #expect(value.storage.engine.pendingCount == priorities.count)
+        #expect(value.engine.pendingCount == priorities.count)
         #expect(order.count == 0, "a command ran while the value was held")
         holder.release()
         waitOrFail(group)
@@ -322,7 +322,7 @@ import Testing
                     group.leave()
                 }
             }
-            guard waitForPending(value.storage.engine, count: index + 1) else { break }
+            guard waitForPending(value.engine, count: index + 1) else { break }
         }
         holder.release()
         threads.join()
@@ -342,7 +342,7 @@ import Testing
             } completion: { _ in
                 finished.signal()
             }
-            #expect(value.storage.engine.pendingCount == 1)
+            #expect(value.engine.pendingCount == 1)
             sleepBriefly(milliseconds: 20)
             log.append("outer ends")
         }

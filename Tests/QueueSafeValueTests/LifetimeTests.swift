@@ -166,7 +166,7 @@ import Testing
         }
         let threads = ThreadGroup()
         threads.spawn { blockingResult.set(waitCommands.set { $0.append("blocking") }) }
-        waitForPending(value!.storage.engine, count: 2)
+        waitForPending(value!.engine, count: 2)
 
         value = nil
         #expect(weakValue == nil, "queued commands kept the container alive")

@@ -41,10 +41,10 @@ import Testing
                 order.append("blocking")
             }
         }
-        waitForPending(value.storage.engine, count: 2)
+        waitForPending(value.engine, count: 2)
         sleepBriefly()
         #expect(order.snapshot == ["manual closure"], "a command ran before done() was called")
-        #expect(value.storage.engine.pendingCount == 2)
+        #expect(value.engine.pendingCount == 2)
 
         DispatchQueue(label: "another").async {
             order.append("done")
@@ -79,7 +79,7 @@ import Testing
         sleepBriefly()
         #expect(returned.value == nil, "the blocking call returned before done() was called")
         #expect(!other.value, "another command ran before done() was called")
-        #expect(value.storage.engine.pendingCount == 1)
+        #expect(value.engine.pendingCount == 1)
 
         DispatchQueue.global().async {
             doneCalled.set(true)
@@ -154,7 +154,7 @@ import Testing
                     }
                     nextResult.set(result)
                 })
-            waitForPending(value.storage.engine, count: 1)
+            waitForPending(value.engine, count: 1)
             sleepBriefly()
             if command.mutates { counter = 7 }
             closureReturned.set(true)
@@ -228,7 +228,7 @@ import Testing
             log.append("third")
             thirdRan.signal()
         }
-        #expect(value.storage.engine.pendingCount == 2)
+        #expect(value.engine.pendingCount == 2)
 
         firstDone.value?()
         firstDone.value?()
@@ -237,7 +237,7 @@ import Testing
         firstDone.value?()
         DispatchQueue.global().async { firstDone.value?() }
         sleepBriefly()
-        #expect(value.storage.engine.pendingCount == 1, "a repeated done() ended the next command")
+        #expect(value.engine.pendingCount == 1, "a repeated done() ended the next command")
         #expect(thirdRan.wait(timeout: .now()) == .timedOut, "a repeated done() ended the next command")
 
         secondDone.value?()
@@ -284,7 +284,7 @@ import Testing
         waitOrFail(group)
         #expect(probe.maximumInside == 1, "a repeated done() released the value while another command held it")
         #expect(value.waitBounded.lowestPriority.get() == .success(commands))
-        #expect(value.storage.engine.pendingCount == 0)
+        #expect(value.engine.pendingCount == 0)
     }
 
     // MARK: done() never called
@@ -313,7 +313,7 @@ import Testing
         value.waitBounded.lowestPriority.get { _, _ in }
         #expect(value.abandonedCompletionCount == 4)
         #expect(value.waitBounded.lowestPriority.get() == .success(6))
-        #expect(value.storage.engine.pendingCount == 0)
+        #expect(value.engine.pendingCount == 0)
     }
 
     @Test func abandonedCompletionCount_onSyncedAndAsyncedValues() throws {

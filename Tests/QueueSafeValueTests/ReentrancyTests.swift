@@ -94,14 +94,14 @@ import Testing
             value.wait.lowestPriority.set { _ in inner.append(Self.nestedBlockingResults(value, closureRan: closureRan))
             }
         }
-        waitForPending(value.storage.engine, count: 1)
+        waitForPending(value.engine, count: 1)
         threads.spawn {
             value.wait.lowestPriority.set { _, done in
                 inner.append(Self.nestedBlockingResults(value, closureRan: closureRan))
                 done()
             }
         }
-        waitForPending(value.storage.engine, count: 2)
+        waitForPending(value.engine, count: 2)
         let finished = DispatchSemaphore(value: 0)
         value.async(performIn: DispatchQueue(label: "after")).lowestPriority.get { _ in
             inner.append(Self.nestedBlockingResults(value, closureRan: closureRan))
@@ -215,7 +215,7 @@ import Testing
                 }
             }
         }
-        #expect(value.storage.engine.pendingCount == 0)
+        #expect(value.engine.pendingCount == 0)
         #expect(value.wait(timeout: .seconds(30)).lowestPriority.get() == .success(3))
         let finished = DispatchSemaphore(value: 0)
         let received = Recorder<Result<Int, QueueSafeValueError>>()
@@ -297,7 +297,7 @@ import Testing
             later.set(value.wait(timeout: .seconds(30)).lowestPriority.set { $0 += 1 })
             finished.signal()
         }
-        waitForPending(value.storage.engine, count: 1)
+        waitForPending(value.engine, count: 1)
         #expect(later.value == nil)
         storedDone.value?()
         waitOrFail(finished)

@@ -26,7 +26,7 @@ import Testing
             done()
         }
         #expect(received == [.failure(.anyTimedOut), .failure(.anyTimedOut)])
-        #expect(value.storage.engine.pendingCount == 0, "a timed-out command is still pending")
+        #expect(value.engine.pendingCount == 0, "a timed-out command is still pending")
 
         holder.release()
         // The queue keeps working, and the timed-out commands stay dead.
@@ -34,7 +34,7 @@ import Testing
         sleepBriefly(milliseconds: 20)
         #expect(!closureRan.value, "a timed-out command ran later")
         #expect(value.waitBounded.lowestPriority.get() == .success(1))
-        #expect(value.storage.engine.pendingCount == 0)
+        #expect(value.engine.pendingCount == 0)
     }
 
     @Test func timedOutWaiterBetweenOthers_isSkipped_andOthersKeepTheirOrder() throws {
@@ -43,23 +43,23 @@ import Testing
         let threads = ThreadGroup()
         let timedResult = Locked<Result<[String], QueueSafeValueError>?>(nil)
         threads.spawn { value.wait.priority(.medium).set { $0.append("first") } }
-        waitForPending(value.storage.engine, count: 1)
+        waitForPending(value.engine, count: 1)
         threads.spawn {
             timedResult.set(value.wait(timeout: .milliseconds(300)).priority(.medium).set { $0.append("timed") })
         }
         // Counting the timed waiter whether or not it has given up yet (it may, on a slow machine).
-        let engine = value.storage.engine
+        let engine = value.engine
         waitUntil("the timed waiter to queue") { engine.pendingCount + (timedResult.value == nil ? 0 : 1) == 2 }
         threads.spawn { value.wait.priority(.medium).set { $0.append("second") } }
         waitUntil("the second waiter to queue") { engine.pendingCount + (timedResult.value == nil ? 0 : 1) == 3 }
         value.async(performIn: .global()).lowestPriority.set { $0.append("dispatch") }
         waitUntil("the timed command to give up") { timedResult.value != nil }
         #expect(timedResult.value == .failure(.anyTimedOut))
-        #expect(value.storage.engine.pendingCount == 3)
+        #expect(value.engine.pendingCount == 3)
 
         holder.release()
         threads.join()
-        waitUntil("every live command to run") { value.storage.engine.pendingCount == 0 }
+        waitUntil("every live command to run") { value.engine.pendingCount == 0 }
         #expect(value.waitBounded.lowestPriority.get() == .success(["first", "second", "dispatch"]))
     }
 
@@ -104,7 +104,7 @@ import Testing
             #expect(error.isNegativeTimeout, "\(error)")
         }
         #expect(ran.value == 0)
-        #expect(queue.engine.pendingCount == 0 && value.storage.pendingCount == 0)
+        #expect(queue.engine.pendingCount == 0 && value.engine.pendingCount == 0)
     }
 
     @Test func neverTimeout_waitsUntilValueIsFree() throws {
@@ -113,7 +113,7 @@ import Testing
         let result = Locked<Result<Int, QueueSafeValueError>?>(nil)
         let threads = ThreadGroup()
         threads.spawn { result.set(value.wait(timeout: .never).lowestPriority.set { $0 += 1 }) }
-        waitForPending(value.storage.engine, count: 1)
+        waitForPending(value.engine, count: 1)
         sleepBriefly()
         #expect(result.value == nil)
         holder.release()
@@ -130,7 +130,7 @@ import Testing
             results.append(value.wait(timeout: .seconds(Int.max)).lowestPriority.set { $0 += 1 })
             results.append(value.wait(timeout: .nanoseconds(Int.max)).lowestPriority.set { $0 += 1 })
         }
-        waitForPending(value.storage.engine, count: 1)
+        waitForPending(value.engine, count: 1)
         sleepBriefly()
         #expect(results.count == 0, "a huge timeout expired at once")
         holder.release()
@@ -229,6 +229,6 @@ import Testing
         #expect(timeouts.value > 0)
         #expect(runs.value == successes.value, "a timed-out command ran, or a successful one did not")
         #expect(value.waitBounded.lowestPriority.get() == .success(successes.value))
-        #expect(value.storage.engine.pendingCount == 0)
+        #expect(value.engine.pendingCount == 0)
     }
 }

@@ -9,7 +9,7 @@ import Dispatch
 /// and its closures run in the caller's isolation. Awaiting, blocking and dispatch commands share one
 /// queue and one priority order. Pick the command's priority next.
 public struct AwaitSchedule<Value> {
-    @usableFromInline let storage: ValueStorage<Value>
+    @usableFromInline let engine: ValueEngine<Value>
     /// How long each command may wait for its turn (`nil`: no limit).
     @usableFromInline let timeout: DispatchTimeInterval?
 
@@ -23,17 +23,17 @@ public struct AwaitSchedule<Value> {
     public let lowestPriority: AwaitCommands<Value>
 
     @usableFromInline
-    init(storage: ValueStorage<Value>, timeout: DispatchTimeInterval? = nil) {
-        self.storage = storage
+    init(engine: ValueEngine<Value>, timeout: DispatchTimeInterval? = nil) {
+        self.engine = engine
         self.timeout = timeout
-        highestPriority = AwaitCommands(storage: storage, priority: .highest, timeout: timeout)
-        lowestPriority = AwaitCommands(storage: storage, priority: .lowest, timeout: timeout)
+        highestPriority = AwaitCommands(engine: engine, priority: .highest, timeout: timeout)
+        lowestPriority = AwaitCommands(engine: engine, priority: .lowest, timeout: timeout)
     }
 
     /// Commands of the given priority: higher priorities run first, FIFO within a priority.
     @inlinable
     public func priority(_ priority: CommandPriority) -> AwaitCommands<Value> {
-        AwaitCommands(storage: storage, priority: priority, timeout: timeout)
+        AwaitCommands(engine: engine, priority: priority, timeout: timeout)
     }
 }
 
@@ -62,13 +62,13 @@ extension AwaitSchedule: Sendable where Value: Sendable {}
 ///   not get its turn within the timeout. It left the queue and never runs; the payload is a
 ///   snapshot of the queue at that moment.
 public struct AwaitCommands<Value> {
-    @usableFromInline let storage: ValueStorage<Value>
+    @usableFromInline let engine: ValueEngine<Value>
     @usableFromInline let priority: CommandPriority
     @usableFromInline let timeout: DispatchTimeInterval?
 
     @usableFromInline
-    init(storage: ValueStorage<Value>, priority: CommandPriority, timeout: DispatchTimeInterval? = nil) {
-        self.storage = storage
+    init(engine: ValueEngine<Value>, priority: CommandPriority, timeout: DispatchTimeInterval? = nil) {
+        self.engine = engine
         self.priority = priority
         self.timeout = timeout
     }
@@ -76,7 +76,7 @@ public struct AwaitCommands<Value> {
     /// Returns a copy of the value, read in its turn.
     @inlinable
     public func get(isolation: isolated (any Actor)? = #isolation) async throws(QueueSafeValueError) -> Value {
-        try await storage.withAwaitingAccess(priority: priority, timeout: timeout, isolation: isolation) { $0 }
+        try await engine.withAwaitingAccess(priority: priority, timeout: timeout, isolation: isolation) { $0 }
     }
 
     /// Replaces the value in its turn and returns the value now stored.
@@ -86,7 +86,7 @@ public struct AwaitCommands<Value> {
         newValue: Value,
         isolation: isolated (any Actor)? = #isolation
     ) async throws(QueueSafeValueError) -> Value {
-        try await storage.withAwaitingAccess(priority: priority, timeout: timeout, isolation: isolation) { value in
+        try await engine.withAwaitingAccess(priority: priority, timeout: timeout, isolation: isolation) { value in
             value = newValue
             return value
         }
@@ -100,7 +100,7 @@ public struct AwaitCommands<Value> {
         isolation: isolated (any Actor)? = #isolation,
         _ accessClosure: nonisolated(nonsending) (inout Value) async -> Void
     ) async throws(QueueSafeValueError) -> Value {
-        try await storage.withAwaitingAccess(priority: priority, timeout: timeout, isolation: isolation) { value in
+        try await engine.withAwaitingAccess(priority: priority, timeout: timeout, isolation: isolation) { value in
             await accessClosure(&value)
             return value
         }
@@ -113,7 +113,7 @@ public struct AwaitCommands<Value> {
         isolation: isolated (any Actor)? = #isolation,
         _ transform: nonisolated(nonsending) (Value) async -> MappedValue
     ) async throws(QueueSafeValueError) -> MappedValue {
-        try await storage.withAwaitingAccess(priority: priority, timeout: timeout, isolation: isolation) { value in
+        try await engine.withAwaitingAccess(priority: priority, timeout: timeout, isolation: isolation) { value in
             return await transform(value)
         }
     }

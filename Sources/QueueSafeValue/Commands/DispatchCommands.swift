@@ -9,15 +9,15 @@ import Dispatch
 /// priority), waits there without occupying any thread, and runs its closures **on `queue`** when its
 /// turn comes. Pick the command's priority next.
 ///
-/// Holds the value's storage, not the container: it does not keep the container alive, and a
+/// Holds the value's engine, not the container: it does not keep the container alive, and a
 /// command issued after the container was released reports `.valueContainerDeinited` on `queue`.
 public struct DispatchSchedule<Value> {
-    @usableFromInline let storage: ValueStorage<Value>
+    @usableFromInline let engine: ValueEngine<Value>
     @usableFromInline let queue: DispatchQueue
 
     @usableFromInline
-    init(storage: ValueStorage<Value>, queue: DispatchQueue) {
-        self.storage = storage
+    init(engine: ValueEngine<Value>, queue: DispatchQueue) {
+        self.engine = engine
         self.queue = queue
     }
 
@@ -32,7 +32,7 @@ public struct DispatchSchedule<Value> {
     /// Commands of the given priority: higher priorities run first, FIFO within a priority.
     @inlinable
     public func priority(_ priority: CommandPriority) -> DispatchCommands<Value> {
-        DispatchCommands(storage: storage, queue: queue, priority: priority)
+        DispatchCommands(engine: engine, queue: queue, priority: priority)
     }
 }
 
@@ -58,13 +58,13 @@ extension DispatchSchedule: Sendable where Value: Sendable {}
 /// queue never waits for a block it is blocking. Each command runs exactly once either way; its
 /// completion is then delivered in a block of its own on the queue.
 public struct DispatchCommands<Value> {
-    @usableFromInline let storage: ValueStorage<Value>
+    @usableFromInline let engine: ValueEngine<Value>
     @usableFromInline let queue: DispatchQueue
     @usableFromInline let priority: CommandPriority
 
     @usableFromInline
-    init(storage: ValueStorage<Value>, queue: DispatchQueue, priority: CommandPriority) {
-        self.storage = storage
+    init(engine: ValueEngine<Value>, queue: DispatchQueue, priority: CommandPriority) {
+        self.engine = engine
         self.queue = queue
         self.priority = priority
     }
@@ -73,9 +73,9 @@ public struct DispatchCommands<Value> {
         _ operation: DispatchedCommand<Value>.Operation,
         completion: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)? = nil
     ) {
-        // Through the stored metatype: see `ValueStorage.dispatchedCommandType`.
-        storage.dispatchedCommandType.submit(
-            storage: storage, queue: queue, priority: priority, operation: operation, completion: completion)
+        // Through the stored metatype: see `ValueEngine.dispatchedCommandType`.
+        engine.dispatchedCommandType.submit(
+            engine: engine, queue: queue, priority: priority, operation: operation, completion: completion)
     }
 
     private func reportMissingClosure(_ completion: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)?) {

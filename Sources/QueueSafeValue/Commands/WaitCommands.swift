@@ -8,10 +8,10 @@ import Dispatch
 /// **on the calling thread**. Pick the command's priority next: `.highestPriority`,
 /// `.lowestPriority` or `.priority(_:)`.
 ///
-/// Holds the value's storage, not the container: it does not keep the container alive, and a
+/// Holds the value's engine, not the container: it does not keep the container alive, and a
 /// command issued after the container was released fails with `.valueContainerDeinited`.
 public struct WaitSchedule<Value> {
-    @usableFromInline let storage: ValueStorage<Value>
+    @usableFromInline let engine: ValueEngine<Value>
     @usableFromInline let timeout: DispatchTimeInterval?
 
     /// Commands that run before every other pending command (FIFO among themselves).
@@ -24,17 +24,17 @@ public struct WaitSchedule<Value> {
     public let lowestPriority: WaitCommands<Value>
 
     @usableFromInline
-    init(storage: ValueStorage<Value>, timeout: DispatchTimeInterval?) {
-        self.storage = storage
+    init(engine: ValueEngine<Value>, timeout: DispatchTimeInterval?) {
+        self.engine = engine
         self.timeout = timeout
-        highestPriority = WaitCommands(storage: storage, priority: .highest, timeout: timeout)
-        lowestPriority = WaitCommands(storage: storage, priority: .lowest, timeout: timeout)
+        highestPriority = WaitCommands(engine: engine, priority: .highest, timeout: timeout)
+        lowestPriority = WaitCommands(engine: engine, priority: .lowest, timeout: timeout)
     }
 
     /// Commands of the given priority: higher priorities run first, FIFO within a priority.
     @inlinable
     public func priority(_ priority: CommandPriority) -> WaitCommands<Value> {
-        WaitCommands(storage: storage, priority: priority, timeout: timeout)
+        WaitCommands(engine: engine, priority: priority, timeout: timeout)
     }
 }
 
@@ -66,13 +66,13 @@ extension WaitSchedule: Sendable where Value: Sendable {}
 /// (it is running on the queue), and the command's own block then does nothing. See
 /// <doc:GettingStarted#Deadlocks> for what is and is not detected.
 public struct WaitCommands<Value> {
-    @usableFromInline let storage: ValueStorage<Value>
+    @usableFromInline let engine: ValueEngine<Value>
     @usableFromInline let priority: CommandPriority
     @usableFromInline let timeout: DispatchTimeInterval?
 
     @usableFromInline
-    init(storage: ValueStorage<Value>, priority: CommandPriority, timeout: DispatchTimeInterval?) {
-        self.storage = storage
+    init(engine: ValueEngine<Value>, priority: CommandPriority, timeout: DispatchTimeInterval?) {
+        self.engine = engine
         self.priority = priority
         self.timeout = timeout
     }
@@ -80,7 +80,7 @@ public struct WaitCommands<Value> {
     /// Returns a copy of the value, read in its turn.
     @inlinable
     public func get() -> Result<Value, QueueSafeValueError> {
-        storage.withBlockingAccess(priority: priority, timeout: timeout) { $0 }
+        engine.withBlockingAccess(priority: priority, timeout: timeout) { $0 }
     }
 
     /// Runs `commandClosure` with the value as the critical section: no other command touches the
@@ -89,7 +89,7 @@ public struct WaitCommands<Value> {
     @inlinable
     public func get(completion commandClosure: ((Result<Value, QueueSafeValueError>) -> Void)?) {
         guard let commandClosure else { return }
-        let result = storage.withBlockingAccess(priority: priority, timeout: timeout) { value -> Void in
+        let result = engine.withBlockingAccess(priority: priority, timeout: timeout) { value -> Void in
             commandClosure(.success(value))
         }
         if case .failure(let error) = result { commandClosure(.failure(error)) }
@@ -109,7 +109,7 @@ public struct WaitCommands<Value> {
         )?
     ) {
         guard let commandClosure else { return }
-        let result = storage.withBlockingManualAccess(priority: priority, timeout: timeout) { value, done in
+        let result = engine.withBlockingManualAccess(priority: priority, timeout: timeout) { value, done in
             commandClosure(.success(value), done)
         } result: { _ in
             ()
@@ -125,8 +125,8 @@ public struct WaitCommands<Value> {
     @inlinable
     @discardableResult
     public func set(newValue: Value) -> Result<Value, QueueSafeValueError> {
-        storage.reportingLostUpdate(
-            storage.withBlockingAccess(priority: priority, timeout: timeout) { value in
+        engine.reportingLostUpdate(
+            engine.withBlockingAccess(priority: priority, timeout: timeout) { value in
                 value = newValue
                 return value
             })
@@ -143,8 +143,8 @@ public struct WaitCommands<Value> {
     @discardableResult
     public func set(completion accessClosure: ((inout Value) -> Void)?) -> Result<Value, QueueSafeValueError> {
         guard let accessClosure else { return .failure(.commandClosureDeallocated) }
-        return storage.reportingLostUpdate(
-            storage.withBlockingAccess(priority: priority, timeout: timeout) { value in
+        return engine.reportingLostUpdate(
+            engine.withBlockingAccess(priority: priority, timeout: timeout) { value in
                 accessClosure(&value)
                 return value
             })
@@ -165,8 +165,8 @@ public struct WaitCommands<Value> {
         manualCompletion accessClosure: ((inout Value, @escaping CommandCompletionClosure) -> Void)?
     ) -> Result<Value, QueueSafeValueError> {
         guard let accessClosure else { return .failure(.commandClosureDeallocated) }
-        return storage.reportingLostUpdate(
-            storage.withBlockingManualAccess(priority: priority, timeout: timeout, accessClosure) { $0 })
+        return engine.reportingLostUpdate(
+            engine.withBlockingManualAccess(priority: priority, timeout: timeout, accessClosure) { $0 })
     }
 
     /// Transforms the value inside the critical section, on the calling thread.
@@ -177,7 +177,7 @@ public struct WaitCommands<Value> {
         completion commandClosure: ((Value) -> MappedValue)?
     ) -> Result<MappedValue, QueueSafeValueError> {
         guard let commandClosure else { return .failure(.commandClosureDeallocated) }
-        return storage.withBlockingAccess(priority: priority, timeout: timeout) { commandClosure($0) }
+        return engine.withBlockingAccess(priority: priority, timeout: timeout) { commandClosure($0) }
     }
 }
 

@@ -24,17 +24,19 @@ import QueueSafeValueShims
 /// releasing one that nobody waits for are single compare-and-swaps on the state word, without the
 /// lock. ``EngineWord`` states the invariant that makes this safe.
 ///
-/// `ValueStorage` subclasses it to add the value, which the engine frees through ``freeValue()``
+/// `ValueEngine` subclasses it to add the value, which the engine frees through ``freeValue()``
 /// when the state machine says so.
 // @unchecked Sendable: mutable state is the locked machine and atomic words
 @usableFromInline
 class CommandEngine: @unchecked Sendable {
-    typealias Machine = EngineStateMachine<Waiter>
+    typealias Machine = EngineStateMachine<Contender>
     typealias Ticket = Machine.Ticket
 
     /// Word 0: the state word (``EngineWord``). Word 1: the thread running a synchronous closure in
-    /// the section (or waiting for its `done()`), or 0. Word 2: the generation of the task section
-    /// being held (see `Reentrancy.swift`). Word 3: the task holding the section, or 0 (for
+    /// the section (or waiting for its `done()`), or 0. Word 2: the task section's generation, with
+    /// its sign saying whether a task section is held: positive `g` while the `g`th task section is
+    /// held, `-g` once it ended (so the next one is `g + 1`, and a task-local record of an ended
+    /// section never matches the word); only the holder writes it (see `Reentrancy.swift`). Word 3: the task holding the section, or 0 (for
     /// deadlock detection). Word 4: the dispatched holder's slot for helping (see
     /// ``publishPendingDispatch(_:)``). Word 5: the identity of the dispatched holder's queue (see
     /// `QueueTag`), for diagnostics; meaningful only while a dispatched command holds the section.
@@ -102,7 +104,7 @@ class CommandEngine: @unchecked Sendable {
     /// must call its `start()` (outside any lock).
     @inlinable
     @inline(__always)
-    final func releaseReturningNext(_ kind: CommandKind) -> Waiter? {
+    final func releaseReturningNext(_ kind: CommandKind) -> Contender? {
         // Cleared first: once the word says free, another thread may take the section and set them.
         ownerThread.storeRelaxed(0)
         if state.compareExchange(expected: kind.wordBits, desired: 0) { return nil }
@@ -113,7 +115,7 @@ class CommandEngine: @unchecked Sendable {
 
     /// Asks the machine for the section on behalf of `waiter`.
     private func enqueue(
-        _ waiter: Waiter,
+        _ waiter: Contender,
         kind: CommandKind,
         priority: CommandPriority,
         reentrant: Bool = false
@@ -132,13 +134,13 @@ class CommandEngine: @unchecked Sendable {
     /// ``releaseReturningNext(_:)`` for a dispatched command: clears the dispatched holder's slot
     /// first (while the word still says held), so the blocking release pays nothing for helping.
     @inline(__always)
-    final func releaseDispatched() -> Waiter? {
+    final func releaseDispatched() -> Contender? {
         pendingDispatch.storeRelaxed(0)
         return releaseReturningNext(.dispatched)
     }
 
     @usableFromInline
-    final func releaseSlow() -> Waiter? {
+    final func releaseSlow() -> Contender? {
         var heir = (thread: 0, task: 0)
         let (release, helper) = machine.withLock { machine -> (Machine.Release, BlockingWaiter?) in
             // The holder is the caller, and `slowRelease` or `closed` is set: only locked
@@ -199,13 +201,13 @@ class CommandEngine: @unchecked Sendable {
     /// Publishes `command`, just granted, as the dispatched holder whose block has not started.
     /// (A release that grants it also notes its queue, under the lock; one that took a free
     /// section notes it itself, see `DispatchedCommand`.)
-    final func publishPendingDispatch(_ command: Waiter) {
+    final func publishPendingDispatch(_ command: Contender) {
         pendingDispatch.storeRelease(Int(bitPattern: Unmanaged.passRetained(command).toOpaque()))
     }
 
     /// The block of `command`, or its predecessor's block running it inline, claims it: `true` if
     /// it was still published, `false` if a waiter took it over. Only `command` itself.
-    final func claimPendingDispatch(_ command: Waiter) -> Bool {
+    final func claimPendingDispatch(_ command: Contender) -> Bool {
         let raw = Int(bitPattern: Unmanaged.passUnretained(command).toOpaque())
         guard pendingDispatch.compareExchange(expected: raw, desired: Self.dispatchStarted) else { return false }
         Unmanaged.passUnretained(command).release()  // the reference the slot held
@@ -215,7 +217,7 @@ class CommandEngine: @unchecked Sendable {
     /// Takes over the published dispatched holder, if the holder is one and its block has not
     /// started: the taker runs it, and its block, which finds it gone, does not. Waits the moment
     /// it takes a command that took a free section to publish itself.
-    final func takePendingDispatch() -> Waiter? {
+    final func takePendingDispatch() -> Contender? {
         while state.loadAcquire() & EngineWord.holderMask == CommandKind.dispatched.wordBits {
             let raw = pendingDispatch.loadAcquire()
             if raw == Self.dispatchStarted { return nil }
@@ -226,7 +228,7 @@ class CommandEngine: @unchecked Sendable {
             guard pendingDispatch.compareExchange(expected: raw, desired: Self.dispatchStarted),
                 let pointer = UnsafeRawPointer(bitPattern: raw)
             else { continue }
-            return Unmanaged<Waiter>.fromOpaque(pointer).takeRetainedValue()
+            return Unmanaged<Contender>.fromOpaque(pointer).takeRetainedValue()
         }
         return nil
     }
@@ -272,7 +274,7 @@ class CommandEngine: @unchecked Sendable {
     /// saw the slot taken) gets it as a job; otherwise it is published again, for such a waiter to
     /// take over, and given a block that claims it (its first block may have run and found the
     /// slot taken; whichever block claims it first runs it).
-    private func republish(_ command: Waiter) {
+    private func republish(_ command: Contender) {
         let helper = machine.withLock { machine -> BlockingWaiter? in
             if machine.hasHelpers, let helper = machine.helper(forQueue: command.targetQueueID) as? BlockingWaiter {
                 helper.job = command
@@ -289,7 +291,7 @@ class CommandEngine: @unchecked Sendable {
     ///   granted (the caller owns the section, or is about to) or had left already.
     /// - Complexity: O(1) amortized.
     @discardableResult
-    final func leave(_ ticket: Ticket) -> Waiter? {
+    final func leave(_ ticket: Ticket) -> Contender? {
         machine.withLock { $0.leave(ticket) }
     }
 
@@ -384,19 +386,14 @@ class CommandEngine: @unchecked Sendable {
 
     // MARK: Dispatched commands
 
-    /// Places a dispatched command in the queue at the moment of the call, so commands issued one
-    /// after another from one thread keep their order.
-    /// - Returns: `true` if the section was free and the command holds it now (the caller starts
-    ///   it); `false` if it waits (the engine starts it when its turn comes).
+    /// Places a dispatched command in the queue at the moment of the call (after its idle
+    /// compare-and-swap failed), so commands issued one after another from one thread keep their
+    /// order.
+    /// - Returns: `true` if the section was free after all and the command holds it now (the caller
+    ///   starts it); `false` if it waits (the engine starts it when its turn comes).
     /// - Throws: `.valueContainerDeinited` if the container is gone.
     /// - Complexity: O(log n)
-    final func submit(_ command: Waiter, priority: CommandPriority) throws(QueueSafeValueError) -> Bool {
-        if tryAcquireIdle(.dispatched) { return true }
-        return try enqueueDispatched(command, priority: priority)
-    }
-
-    /// The slow half of ``submit(_:priority:)``.
-    final func enqueueDispatched(_ command: Waiter, priority: CommandPriority) throws(QueueSafeValueError) -> Bool {
+    final func enqueueDispatched(_ command: Contender, priority: CommandPriority) throws(QueueSafeValueError) -> Bool {
         switch enqueue(command, kind: .dispatched, priority: priority) {
         case .granted: return true
         case .queued: return false
@@ -408,7 +405,7 @@ class CommandEngine: @unchecked Sendable {
 
     /// The holder starts a manual-completion command.
     /// - Returns: the ticket its completion closure reports to.
-    final func beginManual(_ waiter: Waiter, kind: CommandKind) -> Ticket {
+    final func beginManual(_ waiter: Contender, kind: CommandKind) -> Ticket {
         machine.withLock { machine in
             // The caller holds the section, so only locked transitions change the word.
             let (ticket, word) = machine.beginManual(
@@ -685,11 +682,4 @@ class CommandEngine: @unchecked Sendable {
     final var isValueFreed: Bool {
         machine.withLock { $0.isValueFreed }
     }
-}
-
-/// A cheap monotonic clock on the base of `DispatchTime.uptimeNanoseconds`, good to a few
-/// milliseconds: for the "since when" of diagnostics.
-@inline(__always)
-func coarseNow() -> UInt64 {
-    qsv_coarse_now_ns()
 }

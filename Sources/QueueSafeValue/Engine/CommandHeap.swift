@@ -121,14 +121,6 @@ struct CommandHeap: Hashable {
         checkInvariantsIfSmall()
     }
 
-    /// Removes every entry.
-    /// - Complexity: O(n)
-    mutating func removeAll() {
-        entries.removeAll()
-        run.removeAll()
-        runStart = 0
-    }
-
     // MARK: Equality
 
     /// Equal when both parts hold the same entries in the same places (the run from its start).

@@ -37,24 +37,28 @@ enum EngineWord {
 // MARK: - CommandKind
 
 /// How a command waits for its turn and where its closure runs.
-///
-/// The raw values carry the holder bits of ``EngineWord`` in their low two bits, so the idle
-/// release's expected word is one mask away.
 @usableFromInline
 enum CommandKind: UInt8, Hashable, Sendable, CustomStringConvertible {
     /// `wait` / `wait(timeout:)`: a thread blocks; the closure runs on it.
-    case blocking = 0b001
+    case blocking
     /// `async(performIn:)`: nothing waits; the closure runs on a dispatch queue.
-    case dispatched = 0b010
+    case dispatched
     /// `value.async`: a task suspends; the closure runs in the caller's isolation.
-    case awaiting = 0b011
+    case awaiting
     /// A ``CommandQueue`` operation: a task of its own, which ``CommandQueue/cancelAll()`` reaches.
-    case operation = 0b111
+    case operation
 
-    /// The holder bits of ``EngineWord`` for a holder of this kind.
+    /// The holder bits of ``EngineWord`` for a holder of this kind: 1, 2, or 3 for a task (an
+    /// awaiting command or an operation; the machine's record tells the two apart).
     @inline(__always)
     @inlinable
-    var wordBits: Int { Int(rawValue) & EngineWord.holderMask }
+    var wordBits: Int {
+        switch self {
+        case .blocking: return 0b01
+        case .dispatched: return 0b10
+        case .awaiting, .operation: return 0b11
+        }
+    }
 
     @usableFromInline
     var description: String {
@@ -100,13 +104,13 @@ struct Urgency: Hashable, Sendable {
 ///
 /// No locks, atomics, semaphores, continuations or dispatch live here. ``CommandEngine`` owns one
 /// machine, calls a transition with its lock held and performs the returned action after unlocking:
-/// wake a thread, dispatch a block, resume a task, cancel a task, free the value. `Waiter` is what
+/// wake a thread, dispatch a block, resume a task, cancel a task, free the value. `Handle` is what
 /// the engine needs to start a command (its waiter object); the machine only stores and returns it,
 /// so the tests drive the very same transitions with plain integers.
 ///
 /// Transitions that race with the lock-free idle path take the state word the engine observed
 /// (`observed`) and return the word to store; see ``EngineWord``.
-struct EngineStateMachine<Waiter> {
+struct EngineStateMachine<Handle> {
     /// Identifies a command's record while it waits or holds the section. A ticket of a command
     /// that has ended no longer matches its slot: the generation moved on.
     struct Ticket: Hashable, Sendable {
@@ -131,11 +135,11 @@ struct EngineStateMachine<Waiter> {
     /// What a release decided.
     struct Release {
         /// The command granted the section, to be started by the releaser after unlocking.
-        var next: Waiter?
+        var next: Handle?
         /// The kind of `next`.
         var nextKind: CommandKind?
         /// The released holder, when the machine kept a record of it (its task may be dropped).
-        var ended: Waiter?
+        var ended: Handle?
         /// The container is gone and nothing waits: free the value now.
         var freeValue = false
         /// A waiter raised the released holder's urgency during its hold: the releasing thread
@@ -150,9 +154,9 @@ struct EngineStateMachine<Waiter> {
     struct CancelAll {
         /// Commands that left the queue: resume each with "cancelled", and cancel its task if it
         /// has one.
-        var left: [Waiter] = []
+        var left: [Handle] = []
         /// The holder, if its task must be cancelled now.
-        var holder: Waiter?
+        var holder: Handle?
     }
 
     /// What ``attach(_:)`` decided about the task of an operation.
@@ -173,7 +177,7 @@ struct EngineStateMachine<Waiter> {
         case waitForCompletion
         /// The completion arrived after the closure returned: finish the command held by this
         /// waiter (wake its blocked thread, or release and deliver its dispatch completion).
-        case finish(Waiter)
+        case finish(Handle)
         /// Nothing to do (the closure is still running; it will see the completion).
         case none
     }
@@ -209,20 +213,20 @@ struct EngineStateMachine<Waiter> {
         var kind: CommandKind = .blocking
         private var flags: UInt8 = 0
         var manual: ManualPhase = .notManual
-        var waiter: Waiter?
+        var handle: Handle?
 
         init() {}
 
-        init(generation: UInt32, state: RecordState, kind: CommandKind, waiter: Waiter) {
+        init(generation: UInt32, state: RecordState, kind: CommandKind, handle: Handle) {
             self.generation = generation
             self.state = state
             self.kind = kind
-            self.waiter = waiter
+            self.handle = handle
         }
 
         /// An operation whose task has not been attached yet: the record outlives the command
         /// until it is, so ``attach(_:)`` can tell what happened.
-        var awaitingTask: Bool {
+        var taskUnattached: Bool {
             get { flag(0) }
             set { setFlag(0, newValue) }
         }
@@ -275,7 +279,7 @@ struct EngineStateMachine<Waiter> {
     /// Manual completions released without being called.
     private(set) var droppedCompletions = 0
     /// When the holder got the section (`holderSinceIsExact`), or when the first command began to
-    /// wait for it, on the clock the storage passes in as `now`; 0 when unknown. Kept only while
+    /// wait for it, on the clock the engine passes in as `now`; 0 when unknown. Kept only while
     /// `slowRelease` is set: a holder that may release on the idle path could end unseen.
     private(set) var holderSince: UInt64 = 0
     private(set) var holderSinceIsExact = false
@@ -323,7 +327,7 @@ struct EngineStateMachine<Waiter> {
     ///   - now: the time, for ``holderSince``.
     /// - Returns: the decision and the word to store.
     mutating func enqueue(
-        _ waiter: Waiter,
+        _ waiter: Handle,
         kind: CommandKind,
         priority: CommandPriority,
         reentrant: Bool,
@@ -336,7 +340,7 @@ struct EngineStateMachine<Waiter> {
             assert(waitingCount == 0 && holderSlot == nil, "a free section with waiters or a holder record")
             guard kind == .operation else { return (.granted(nil), kind.wordBits) }
             let ticket = allocate(waiter, kind: kind, state: .holding)
-            records[Int(ticket.slot)].awaitingTask = true
+            records[Int(ticket.slot)].taskUnattached = true
             holderSlot = ticket.slot
             (holderSince, holderSinceIsExact) = (now, true)
             // mutant(stale-holder-record): return (.granted(ticket), kind.wordBits)
@@ -348,7 +352,7 @@ struct EngineStateMachine<Waiter> {
             (holderSince, holderSinceIsExact) = (now, false)
         }
         let ticket = allocate(waiter, kind: kind, state: .waiting)
-        records[Int(ticket.slot)].awaitingTask = kind == .operation
+        records[Int(ticket.slot)].taskUnattached = kind == .operation
         records[Int(ticket.slot)].inHeap = true
         heap.insert(.init(key: CommandHeap.key(priority: priority, sequence: sequence), slot: ticket.slot))
         if maxOvertakes != nil { arrivals.append(Arrival(ticket: ticket, sequence: sequence)) }
@@ -368,7 +372,7 @@ struct EngineStateMachine<Waiter> {
         var release = Release()
         if let slot = holderSlot {
             holderSlot = nil
-            release.ended = records[Int(slot)].waiter
+            release.ended = records[Int(slot)].handle
             end(slot)
         }
         let closedBit = observed & EngineWord.closed
@@ -383,7 +387,7 @@ struct EngineStateMachine<Waiter> {
             }
             return (release, closedBit)
         }
-        release.next = records[Int(slot)].waiter
+        release.next = records[Int(slot)].handle
         release.nextKind = kind
         if !urgencies.isEmpty {
             urgencies[slot] = nil
@@ -487,7 +491,7 @@ struct EngineStateMachine<Waiter> {
     ///   first (it holds the section, or is about to) or it already left.
     /// - Complexity: O(1) amortized: the heap entry is dropped when it surfaces, or in one O(n)
     ///   sweep once such entries outnumber the live ones.
-    mutating func leave(_ ticket: Ticket) -> Waiter? {
+    mutating func leave(_ ticket: Ticket) -> Handle? {
         guard isCurrent(ticket), records[Int(ticket.slot)].state == .waiting else { return nil }
         let waiter = markLeft(ticket.slot)
         sweepIfMostlyDead()
@@ -514,7 +518,7 @@ struct EngineStateMachine<Waiter> {
         return raised
     }
 
-    /// The storage is about to raise the current holder on behalf of the waiting command
+    /// The engine is about to raise the current holder on behalf of the waiting command
     /// `ticket`: allowed only while that command still waits, so the holder cannot change without
     /// a release that sees ``isHoldBoosted`` and ends the boost.
     /// - Returns: whether to raise the holder.
@@ -539,19 +543,19 @@ struct EngineStateMachine<Waiter> {
 
     /// The waiting command that runs on the queue `queue`, if any: it runs a dispatched command
     /// granted for that queue, which could not run its block while that command waits.
-    func helper(forQueue queue: Int) -> Waiter? {
+    func helper(forQueue queue: Int) -> Handle? {
         guard queue != 0 else { return nil }
         for (slot, queues) in helpers where queues.contains(queue) && records[Int(slot)].state == .waiting {
-            return records[Int(slot)].waiter
+            return records[Int(slot)].handle
         }
         return nil
     }
 
-    private mutating func markLeft(_ slot: UInt32) -> Waiter? {
+    private mutating func markLeft(_ slot: UInt32) -> Handle? {
         if !urgencies.isEmpty { urgencies[slot] = nil }
-        let waiter = records[Int(slot)].waiter
+        let waiter = records[Int(slot)].handle
         records[Int(slot)].state = .left
-        records[Int(slot)].waiter = nil
+        records[Int(slot)].handle = nil
         if !helpers.isEmpty { helpers[slot] = nil }
         waitingCount -= 1
         deadEntries += 1
@@ -583,13 +587,13 @@ struct EngineStateMachine<Waiter> {
     /// - Parameter isDiscardable: the new operation is itself discardable: it is discarded in turn
     ///   if another operation is enqueued before it begins.
     mutating func enqueueOperation(
-        _ waiter: Waiter,
+        _ waiter: Handle,
         priority: CommandPriority,
         discardable isDiscardable: Bool,
         observed: Int,
         now: UInt64 = 0
-    ) -> (Admission, word: Int, discarded: Waiter?) {
-        var discarded: Waiter?
+    ) -> (Admission, word: Int, discarded: Handle?) {
+        var discarded: Handle?
         if let pending = discardable {
             discardable = nil
             if isCurrent(pending) {
@@ -642,8 +646,8 @@ struct EngineStateMachine<Waiter> {
             if records[Int(slot)].state == .waiting {
                 waitingCount -= 1
                 if !urgencies.isEmpty { urgencies[slot] = nil }
-                if let waiter = records[Int(slot)].waiter { result.left.append(waiter) }
-                records[Int(slot)].waiter = nil
+                if let waiter = records[Int(slot)].handle { result.left.append(waiter) }
+                records[Int(slot)].handle = nil
                 records[Int(slot)].state = .left
                 records[Int(slot)].cancelRequested = true
             } else {
@@ -655,7 +659,7 @@ struct EngineStateMachine<Waiter> {
         (arrivals, arrivalsStart, oldestOvertakes) = ([], 0, 0)
         if let slot = holderSlot, records[Int(slot)].kind == .operation {
             if records[Int(slot)].hasTask {
-                result.holder = records[Int(slot)].waiter
+                result.holder = records[Int(slot)].handle
             } else {
                 records[Int(slot)].cancelRequested = true
             }
@@ -666,9 +670,9 @@ struct EngineStateMachine<Waiter> {
     /// The task that runs an operation exists now (it is created after the operation took its
     /// place, and may even have run to the end already).
     mutating func attach(_ ticket: Ticket) -> Attachment {
-        guard isCurrent(ticket), records[Int(ticket.slot)].awaitingTask else { return .drop }
+        guard isCurrent(ticket), records[Int(ticket.slot)].taskUnattached else { return .drop }
         let slot = Int(ticket.slot)
-        records[slot].awaitingTask = false
+        records[slot].taskUnattached = false
         switch records[slot].state {
         case .waiting, .holding:
             if records[slot].cancelRequested { return .cancelNow }
@@ -688,7 +692,7 @@ struct EngineStateMachine<Waiter> {
     /// through the lock.
     /// - Parameter observed: the word (the caller holds the section).
     mutating func beginManual(
-        _ waiter: Waiter,
+        _ waiter: Handle,
         kind: CommandKind,
         observed: Int,
         now: UInt64 = 0
@@ -726,7 +730,7 @@ struct EngineStateMachine<Waiter> {
             return .none
         case .closureReturned:
             records[Int(ticket.slot)].manual = .completionArrived
-            guard let waiter = records[Int(ticket.slot)].waiter else { return .none }
+            guard let waiter = records[Int(ticket.slot)].handle else { return .none }
             return .finish(waiter)
         case .notManual, .completionArrived:
             return .none
@@ -772,7 +776,7 @@ struct EngineStateMachine<Waiter> {
         var state: RecordState
         var kind: CommandKind
         var manual: ManualPhase
-        var awaitingTask: Bool
+        var taskUnattached: Bool
         var hasTask: Bool
         var inHeap: Bool
         var cancelRequested: Bool
@@ -784,18 +788,18 @@ struct EngineStateMachine<Waiter> {
         guard isCurrent(ticket) else { return nil }
         let record = records[Int(ticket.slot)]
         return Summary(
-            state: record.state, kind: record.kind, manual: record.manual, awaitingTask: record.awaitingTask,
+            state: record.state, kind: record.kind, manual: record.manual, taskUnattached: record.taskUnattached,
             hasTask: record.hasTask, inHeap: record.inHeap, cancelRequested: record.cancelRequested,
             discarded: record.discarded)
     }
 
     /// The waiting commands in the order they will get the section, with their priorities.
     /// - Complexity: O(n log n)
-    func waitingInOrder() -> [(waiter: Waiter, priority: CommandPriority, kind: CommandKind)] {
+    func waitingInOrder() -> [(waiter: Handle, priority: CommandPriority, kind: CommandKind)] {
         heap.unordered.sorted { $0.key < $1.key }.compactMap { entry in
             let record = records[Int(entry.slot)]
-            guard record.state == .waiting, let waiter = record.waiter else { return nil }
-            return (waiter, CommandHeap.priority(of: entry.key), record.kind)
+            guard record.state == .waiting, let handle = record.handle else { return nil }
+            return (handle, CommandHeap.priority(of: entry.key), record.kind)
         }
     }
 
@@ -849,7 +853,7 @@ struct EngineStateMachine<Waiter> {
             && records[Int(ticket.slot)].state != .free
     }
 
-    private mutating func allocate(_ waiter: Waiter, kind: CommandKind, state: RecordState) -> Ticket {
+    private mutating func allocate(_ handle: Handle, kind: CommandKind, state: RecordState) -> Ticket {
         let slot: UInt32
         if let reused = freeSlots.popLast() {
             slot = reused
@@ -858,14 +862,14 @@ struct EngineStateMachine<Waiter> {
             records.append(Record())
         }
         let generation = records[Int(slot)].generation &+ 1
-        records[Int(slot)] = Record(generation: generation, state: state, kind: kind, waiter: waiter)
+        records[Int(slot)] = Record(generation: generation, state: state, kind: kind, handle: handle)
         return Ticket(slot: slot, generation: generation)
     }
 
     /// A tracked holder ended.
     private mutating func end(_ slot: UInt32) {
         records[Int(slot)].state = .ended
-        records[Int(slot)].waiter = nil
+        records[Int(slot)].handle = nil
         freeIfUnused(slot)
     }
 
@@ -873,14 +877,14 @@ struct EngineStateMachine<Waiter> {
     /// task can still refer to it.
     private mutating func freeIfUnused(_ slot: UInt32) {
         let record = records[Int(slot)]
-        guard record.state == .left || record.state == .ended, !record.inHeap, !record.awaitingTask else { return }
+        guard record.state == .left || record.state == .ended, !record.inHeap, !record.taskUnattached else { return }
         free(slot)
     }
 
     private mutating func free(_ slot: UInt32) {
         if !helpers.isEmpty { helpers[slot] = nil }
         records[Int(slot)].state = .free
-        records[Int(slot)].waiter = nil
+        records[Int(slot)].handle = nil
         freeSlots.append(slot)
     }
 }

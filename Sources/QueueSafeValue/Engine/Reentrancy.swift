@@ -80,7 +80,7 @@ enum CriticalSectionContext {
 
 extension CommandEngine {
     /// Marks the current task as inside this engine's section; returns the task-local stack to run
-    /// the section's body with (see `ValueStorage.withAwaitingAccess`), so a nested command on the
+    /// the section's body with (see `ValueEngine.withAwaitingAccess`), so a nested command on the
     /// same engine from this task or its child tasks is recognised as reentrant instead of waiting
     /// for itself. Call it while holding the section, and ``leaveTaskSection()`` before releasing.
     @usableFromInline

@@ -29,7 +29,7 @@ extension QueueSafeValue {
     /// a child task of it — that runs an awaiting closure. `false` everywhere else, including on
     /// another thread while the section is held, and in a manual-completion command after its closure
     /// returned and before `done()` (the value is held, but no code runs inside).
-    public var isInsideCriticalSection: Bool { storage.isCallerInside() }
+    public var isInsideCriticalSection: Bool { engine.isCallerInside() }
 
     /// Stops the program with `message` unless the caller runs inside this value's critical section
     /// (see ``isInsideCriticalSection``): an assertion for code that must only touch state guarded by
@@ -40,14 +40,14 @@ extension QueueSafeValue {
         file: StaticString = #fileID,
         line: UInt = #line
     ) {
-        storage.preconditionCallerInside(message, what: "QueueSafeValue", file: file, line: line)
+        engine.preconditionCallerInside(message, what: "QueueSafeValue", file: file, line: line)
     }
 }
 
 extension QueueSafeSyncedValue {
     /// Whether the caller runs inside this value's critical section; see
     /// ``QueueSafeValue/QueueSafeValue/isInsideCriticalSection``.
-    public var isInsideCriticalSection: Bool { storage.isCallerInside() }
+    public var isInsideCriticalSection: Bool { engine.isCallerInside() }
 
     /// Stops the program with `message` unless the caller runs inside this value's critical section;
     /// see ``QueueSafeValue/QueueSafeValue/preconditionInsideCriticalSection(_:file:line:)``.
@@ -56,14 +56,14 @@ extension QueueSafeSyncedValue {
         file: StaticString = #fileID,
         line: UInt = #line
     ) {
-        storage.preconditionCallerInside(message, what: "QueueSafeSyncedValue", file: file, line: line)
+        engine.preconditionCallerInside(message, what: "QueueSafeSyncedValue", file: file, line: line)
     }
 }
 
 extension QueueSafeAsyncedValue {
     /// Whether the caller runs inside this value's critical section; see
     /// ``QueueSafeValue/QueueSafeValue/isInsideCriticalSection``.
-    public var isInsideCriticalSection: Bool { storage.isCallerInside() }
+    public var isInsideCriticalSection: Bool { engine.isCallerInside() }
 
     /// Stops the program with `message` unless the caller runs inside this value's critical section;
     /// see ``QueueSafeValue/QueueSafeValue/preconditionInsideCriticalSection(_:file:line:)``.
@@ -72,7 +72,7 @@ extension QueueSafeAsyncedValue {
         file: StaticString = #fileID,
         line: UInt = #line
     ) {
-        storage.preconditionCallerInside(message, what: "QueueSafeAsyncedValue", file: file, line: line)
+        engine.preconditionCallerInside(message, what: "QueueSafeAsyncedValue", file: file, line: line)
     }
 }
 

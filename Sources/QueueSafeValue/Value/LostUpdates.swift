@@ -83,17 +83,16 @@ public enum LostUpdates {
 }
 
 /// The handler behind a lock.
-// @unchecked Sendable: `handler` is only touched with `lock` held
+// @unchecked Sendable: the handler is only touched with the lock held
 private final class LockedHandler: @unchecked Sendable {
-    private let lock = Lock()
-    private var handler: (@Sendable (LostUpdate) -> Void)?
+    private let handler: LockedState<(@Sendable (LostUpdate) -> Void)?>
 
     init(_ handler: (@Sendable (LostUpdate) -> Void)?) {
-        self.handler = handler
+        self.handler = LockedState.make(handler)
     }
 
     func withLock<R>(_ body: (inout (@Sendable (LostUpdate) -> Void)?) -> R) -> R {
-        lock.withLock { body(&handler) }
+        handler.withLock(body)
     }
 }
 

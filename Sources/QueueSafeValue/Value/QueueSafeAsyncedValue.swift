@@ -9,7 +9,10 @@ import Dispatch
 /// Commands return at once, wait in the queue without occupying a thread, and run their closures
 /// and completions on `queue`; see ``DispatchCommands`` for ordering and failures.
 public final class QueueSafeAsyncedValue<Value> {
-    @usableFromInline let storage: ValueStorage<Value>
+    /// Owns the engine: closes it when this container goes (see ``ContainerOwnership``).
+    @usableFromInline let ownership: ContainerOwnership<Value>
+
+    @inlinable var engine: ValueEngine<Value> { ownership.engine }
     /// The queue every command's closures and completions run on.
     public let queue: DispatchQueue
 
@@ -23,15 +26,11 @@ public final class QueueSafeAsyncedValue<Value> {
     public init(
         value: Value, queue: DispatchQueue, label: String? = nil, fairness: CommandFairness = .strictPriority
     ) {
-        let storage = ValueStorage(value: value, label: label, fairness: fairness)
-        self.storage = storage
+        let engine = ValueEngine(value: value, label: label, fairness: fairness)
+        ownership = ContainerOwnership(engine)
         self.queue = queue
-        highestPriority = DispatchCommands(storage: storage, queue: queue, priority: .highest)
-        lowestPriority = DispatchCommands(storage: storage, queue: queue, priority: .lowest)
-    }
-
-    deinit {
-        storage.close()
+        highestPriority = DispatchCommands(engine: engine, queue: queue, priority: .highest)
+        lowestPriority = DispatchCommands(engine: engine, queue: queue, priority: .lowest)
     }
 
     /// Commands that run before every other pending command (FIFO among themselves). Stored, so
@@ -44,20 +43,20 @@ public final class QueueSafeAsyncedValue<Value> {
     /// Commands of the given priority: higher priorities run first, FIFO within a priority.
     @inlinable
     public func priority(_ priority: CommandPriority) -> DispatchCommands<Value> {
-        DispatchCommands(storage: storage, queue: queue, priority: priority)
+        DispatchCommands(engine: engine, queue: queue, priority: priority)
     }
 
     /// How many manual-completion closures of this value's commands were released without being
     /// called (each such command still ended).
     public var abandonedCompletionCount: Int {
-        storage.droppedCompletionCount
+        engine.droppedCompletionCount
     }
 
     /// What holds the value and what waits for it, right now: the kind of command in the critical
     /// section, whether it waits for its `done()`, and how many commands wait per priority. Never
     /// waits for the critical section, so it is safe to read while the value is stuck.
     public var diagnostics: QueueDiagnostics {
-        storage.diagnostics
+        engine.diagnostics
     }
 }
 

@@ -8,7 +8,10 @@ import Dispatch
 /// Commands block the calling thread until they have run, and their closures run on that thread;
 /// see ``WaitCommands`` for ordering and failures.
 public final class QueueSafeSyncedValue<Value> {
-    @usableFromInline let storage: ValueStorage<Value>
+    /// Owns the engine: closes it when this container goes (see ``ContainerOwnership``).
+    @usableFromInline let ownership: ContainerOwnership<Value>
+
+    @inlinable var engine: ValueEngine<Value> { ownership.engine }
     @usableFromInline let timeout: DispatchTimeInterval?
 
     /// Wraps `value`. Commands wait for their turn as long as it takes.
@@ -18,11 +21,11 @@ public final class QueueSafeSyncedValue<Value> {
     ///   - fairness: how priority is weighed against waiting time: ``CommandFairness/strictPriority``
     ///     (the default) or a bound on how often a waiting command is overtaken.
     public init(value: Value, label: String? = nil, fairness: CommandFairness = .strictPriority) {
-        let storage = ValueStorage(value: value, label: label, fairness: fairness)
-        self.storage = storage
+        let engine = ValueEngine(value: value, label: label, fairness: fairness)
+        ownership = ContainerOwnership(engine)
         timeout = nil
-        highestPriority = WaitCommands(storage: storage, priority: .highest, timeout: nil)
-        lowestPriority = WaitCommands(storage: storage, priority: .lowest, timeout: nil)
+        highestPriority = WaitCommands(engine: engine, priority: .highest, timeout: nil)
+        lowestPriority = WaitCommands(engine: engine, priority: .lowest, timeout: nil)
     }
 
     /// Wraps `value`. Every command gives up with ``QueueSafeValueError/timedOut(_:)`` if it has not
@@ -37,15 +40,11 @@ public final class QueueSafeSyncedValue<Value> {
     public init(
         value: Value, timeout: DispatchTimeInterval, label: String? = nil, fairness: CommandFairness = .strictPriority
     ) {
-        let storage = ValueStorage(value: value, label: label, fairness: fairness)
-        self.storage = storage
+        let engine = ValueEngine(value: value, label: label, fairness: fairness)
+        ownership = ContainerOwnership(engine)
         self.timeout = timeout
-        highestPriority = WaitCommands(storage: storage, priority: .highest, timeout: timeout)
-        lowestPriority = WaitCommands(storage: storage, priority: .lowest, timeout: timeout)
-    }
-
-    deinit {
-        storage.close()
+        highestPriority = WaitCommands(engine: engine, priority: .highest, timeout: timeout)
+        lowestPriority = WaitCommands(engine: engine, priority: .lowest, timeout: timeout)
     }
 
     /// Commands that run before every other pending command (FIFO among themselves). Stored, so
@@ -58,20 +57,20 @@ public final class QueueSafeSyncedValue<Value> {
     /// Commands of the given priority: higher priorities run first, FIFO within a priority.
     @inlinable
     public func priority(_ priority: CommandPriority) -> WaitCommands<Value> {
-        WaitCommands(storage: storage, priority: priority, timeout: timeout)
+        WaitCommands(engine: engine, priority: priority, timeout: timeout)
     }
 
     /// How many manual-completion closures of this value's commands were released without being
     /// called (each such command still ended).
     public var abandonedCompletionCount: Int {
-        storage.droppedCompletionCount
+        engine.droppedCompletionCount
     }
 
     /// What holds the value and what waits for it, right now: the kind of command in the critical
     /// section, whether it waits for its `done()`, and how many commands wait per priority. Never
     /// waits for the critical section, so it is safe to read while the value is stuck.
     public var diagnostics: QueueDiagnostics {
-        storage.diagnostics
+        engine.diagnostics
     }
 }
 

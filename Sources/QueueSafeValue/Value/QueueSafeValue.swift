@@ -26,13 +26,16 @@ import Dispatch
 /// commands do not retain the container; once it is released, new commands fail with
 /// ``QueueSafeValueError/valueContainerDeinited`` while commands already queued still run.
 public final class QueueSafeValue<Value> {
-    @usableFromInline let storage: ValueStorage<Value>
+    /// Owns the engine: closes it when this container goes (see ``ContainerOwnership``).
+    @usableFromInline let ownership: ContainerOwnership<Value>
+
+    @inlinable var engine: ValueEngine<Value> { ownership.engine }
 
     /// Blocking commands: the calling thread waits for its turn and the closures run on it.
     ///
     /// A stored property (as are the schedule's `highestPriority` and `lowestPriority`), so the
     /// idle path of `value.wait.highestPriority.set { … }` costs no reference counting: the
-    /// schedule holds the storage, which the container keeps alive while you hold the container.
+    /// schedule holds the engine, which the container keeps alive while you hold the container.
     public let wait: WaitSchedule<Value>
 
     /// Wraps `value`. The container owns it from now on; read and change it only through commands.
@@ -43,13 +46,10 @@ public final class QueueSafeValue<Value> {
     ///   - fairness: how priority is weighed against waiting time: ``CommandFairness/strictPriority``
     ///     (the default) or a bound on how often a waiting command is overtaken.
     public init(value: Value, label: String? = nil, fairness: CommandFairness = .strictPriority) {
-        storage = ValueStorage(value: value, label: label, fairness: fairness)
-        wait = WaitSchedule(storage: storage, timeout: nil)
-        async = AwaitSchedule(storage: storage)
-    }
-
-    deinit {
-        storage.close()
+        let engine = ValueEngine(value: value, label: label, fairness: fairness)
+        ownership = ContainerOwnership(engine)
+        wait = WaitSchedule(engine: engine, timeout: nil)
+        async = AwaitSchedule(engine: engine)
     }
 
     /// Blocking commands that give up with ``QueueSafeValueError/timedOut(_:)`` if they have not started
@@ -58,7 +58,7 @@ public final class QueueSafeValue<Value> {
     /// fails with ``QueueSafeValueError/invalidArgument(_:)`` without running.
     @inlinable
     public func wait(timeout: DispatchTimeInterval) -> WaitSchedule<Value> {
-        WaitSchedule(storage: storage, timeout: timeout)
+        WaitSchedule(engine: engine, timeout: timeout)
     }
 
     /// Awaiting commands that give up with ``QueueSafeValueError/timedOut(_:)`` if they have not
@@ -68,20 +68,20 @@ public final class QueueSafeValue<Value> {
     /// a negative interval fails every command with ``QueueSafeValueError/invalidArgument(_:)``.
     @inlinable
     public func async(timeout: DispatchTimeInterval) -> AwaitSchedule<Value> {
-        AwaitSchedule(storage: storage, timeout: timeout)
+        AwaitSchedule(engine: engine, timeout: timeout)
     }
 
     /// Non-blocking commands whose closures and completions run on `queue`.
     @inlinable
     public func async(performIn queue: DispatchQueue) -> DispatchSchedule<Value> {
-        DispatchSchedule(storage: storage, queue: queue)
+        DispatchSchedule(engine: engine, queue: queue)
     }
 
     /// Non-blocking commands whose closures and completions run on the global concurrent queue of
     /// the given quality of service.
     @inlinable
     public func async(performIn qos: DispatchQoS.QoSClass) -> DispatchSchedule<Value> {
-        DispatchSchedule(storage: storage, queue: .global(qos: qos))
+        DispatchSchedule(engine: engine, queue: .global(qos: qos))
     }
 
     /// Awaiting commands for Swift tasks: the task suspends for its turn, and closures may `await`
@@ -92,14 +92,14 @@ public final class QueueSafeValue<Value> {
     /// being called. Each such command still ended; a growing count points at a code path that
     /// forgets to call `done()`.
     public var abandonedCompletionCount: Int {
-        storage.droppedCompletionCount
+        engine.droppedCompletionCount
     }
 
     /// What holds the value and what waits for it, right now: the kind of command in the critical
     /// section, whether it waits for its `done()`, and how many commands wait per priority. Never
     /// waits for the critical section, so it is safe to read while the value is stuck.
     public var diagnostics: QueueDiagnostics {
-        storage.diagnostics
+        engine.diagnostics
     }
 }
 

@@ -17,11 +17,11 @@ struct CheckerScenario: Sendable {
 /// only its schedules.
 final class ContainerBox: @unchecked Sendable {  // @unchecked Sendable: released by one thread, once
     var value: QueueSafeValue<Int>?
-    let storage: ValueStorage<Int>
+    let engine: ValueEngine<Int>
 
     init(_ value: QueueSafeValue<Int>) {
         self.value = value
-        storage = value.storage
+        engine = value.engine
     }
 }
 
@@ -29,7 +29,7 @@ extension CheckerRun {
     /// The final checks every value scenario makes: each command ended once; the value counts the
     /// commands that ran; each dispatch command with a completion delivered it once.
     func finalCheck(
-        _ value: ValueStorage<Int>, commands: [String], delivering: [String] = [], freed: Bool = false
+        _ value: ValueEngine<Int>, commands: [String], delivering: [String] = [], freed: Bool = false
     ) -> String? {
         if let problem = expectEnded(commands) { return problem }
         let ran = commands.filter { didRun($0) }.count
@@ -59,7 +59,7 @@ enum CheckerScenarios {
         let run = CheckerRun(world)
         let value = QueueSafeValue(value: 0, label: "mixed")
         let queue = DispatchQueue(label: "mixed queue")
-        world.quiescentCheck = run.quiescentCheck([value.storage])
+        world.quiescentCheck = run.quiescentCheck([value.engine])
         world.spawn("A") {
             run.blocking("c0", value.wait, .low)
             run.dispatch("c1", value, .high, on: queue)
@@ -69,7 +69,7 @@ enum CheckerScenarios {
             run.awaiting("c3", value.async, .low)
         }
         world.spawn("C") { run.blocking("c4", value.wait, .highest) }
-        return { run.finalCheck(value.storage, commands: ["c0", "c1", "c2", "c3", "c4"], delivering: ["c1"]) }
+        return { run.finalCheck(value.engine, commands: ["c0", "c1", "c2", "c3", "c4"], delivering: ["c1"]) }
     }
 
     static let arrivalOrder = CheckerScenario(name: "one issuer's commands keep their order", preemptionBound: 2) {
@@ -77,7 +77,7 @@ enum CheckerScenarios {
         let run = CheckerRun(world)
         let value = QueueSafeValue(value: 0, label: "ordered")
         let queue = DispatchQueue(label: "ordered queue")
-        world.quiescentCheck = run.quiescentCheck([value.storage])
+        world.quiescentCheck = run.quiescentCheck([value.engine])
         world.spawn("issuer") {
             // Issued while the issuer holds the value: they wait, in this order.
             value.wait.highestPriority.set { _ in
@@ -88,7 +88,7 @@ enum CheckerScenarios {
         }
         world.spawn("other") { run.blocking("b", value.wait, .medium) }
         return {
-            if let problem = run.finalCheck(value.storage, commands: ["d1", "d2", "d3", "b"]) { return problem }
+            if let problem = run.finalCheck(value.engine, commands: ["d1", "d2", "d3", "b"]) { return problem }
             let order = run.runOrder.filter { $0.hasPrefix("d") }
             return order == ["d3", "d1", "d2"] ? nil : "\(order): a command ran before one which waits ahead of it"
         }
@@ -98,11 +98,11 @@ enum CheckerScenarios {
         world in
         let run = CheckerRun(world)
         let value = QueueSafeValue(value: 0, label: "deadlines")
-        world.quiescentCheck = run.quiescentCheck([value.storage])
+        world.quiescentCheck = run.quiescentCheck([value.engine])
         world.spawn("A") { run.blocking("t0", value.wait(timeout: .seconds(60)), .low) }
         world.spawn("B") { run.blocking("t1", value.wait(timeout: .seconds(60)), .high) }
         world.spawn("C") { run.blocking("b2", value.wait, .medium) }
-        return { run.finalCheck(value.storage, commands: ["t0", "t1", "b2"]) }
+        return { run.finalCheck(value.engine, commands: ["t0", "t1", "b2"]) }
     }
 
     static let cancellation = CheckerScenario(
@@ -112,11 +112,11 @@ enum CheckerScenarios {
         let run = CheckerRun(world)
         let value = QueueSafeValue(value: 0, label: "cancelled")
         let task = Mailbox<Task<Void, Never>>()
-        world.quiescentCheck = run.quiescentCheck([value.storage])
+        world.quiescentCheck = run.quiescentCheck([value.engine])
         world.spawn("holder") { run.blocking("b0", value.wait, .high) }
         world.spawn("issuer") { run.awaiting("a1", value.async, .medium, tasks: task) }
         world.spawn("canceller") { task.value?.cancel() }
-        return { run.finalCheck(value.storage, commands: ["b0", "a1"]) }
+        return { run.finalCheck(value.engine, commands: ["b0", "a1"]) }
     }
 
     static let manualCompletions = CheckerScenario(
@@ -128,7 +128,7 @@ enum CheckerScenarios {
         let handedOut = Parker()
         let laterBlocking = Mailbox<HeldCompletion>(handedOut)
         let laterDispatch = Mailbox<HeldCompletion>(handedOut)
-        world.quiescentCheck = run.quiescentCheck([value.storage])
+        world.quiescentCheck = run.quiescentCheck([value.engine])
         world.spawn("A") {
             run.blockingManual("m0", value.wait, .medium, done: .later, later: laterBlocking)
         }
@@ -148,7 +148,7 @@ enum CheckerScenarios {
                 }
             }
         }
-        return { run.finalCheck(value.storage, commands: ["m0", "m1", "m2"], delivering: ["m1", "m2"]) }
+        return { run.finalCheck(value.engine, commands: ["m0", "m1", "m2"], delivering: ["m1", "m2"]) }
     }
 
     static let containerRelease = CheckerScenario(
@@ -158,7 +158,7 @@ enum CheckerScenarios {
         let box = ContainerBox(QueueSafeValue(value: 0, label: "released"))
         let (wait, async) = (box.value!.wait, box.value!.async)
         let queue = DispatchQueue(label: "released queue")
-        world.quiescentCheck = run.quiescentCheck([box.storage])
+        world.quiescentCheck = run.quiescentCheck([box.engine])
         world.spawn("A") {
             if let value = box.value { run.dispatch("d0", value, .low, on: queue) } else { run.end("d0", "not issued") }
         }
@@ -168,7 +168,7 @@ enum CheckerScenarios {
         }
         world.spawn("C") { run.awaiting("a2", async, .medium) }
         return {
-            run.finalCheck(box.storage, commands: ["d0", "b1", "a2"], delivering: ["d0"], freed: true)
+            run.finalCheck(box.engine, commands: ["d0", "b1", "a2"], delivering: ["d0"], freed: true)
         }
     }
 
@@ -260,7 +260,7 @@ enum CheckerScenarios {
         let run = CheckerRun(world)
         let value = QueueSafeValue(value: 0, label: "bounded", fairness: try! .bounded(maxOvertakes: 1))
         let queue = DispatchQueue(label: "bounded queue")
-        world.quiescentCheck = run.quiescentCheck([value.storage])
+        world.quiescentCheck = run.quiescentCheck([value.engine])
         world.spawn("holder") {
             // Issued while the holder holds the value: the low one first, then two high ones, then
             // a third from another thread, racing the release.
@@ -272,7 +272,7 @@ enum CheckerScenarios {
             }
         }
         return {
-            if let problem = run.finalCheck(value.storage, commands: ["low", "high 1", "high 2", "high 3"]) {
+            if let problem = run.finalCheck(value.engine, commands: ["low", "high 1", "high 2", "high 3"]) {
                 return problem
             }
             // At most one command that arrived after it went first.
@@ -314,14 +314,14 @@ enum CheckerScenarios {
         let run = CheckerRun(world)
         let value = QueueSafeValue(value: 0, label: "helped")
         let queue = DispatchQueue(label: "Q")
-        world.quiescentCheck = run.quiescentCheck([value.storage])
+        world.quiescentCheck = run.quiescentCheck([value.engine])
         world.spawn("off") { run.blocking("c0", value.wait, .highest) }
         world.submit(
             {
                 dispatchOnItsQueue(run, "c1", value, .high, on: queue)
                 run.blocking("c2", value.wait, .low)
             }, to: queue)
-        return { run.finalCheck(value.storage, commands: ["c0", "c1", "c2"], delivering: ["c1"]) }
+        return { run.finalCheck(value.engine, commands: ["c0", "c1", "c2"], delivering: ["c1"]) }
     }
 
     static let twoDispatchAndTwoWaiters = CheckerScenario(
@@ -330,7 +330,7 @@ enum CheckerScenarios {
         let run = CheckerRun(world)
         let value = QueueSafeValue(value: 0, label: "helped")
         let queue = DispatchQueue(label: "Q")
-        world.quiescentCheck = run.quiescentCheck([value.storage])
+        world.quiescentCheck = run.quiescentCheck([value.engine])
         world.submit(
             {
                 dispatchOnItsQueue(run, "c0", value, .medium, on: queue)
@@ -338,7 +338,7 @@ enum CheckerScenarios {
                 run.blocking("c2", value.wait, .low)
             }, to: queue)
         world.spawn("off") { run.blocking("c3", value.wait, .medium) }
-        return { run.finalCheck(value.storage, commands: ["c0", "c1", "c2", "c3"], delivering: ["c0", "c1"]) }
+        return { run.finalCheck(value.engine, commands: ["c0", "c1", "c2", "c3"], delivering: ["c0", "c1"]) }
     }
 
     static let dispatchArrivingFromOffTheQueue = CheckerScenario(
@@ -347,14 +347,14 @@ enum CheckerScenarios {
         let run = CheckerRun(world)
         let value = QueueSafeValue(value: 0, label: "helped")
         let queue = DispatchQueue(label: "Q")
-        world.quiescentCheck = run.quiescentCheck([value.storage])
+        world.quiescentCheck = run.quiescentCheck([value.engine])
         world.submit({ run.blocking("c0", value.wait, .low) }, to: queue)
         world.spawn("off 1") {
             dispatchOnItsQueue(run, "c1", value, .high, on: queue)
             run.blocking("c2", value.wait, .medium)
         }
         world.spawn("off 2") { dispatchOnItsQueue(run, "c3", value, .highest, on: queue) }
-        return { run.finalCheck(value.storage, commands: ["c0", "c1", "c2", "c3"], delivering: ["c1", "c3"]) }
+        return { run.finalCheck(value.engine, commands: ["c0", "c1", "c2", "c3"], delivering: ["c1", "c3"]) }
     }
 
     static let timedWaiterOnTheQueue = CheckerScenario(
@@ -363,11 +363,11 @@ enum CheckerScenarios {
         let run = CheckerRun(world)
         let value = QueueSafeValue(value: 0, label: "helped")
         let queue = DispatchQueue(label: "Q")
-        world.quiescentCheck = run.quiescentCheck([value.storage])
+        world.quiescentCheck = run.quiescentCheck([value.engine])
         world.spawn("off 1") { run.blocking("c0", value.wait, .highest) }
         world.submit({ run.blocking("c1", value.wait(timeout: .seconds(60)), .low) }, to: queue)
         world.spawn("off 2") { dispatchOnItsQueue(run, "c2", value, .high, on: queue) }
-        return { run.finalCheck(value.storage, commands: ["c0", "c1", "c2"], delivering: ["c2"]) }
+        return { run.finalCheck(value.engine, commands: ["c0", "c1", "c2"], delivering: ["c2"]) }
     }
 
     static let silentSuccessorsInline = CheckerScenario(
@@ -377,14 +377,14 @@ enum CheckerScenarios {
         let run = CheckerRun(world)
         let value = QueueSafeValue(value: 0, label: "helped")
         let queue = DispatchQueue(label: "Q")
-        world.quiescentCheck = run.quiescentCheck([value.storage])
+        world.quiescentCheck = run.quiescentCheck([value.engine])
         world.spawn("off 1") { run.blocking("c0", value.wait, .highest) }
         world.spawn("off 2") {
             dispatchOnItsQueue(run, "c1", value, .high, on: queue, completion: false)
             dispatchOnItsQueue(run, "c2", value, .high, on: queue, completion: false)
         }
         world.submit({ run.blocking("c3", value.wait, .low) }, to: queue)
-        return { run.finalCheck(value.storage, commands: ["c0", "c1", "c2", "c3"]) }
+        return { run.finalCheck(value.engine, commands: ["c0", "c1", "c2", "c3"]) }
     }
 
     static let waiterOnAnotherQueue = CheckerScenario(
@@ -395,14 +395,14 @@ enum CheckerScenarios {
         let value = QueueSafeValue(value: 0, label: "helped")
         let queue = DispatchQueue(label: "Q")
         let other = DispatchQueue(label: "R")
-        world.quiescentCheck = run.quiescentCheck([value.storage])
+        world.quiescentCheck = run.quiescentCheck([value.engine])
         world.spawn("off") {
             run.blocking("c0", value.wait, .highest)
             dispatchOnItsQueue(run, "c1", value, .high, on: queue)
         }
         world.submit({ run.blocking("c2", value.wait, .low) }, to: queue)
         world.submit({ run.blocking("c3", value.wait, .medium) }, to: other)
-        return { run.finalCheck(value.storage, commands: ["c0", "c1", "c2", "c3"], delivering: ["c1"]) }
+        return { run.finalCheck(value.engine, commands: ["c0", "c1", "c2", "c3"], delivering: ["c1"]) }
     }
 
     /// Issue 18: the queue is tagged only when the dispatch command is submitted, after the waiter
@@ -413,11 +413,11 @@ enum CheckerScenarios {
         let run = CheckerRun(world)
         let value = QueueSafeValue(value: 0, label: "late tag")
         let queue = DispatchQueue(label: "Q")
-        world.quiescentCheck = run.quiescentCheck([value.storage])
+        world.quiescentCheck = run.quiescentCheck([value.engine])
         world.spawn("holder") { run.blocking("c0", value.wait, .highest) }
         world.submitUntagged({ run.blocking("c1", value.wait, .low) }, to: queue)
         world.spawn("off") { dispatchOnItsQueue(run, "c2", value, .high, on: queue) }
-        return { run.finalCheck(value.storage, commands: ["c0", "c1", "c2"], delivering: ["c2"]) }
+        return { run.finalCheck(value.engine, commands: ["c0", "c1", "c2"], delivering: ["c2"]) }
     }
 
     // MARK: Priority inheritance
@@ -430,12 +430,12 @@ enum CheckerScenarios {
         let run = CheckerRun(world)
         let value = QueueSafeValue(value: 0, label: "boosted")
         let task = Mailbox<Task<Void, Never>>()
-        world.quiescentCheck = run.quiescentCheck([value.storage])
+        world.quiescentCheck = run.quiescentCheck([value.engine])
         world.spawn("holder") { run.blocking("b0", value.wait, .high) }
         world.spawn("issuer") { run.awaiting("a1", value.async, .medium, tasks: task) }
         world.spawn("canceller") { task.value?.cancel() }
         world.spawn("late") { run.blocking("b2", value.wait, .low) }
-        return { run.finalCheck(value.storage, commands: ["b0", "a1", "b2"]) }
+        return { run.finalCheck(value.engine, commands: ["b0", "a1", "b2"]) }
     }
 
     // MARK: Deadlocks
@@ -450,7 +450,7 @@ enum CheckerScenarios {
         let run = CheckerRun(world)
         let first = QueueSafeValue(value: 0, label: "first")
         let second = QueueSafeValue(value: 0, label: "second")
-        world.quiescentCheck = run.quiescentCheck([first.storage, second.storage])
+        world.quiescentCheck = run.quiescentCheck([first.engine, second.engine])
         world.spawn("A") {
             let outer = first.wait.highestPriority.set { _ in run.blocking("A inner", second.wait, .highest) }
             run.end("A outer", CheckerRun.describe(outer))
@@ -475,7 +475,7 @@ enum CheckerScenarios {
         world in
         let run = CheckerRun(world)
         let values = (0..<3).map { QueueSafeValue(value: 0, label: "v\($0)") }
-        world.quiescentCheck = run.quiescentCheck(values.map(\.storage))
+        world.quiescentCheck = run.quiescentCheck(values.map(\.engine))
         for index in 0..<2 {
             world.spawn("T\(index)") {
                 let outer = values[index].wait.highestPriority.set { _ in

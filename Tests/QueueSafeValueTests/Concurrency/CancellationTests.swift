@@ -31,7 +31,7 @@ import Testing
 
     @Test func taskCancelledWhileQueued_leavesTheQueueAtOnce_throwsCancelled_andItsClosureNeverRuns() async throws {
         let value = QueueSafeValue(value: 0)
-        let engine = value.storage.engine
+        let engine = value.engine
         let gate = Gate()
         let holder = try await hold(value, until: gate, setting: 1)
         let ran = Locked(0)
@@ -61,7 +61,7 @@ import Testing
 
     @Test func cancellingOneQueuedCommand_leavesTheOthersInTheirOrder() async throws {
         let value = QueueSafeValue(value: 0)
-        let engine = value.storage.engine
+        let engine = value.engine
         let gate = Gate()
         let holder = try await hold(value, until: gate)
         let log = Recorder<String>()
@@ -94,7 +94,7 @@ import Testing
 
     @Test func cancellingTheParentTask_cancelsAChildTasksQueuedCommand() async throws {
         let value = QueueSafeValue(value: 0)
-        let engine = value.storage.engine
+        let engine = value.engine
         let gate = Gate()
         let holder = try await hold(value, until: gate)
         let ran = Locked(0)
@@ -151,7 +151,7 @@ import Testing
         #expect(ran.value == 0)
         let final = try await value.async.highestPriority.get()
         #expect(final == 5)
-        #expect(value.storage.engine.pendingCount == 0)
+        #expect(value.engine.pendingCount == 0)
     }
 
     /// `perform` keeps `value.async`'s promise, every time: a task cancelled before the call never
@@ -213,7 +213,7 @@ import Testing
 
     @Test func taskAlreadyCancelled_onABusyValue_throwsCancelled_withoutJoiningTheQueue() async throws {
         let value = QueueSafeValue(value: 0)
-        let engine = value.storage.engine
+        let engine = value.engine
         let gate = Gate()
         let holder = try await hold(value, until: gate)
         let ran = Locked(0)
@@ -299,7 +299,7 @@ import Testing
         #expect((succeeded + cancelled) == taskCount)
         #expect(ran.value == succeeded, "a cancelled command's closure ran, or a completed one did not")
         #expect(probe.maximumInside == 1)
-        #expect(value.storage.engine.pendingCount == 0)
+        #expect(value.engine.pendingCount == 0)
         let final = try await withHangTimeout { try await value.async.highestPriority.get() }
         #expect(final == succeeded)
     }

@@ -38,7 +38,7 @@ import Testing
         finished: Locked<Int>,
         threads: ThreadGroup
     ) async throws -> [Task<Int, any Error>] {
-        let engine = value.storage.engine
+        let engine = value.engine
         let dispatchQueue = DispatchQueue(label: "mixed.dispatch")
         var tasks: [Task<Int, any Error>] = []
         for (index, (kind, priority)) in Self.plan.enumerated() {
@@ -210,6 +210,6 @@ import Testing
         #expect(probe.maximumInside == 1)
         let final = try await value.async.highestPriority.get()
         #expect(final == (3 * perKind))
-        #expect(value.storage.engine.pendingCount == 0)
+        #expect(value.engine.pendingCount == 0)
     }
 }

@@ -21,7 +21,7 @@ import Testing
             }
         }
         #expect(errors == [.reentrantAccess, .reentrantAccess, .reentrantAccess, .reentrantAccess])
-        #expect(value.storage.engine.pendingCount == 0)
+        #expect(value.engine.pendingCount == 0)
         let final = try await value.async.highestPriority.get()
         #expect(final == 1, "a reentrant command changed the value")
     }
@@ -126,7 +126,7 @@ import Testing
     /// another command then.
     @Test func unstructuredTaskStartedInsideTheClosure_issuingAfterTheSectionEnded_runsNormally() async throws {
         let value = QueueSafeValue(value: 0)
-        let engine = value.storage.engine
+        let engine = value.engine
         let idleGate = Gate()
         let busyGate = Gate()
         let tasks = try await withHangTimeout {
@@ -171,7 +171,7 @@ import Testing
     /// waits for the closure to end.
     @Test func detachedTaskStartedInsideTheClosure_waitsForTheSection() async throws {
         let value = QueueSafeValue(value: 0)
-        let engine = value.storage.engine
+        let engine = value.engine
         let detached = try await withHangTimeout {
             try await value.async.highestPriority.map { _ -> Task<Int, any Error> in
                 let task = Task.detached { try await value.async.highestPriority.set { $0 += 1 } }

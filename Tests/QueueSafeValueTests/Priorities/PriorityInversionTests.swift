@@ -22,7 +22,7 @@
             case dispatch
         }
 
-        enum Waiter: String, CaseIterable, Sendable {
+        enum Contender: String, CaseIterable, Sendable {
             case wait
             case waitWithTimeout
         }
@@ -36,8 +36,9 @@
 
         @Test(
             .enabled(if: Realtime.mayRun, Realtime.skipReason),
-            arguments: Holder.allCases, Waiter.allCases)
-        func urgentWaiter_getsTheValueSoon_andTheHolderGetsItsOwnPriorityBack(holder: Holder, waiter: Waiter) throws {
+            arguments: Holder.allCases, Contender.allCases)
+        func urgentWaiter_getsTheValueSoon_andTheHolderGetsItsOwnPriorityBack(holder: Holder, waiter: Contender) throws
+        {
             try Realtime.require()
             let outcome = Self.run(holder: holder, waiter: waiter)
             // Mutex, whose futex inherits priority, takes 20 ms here; without inheritance ~970 ms.
@@ -110,7 +111,7 @@
         }
 
         /// Runs the shape once and undoes everything it set (affinities, policies).
-        static func run(holder: Holder, waiter: Waiter) -> Outcome {
+        static func run(holder: Holder, waiter: Contender) -> Outcome {
             let value = QueueSafeValue(value: 0, label: "pathfinder")
             let holding = DispatchSemaphore(value: 0)
             let urgentReady = DispatchSemaphore(value: 0)

@@ -74,7 +74,7 @@ private func concurrently<T: Sendable>(
                     return $0
                 }
                 // The refresh takes a while: every other request queues behind it meanwhile.
-                let queued = (try? await waitUntil { store.storage.engine.pendingCount == 99 }) != nil
+                let queued = (try? await waitUntil { store.engine.pendingCount == 99 }) != nil
                 othersQueuedDuringRefresh.withLock { $0 = queued }
                 token = Token(value: "fresh-\(number)", isExpired: false)
             }.value
@@ -100,7 +100,7 @@ private func concurrently<T: Sendable>(
                 return Token(value: value, isExpired: false)
             })
         let answering = Task {
-            try? await waitUntil { server.waitingCalls == 1 && tokens.store.storage.engine.pendingCount == 99 }
+            try? await waitUntil { server.waitingCalls == 1 && tokens.store.engine.pendingCount == 99 }
             server.answer(.success("fresh"))
         }
 
@@ -123,7 +123,7 @@ private func concurrently<T: Sendable>(
                 return Token(value: value, isExpired: false)
             })
         let failing = Task {
-            try? await waitUntil { server.waitingCalls == 1 && tokens.store.storage.engine.pendingCount == 99 }
+            try? await waitUntil { server.waitingCalls == 1 && tokens.store.engine.pendingCount == 99 }
             server.answer(.failure(TestError.thrown(id: 401)))
         }
         let results = await concurrently(100) { try await tokens.get().value }
@@ -161,7 +161,7 @@ private func concurrently<T: Sendable>(
         let first = Task { try await tokens.get() }
         try await waitUntil { attempts.value == 1 }
         let waiters = Task { await concurrently(10) { try await tokens.get().value } }
-        try await waitUntil { tokens.store.storage.engine.pendingCount == 10 }
+        try await waitUntil { tokens.store.engine.pendingCount == 10 }
 
         first.cancel()
         let firstResult = await first.result
@@ -195,7 +195,7 @@ private func concurrently<T: Sendable>(
         let initiator = Task { try await tokens.get() }
         try await waitUntil { refreshInFlight.value }
         let waiters = Task { await concurrently(10) { try await tokens.get().value } }
-        try await waitUntil { tokens.store.storage.engine.pendingCount == 10 }
+        try await waitUntil { tokens.store.engine.pendingCount == 10 }
 
         initiator.cancel()
         // Not `.cancelled` ("cancelled before it started"): its refresh started, and goes on.
@@ -226,13 +226,13 @@ private func concurrently<T: Sendable>(
         let initiator = Task { try await tokens.get() }
         try await waitUntil { gate.waiterCount == 1 }
         let queued = Task { try await tokens.get() }
-        try await waitUntil { tokens.store.storage.engine.pendingCount == 1 }
+        try await waitUntil { tokens.store.engine.pendingCount == 1 }
 
         queued.cancel()
         defer { gate.open() }  // even if the wait below runs out
         let queuedError = try await withHangTimeout { await thrownError { try await queued.value } }
         #expect(queuedError == .cancelled)
-        try await waitUntil("the cancelled command left the queue") { tokens.store.storage.engine.pendingCount == 0 }
+        try await waitUntil("the cancelled command left the queue") { tokens.store.engine.pendingCount == 0 }
         gate.open()
         #expect(try await initiator.value.value == "fresh-1")
         #expect(refreshes.value == 1)

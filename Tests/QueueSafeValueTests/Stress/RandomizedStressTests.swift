@@ -73,7 +73,7 @@ import Testing
         #expect(Set(ran) == Set(all), "the commands that ran are not the commands issued")
         // No lost update: the value holds exactly the mutating commands, in the order they ran.
         #expect(value.waitBounded.lowestPriority.get() == .success(ran.filter(\.mutates)))
-        #expect(value.storage.engine.pendingCount == 0)
+        #expect(value.engine.pendingCount == 0)
 
         // Per thread: every earlier command of the same or a higher priority ran before.
         let position = Dictionary(ran.enumerated().map { ($1, $0) }, uniquingKeysWith: { first, _ in first })
@@ -258,6 +258,6 @@ import Testing
         waitOrFail(dispatched, "the dispatch commands")
         #expect(probe.maximumInside == 1, "two closures ran inside the critical section at once")
         #expect(value.waitBounded.lowestPriority.get() == .success(7 * perWorker))
-        #expect(value.storage.engine.pendingCount == 0)
+        #expect(value.engine.pendingCount == 0)
     }
 }

@@ -257,15 +257,6 @@ extension CommandEngine {
     }
 }
 
-/// The identity of the task the caller runs in (its address, the same one `UnsafeCurrentTask`
-/// wraps), or 0 outside any task. About 2 ns, where `withUnsafeCurrentTask` costs about 35 ns: an
-/// awaiting command's idle path records its task with it.
-@usableFromInline
-@inline(__always)
-func currentTaskID() -> Int {
-    Int(bitPattern: qsv_current_task())
-}
-
 // MARK: - Tasks that await an operation
 
 /// The tasks that await the result of the ``CommandQueue`` operation the current task runs:

@@ -91,21 +91,6 @@ struct AtomicWord: @unchecked Sendable {
     }
 }
 
-// MARK: - Thread and CPU helpers
-
-/// A nonzero identifier of the calling thread.
-@inlinable
-@inline(__always)
-func currentThreadID() -> Int {
-    Int(bitPattern: qsv_current_thread_id())
-}
-
-/// Tells the processor the caller is busy-waiting.
-@inline(__always)
-func cpuRelax() {
-    qsv_cpu_relax()
-}
-
 /// Carries a value across a `@Sendable` boundary that the engine has made safe by other means (it
 /// was copied out of the critical section, or it moves to the one queue that will use it).
 // @unchecked Sendable: only for values the caller has made unshared, as stated above

@@ -11,7 +11,7 @@ import QueueSafeValueShims
 
 // MARK: - SyncPoints
 
-/// The seam between the engine's storage and the threads that run it: every point where what one
+/// The seam between the engine and the threads that run it: every point where what one
 /// thread does can change what another does next — an atomic operation on a shared word, taking or
 /// giving up a lock, parking and waking a thread, a busy-wait, `queue.async`, resuming a task.
 ///
@@ -19,7 +19,7 @@ import QueueSafeValueShims
 /// builds a thread that a *controlled scheduler* runs (the test suite's, see
 /// `Tests/…/Checker/ControlledScheduler.swift`) hands each point to it, and the scheduler decides
 /// which thread goes next: that is how the test suite explores the interleavings of the real
-/// storage, not of a copy of it. Every other thread (of the app, of the other tests) finds no
+/// engine, not of a copy of it. Every other thread (of the app, of the other tests) finds no
 /// scheduler and goes straight to the primitive.
 @usableFromInline
 enum SyncPoints {

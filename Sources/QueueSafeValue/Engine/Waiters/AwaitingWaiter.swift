@@ -16,7 +16,7 @@ typealias TurnContinuation = UnsafeContinuation<Void, Never>
 /// see ``CommandEngine/waitForTurn(_:isolation:)``.
 // @unchecked Sendable: its fields are touched under the engine lock
 @usableFromInline
-final class AwaitingWaiter: Waiter, @unchecked Sendable {
+final class AwaitingWaiter: Contender, @unchecked Sendable {
     /// The suspended task, stored under the engine lock while the command waits. Resumed after the
     /// lock is released by whichever transition ends the wait (grant or leave): that transition
     /// happened under the lock after the store, so the read is ordered after it.

@@ -32,7 +32,7 @@ import QueueSafeValueShims
 /// grant's signal). A command run while helping gets a waiter of its own for its own waits. The same
 /// semaphore blocks the thread of a manual-completion command until its completion arrives.
 // @unchecked Sendable: its word is atomic, its semaphore thread-safe; `job` is handed over through the word
-final class BlockingWaiter: Waiter, @unchecked Sendable {
+final class BlockingWaiter: Contender, @unchecked Sendable {
     private static let granted = 1
     private static let parked = 2
     private static let jobBit = 4
@@ -51,7 +51,7 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     private let thread = currentThreadID()
     /// A granted dispatch command to run on this thread: written by the granting thread under the
     /// engine lock before it sets `job` in the word, read by this thread after it saw `job`.
-    var job: Waiter?
+    var job: Contender?
 
     private override init() {}
 

@@ -10,7 +10,7 @@ import Dispatch
 /// same queue, that command runs in the same block (up to ``batchLimit`` in a row), which saves a
 /// dispatch per command when a queue drains a backlog.
 // @unchecked Sendable: runs on one queue at a time; fields immutable
-final class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
+final class DispatchedCommand<Value>: Contender, @unchecked Sendable {
     enum Operation {
         /// `get(completion:)`: the closure is the critical section.
         case read(@Sendable (Result<Value, QueueSafeValueError>) -> Void)
@@ -27,7 +27,7 @@ final class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
     /// How many granted commands for the same queue one dispatched block runs back to back.
     static var batchLimit: Int { 64 }
 
-    private let storage: ValueStorage<Value>
+    private let engine: ValueEngine<Value>
     private let queue: DispatchQueue
     private let operation: Operation
     private let completion: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)?
@@ -35,12 +35,12 @@ final class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
     private let queueID: Int
 
     init(
-        storage: ValueStorage<Value>,
+        engine: ValueEngine<Value>,
         queue: DispatchQueue,
         operation: Operation,
         completion: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)?
     ) {
-        self.storage = storage
+        self.engine = engine
         self.queue = queue
         self.operation = operation
         self.completion = completion
@@ -52,16 +52,16 @@ final class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
     /// Places the command in the queue now and arranges for it to run on `queue`.
     /// If the container is gone, the failure is delivered on `queue` and nothing else runs.
     static func submit(
-        storage: ValueStorage<Value>,
+        engine: ValueEngine<Value>,
         queue: DispatchQueue,
         priority: CommandPriority,
         operation: Operation,
         completion: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)?
     ) {
-        let command = Self(storage: storage, queue: queue, operation: operation, completion: completion)
-        if storage.tryAcquireIdle(.dispatched) { return command.publishAndStart() }
+        let command = Self(engine: engine, queue: queue, operation: operation, completion: completion)
+        if engine.tryAcquireIdle(.dispatched) { return command.publishAndStart() }
         do {
-            if try storage.enqueueDispatched(command, priority: priority) { command.publishAndStart() }
+            if try engine.enqueueDispatched(command, priority: priority) { command.publishAndStart() }
         } catch {
             SyncPoints.async(queue) { command.deliverFailure(error) }
         }
@@ -69,9 +69,9 @@ final class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
 
     /// Starts a command that took a free section (not through a release, which publishes it).
     private func publishAndStart() {
-        storage.dispatchedHolderQueue.storeRelaxed(queueID)
-        // mutant(dispatch-before-publish): start(); storage.publishPendingDispatch(self); return;
-        storage.publishPendingDispatch(self)
+        engine.dispatchedHolderQueue.storeRelaxed(queueID)
+        // mutant(dispatch-before-publish): start(); engine.publishPendingDispatch(self); return;
+        engine.publishPendingDispatch(self)
         start()
     }
 
@@ -84,7 +84,7 @@ final class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
     /// ``CommandEngine/publishPendingDispatch(_:)``).
     override func start() {
         SyncPoints.async(queue) {
-            guard self.storage.claimPendingDispatch(self) else { return }  // taken over
+            guard self.engine.claimPendingDispatch(self) else { return }  // taken over
             self.runBatch()
         }
     }
@@ -124,7 +124,7 @@ final class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
                 return
             }
             // Run inline, unless a waiter took it over since its grant published it.
-            guard storage.claimPendingDispatch(next) else { return }
+            guard engine.claimPendingDispatch(next) else { return }
             // The engine of a value grants only commands of that value; only dispatched commands
             // have a target queue.
             command = unsafeDowncast(next, to: Self.self)
@@ -137,21 +137,21 @@ final class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
     /// Runs the command on its queue while it holds the section.
     /// - Returns: the next granted command if this one released the section (`nil` if there is
     ///   none or the release is left to a manual completion), and the delivery to run after it.
-    private func execute() -> (next: Waiter?, delivery: Delivery?) {
-        storage.setOwnerThread(currentThreadID())
+    private func execute() -> (next: Contender?, delivery: Delivery?) {
+        engine.setOwnerThread(currentThreadID())
         switch operation {
         case .read(let body):
             read(body)
         case .access(let body):
-            body(&storage.pointer.pointee)
+            body(&engine.pointer.pointee)
         case .map(let transform):
             let deliver = map(transform)  // inside the section: before the release
-            return (storage.releaseDispatched(), deliver)
+            return (engine.releaseDispatched(), deliver)
         case .readManual(let body):
-            let value = storage.pointer.pointee
+            let value = engine.pointer.pointee
             return executeManual { done in body(.success(value), done) }
         case .accessManual(let body):
-            return executeManual { done in body(&storage.pointer.pointee, done) }
+            return executeManual { done in body(&engine.pointer.pointee, done) }
         }
         return releaseAndPrepareDelivery()
     }
@@ -162,23 +162,23 @@ final class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
 
     @inline(never)
     private func read(_ body: @Sendable (Result<Value, QueueSafeValueError>) -> Void) {
-        body(.success(storage.pointer.pointee))
+        body(.success(engine.pointer.pointee))
     }
 
     @inline(never)
     private func map(
         _ transform: @Sendable (Result<Value, QueueSafeValueError>) -> @Sendable () -> Void
     ) -> @Sendable () -> Void {
-        transform(.success(storage.pointer.pointee))
+        transform(.success(engine.pointer.pointee))
     }
 
     private func executeManual(
         _ body: (@escaping CommandCompletionClosure) -> Void
-    ) -> (next: Waiter?, delivery: Delivery?) {
-        let ticket = storage.beginManual(self, kind: .dispatched)
-        CompletionToken.withCompletion(engine: storage, ticket: ticket, body)
-        storage.setOwnerThread(0)
-        guard case .release = storage.manualClosureReturned(ticket) else {
+    ) -> (next: Contender?, delivery: Delivery?) {
+        let ticket = engine.beginManual(self, kind: .dispatched)
+        CompletionToken.withCompletion(engine: engine, ticket: ticket, body)
+        engine.setOwnerThread(0)
+        guard case .release = engine.manualClosureReturned(ticket) else {
             return (nil, nil)  // the completion will finish the command
         }
         return releaseAndPrepareDelivery()
@@ -186,10 +186,10 @@ final class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
 
     /// Reads the result for the completion (while the section is still held), releases the section
     /// and returns the next granted command with the completion's delivery.
-    private func releaseAndPrepareDelivery() -> (next: Waiter?, delivery: Delivery?) {
-        guard let completion else { return (storage.releaseDispatched(), nil) }
-        let result = storage.pointer.pointee
-        return (storage.releaseDispatched(), { completion(.success(result)) })
+    private func releaseAndPrepareDelivery() -> (next: Contender?, delivery: Delivery?) {
+        guard let completion else { return (engine.releaseDispatched(), nil) }
+        let result = engine.pointer.pointee
+        return (engine.releaseDispatched(), { completion(.success(result)) })
     }
 
     /// The manual completion arrived after the closure returned, on some thread (possibly not

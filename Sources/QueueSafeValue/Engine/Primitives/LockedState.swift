@@ -65,16 +65,6 @@ final class LockedState<State>: ManagedBuffer<State, PlatformMutex> {
         }
     }
 
-    /// Runs `body` with the lock held, without touching the state.
-    @inline(__always)
-    func withLockHeld<R>(_ body: () throws -> R) rethrows -> R {
-        try withUnsafeMutablePointerToElements { mutex in
-            lock(mutex)
-            defer { unlock(mutex) }
-            return try body()
-        }
-    }
-
     /// Takes the mutex; under a controlled scheduler, only once the scheduler lets this thread
     /// have it (see `SyncPoints`).
     @inline(__always)
@@ -111,23 +101,5 @@ final class LockedState<State>: ManagedBuffer<State, PlatformMutex> {
             let status = pthread_mutex_unlock(mutex)
             precondition(status == 0, "pthread_mutex_unlock failed: \(status)")
         #endif
-    }
-}
-
-// MARK: - Lock
-
-/// A lock that guards nothing but the code it runs: a ``LockedState`` of no state.
-// @unchecked Sendable: the mutex is the synchronization
-struct Lock: @unchecked Sendable {
-    private let storage = LockedState<Void>.make(())
-
-    init() {}
-
-    /// Runs `body` with the lock held. `body` must not call back into user code.
-    @inline(__always)
-    func withLock<R>(_ body: () throws -> R) rethrows -> R {
-        // Not `withLock`: an `inout` access to the empty state would alias the object's header for
-        // ThreadSanitizer, which then reports the unlocked read of that header as a race.
-        try storage.withLockHeld(body)
     }
 }

@@ -1,18 +1,18 @@
 import Dispatch
 
-// MARK: - ValueStorage
+// MARK: - ValueEngine
 
 /// The value and the engine that guards it, shared by a container and every scheduler and command
 /// made from it.
 ///
-/// Schedulers hold the storage, not the container, so they never keep the container alive. When
+/// Schedulers hold the engine, not the container, so they never keep the container alive. When
 /// the container is released it closes the engine: later commands fail with
 /// `.valueContainerDeinited`, and the value itself is freed as soon as no command holds or waits
 /// for it (commands queued before the release still run first). What a user may keep — a schedule,
-/// a commands value, a completion closure — keeps this storage alive, but never the value.
+/// a commands value, a completion closure — keeps this engine alive, but never the value.
 // @unchecked Sendable: the value is touched only by the section's holder
 @usableFromInline
-final class ValueStorage<Value>: CommandEngine, @unchecked Sendable {
+final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
     /// The value's own memory. Initialized from `init` until the engine frees the value.
     @usableFromInline let pointer: UnsafeMutablePointer<Value>
     /// `DispatchedCommand<Value>`, looked up once: unspecialized code that names the generic class
@@ -28,15 +28,11 @@ final class ValueStorage<Value>: CommandEngine, @unchecked Sendable {
     }
 
     deinit {
-        // A container closes the engine before it lets go of the storage, so the value is normally
-        // freed by now; a storage dropped without its container (never, today) frees it here.
+        // A container closes the engine before it lets go of the engine, so the value is normally
+        // freed by now; an engine dropped without its container (never, today) frees it here.
         if !isValueFreed { pointer.deinitialize(count: 1) }
         pointer.deallocate()
     }
-
-    /// The engine itself: the storage *is* the engine, with a value added.
-    @usableFromInline
-    var engine: CommandEngine { self }
 
     override var displayName: String {
         label.map { "'\($0)'" } ?? "QueueSafeValue<\(Value.self)> #\(shortIdentity)"
@@ -116,5 +112,25 @@ final class ValueStorage<Value>: CommandEngine, @unchecked Sendable {
         return await runHeldTaskSection(.awaiting, isolation: isolation) {
             await body(&pointer.pointee)
         }
+    }
+}
+
+// MARK: - ContainerOwnership
+
+/// What makes a container the owner of its value: the one place where a released container closes
+/// its engine (every later command fails with `.valueContainerDeinited`; the value is freed once
+/// nothing holds or waits for it). `QueueSafeValue`, `QueueSafeSyncedValue` and
+/// `QueueSafeAsyncedValue` each keep one; its `deinit` runs with theirs.
+@usableFromInline
+struct ContainerOwnership<Value>: ~Copyable {
+    @usableFromInline let engine: ValueEngine<Value>
+
+    @usableFromInline
+    init(_ engine: ValueEngine<Value>) {
+        self.engine = engine
+    }
+
+    deinit {
+        engine.close()
     }
 }

@@ -1,6 +1,6 @@
 import Dispatch
 
-// MARK: - Waiter
+// MARK: - Contender
 
 /// A command's representative in the engine: what ``CommandEngine`` starts when the command's
 /// turn comes. One kind per way of waiting, side by side in this folder:
@@ -14,7 +14,7 @@ import Dispatch
 /// The engine's state machine decides when a waiter starts; the waiter only knows how.
 // @unchecked Sendable: `isGranted` is touched only under the engine lock
 @usableFromInline
-class Waiter: @unchecked Sendable {
+class Contender: @unchecked Sendable {
     /// The engine's verdict for the waiting party, written under the engine lock when the state
     /// machine grants the command. Read under the same lock (see
     /// ``CommandEngine/waitForTurn(_:isolation:)``).
@@ -44,12 +44,12 @@ class Waiter: @unchecked Sendable {
     /// releasing thread, outside the engine lock.
     @usableFromInline
     func start() {
-        preconditionFailure("Waiter.start() must be overridden")
+        preconditionFailure("Contender.start() must be overridden")
     }
 
     /// The manual completion of the command arrived after its closure had returned: finish the
     /// command. Called outside the engine lock, on the thread that called (or dropped) `done`.
     func finishManualCompletion() {
-        preconditionFailure("Waiter.finishManualCompletion() must be overridden by manual-completion waiters")
+        preconditionFailure("Contender.finishManualCompletion() must be overridden by manual-completion waiters")
     }
 }
