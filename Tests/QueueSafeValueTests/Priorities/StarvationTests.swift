@@ -32,12 +32,30 @@ import Testing
             _ = loopers.wait(timeout: .now() + 30)
         }
         #expect(waitUntil("the loopers to run") { highs.value > 20 })
+        // Freeze the loopers so the count has no race window: a third thread holds the value until
+        // both loopers wait and the lowest command has arrived behind them. Exactly two high
+        // commands then arrived before it; every later one counts against the bound.
+        let holding = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        Thread {
+            value.wait.highestPriority.set { _ in
+                holding.signal()
+                release.wait()
+            }
+        }.start()
+        #expect(holding.wait(timeout: .now() + hangTimeout) == .success, "the freezing holder never got the value")
+        #expect(waitUntil("both loopers to wait") { value.diagnostics.waitingCount == 2 })
         let before = highs.value
+        Thread {
+            waitUntil("the lowest command to arrive") { value.diagnostics.waitingCount == 3 }
+            release.signal()
+        }.start()
         let during = Locked(-1)
         let result = value.wait(timeout: .seconds(10)).lowestPriority.map { _ in during.set(highs.value - before) }
         #expect(result.isSuccess, "the lowest command did not get the value: \(result)")
-        // At most one looper waited before it arrived; every later high command counts.
-        #expect(during.value <= Self.bound + 1, "\(during.value) high commands went first")
+        // The two loopers that waited when it arrived, then at most `bound` later arrivals.
+        #expect(during.value >= 2, "\(during.value) high commands went first; both waiting loopers must")
+        #expect(during.value <= Self.bound + 2, "\(during.value) high commands went first")
     }
 
     @Test func commandQueue_underABound_startsALowOperationAmongAStreamOfHighOnes() async throws {
