@@ -16,7 +16,7 @@ final class CheckerRun: @unchecked Sendable {  // @unchecked Sendable: every acc
     private var deliveries: [String: Int] = [:]
 
     /// The world the run happens in.
-    let world: ControlledWorld
+    unowned let world: ControlledWorld  // unowned: the world keeps this run alive through its quiescent check
 
     init(_ world: ControlledWorld) {
         self.world = world
