@@ -14,7 +14,9 @@ typealias TurnContinuation = UnsafeContinuation<Void, Never>
 ///
 /// A task that is cancelled while its command still waits leaves the queue and is resumed at once;
 /// see ``CommandEngine/waitForTurn(_:isolation:)``.
-// @unchecked Sendable: its fields are touched under the engine lock
+// @unchecked Sendable: fields are touched under the engine lock, except `ticket` (written once
+// right after the enqueue, before a task, timer or cancellation handler is given the waiter; the
+// machine never reads it) and `refusal` (under the lock, or before the resume that publishes it)
 @usableFromInline
 final class AwaitingWaiter: Contender, @unchecked Sendable {
     /// The suspended task, stored under the engine lock while the command waits. Resumed after the
