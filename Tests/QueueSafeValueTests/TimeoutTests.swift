@@ -98,7 +98,7 @@ import Testing
         let enqueued = await queue.enqueue(timeout: timeout) { ran.increment() }.result
         #expect(enqueued.isNegativeTimeout, "\(enqueued)")
         do {
-            try await queue.perform(timeout: timeout) { ran.increment() }
+            _ = try await queue.perform(timeout: timeout) { ran.increment() }
             Issue.record("perform with a negative timeout ran")
         } catch let error as QueueSafeValueError {
             #expect(error.isNegativeTimeout, "\(error)")
