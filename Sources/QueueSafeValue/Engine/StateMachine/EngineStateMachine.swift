@@ -1,101 +1,3 @@
-// MARK: - EngineWord
-
-/// The engine's state word: what the lock-free idle path reads and writes.
-///
-/// | bits | meaning |
-/// | --- | --- |
-/// | 0–1 | the kind of command holding the section (``CommandKind/wordBits``), 0 when it is free |
-/// | 2 | `slowRelease`: the holder must release under the lock (commands wait, or the state machine keeps a record of the holder) |
-/// | 3 | `closed`: the container was released; new commands are refused |
-///
-/// The idle path is exactly two compare-and-swaps: `0 → kind` to take a free section and
-/// `kind → 0` to release one that nobody waits for. Either fails as soon as any other bit is set,
-/// and every other change of the word happens under the engine lock. That gives the one invariant
-/// the idle path relies on:
-///
-/// > While no holder bits are set, no command waits in the queue and the state machine keeps no
-/// > holder record.
-///
-/// A locked transition that may race with the idle path first sets a bit with one atomic
-/// read-modify-write (`slowRelease` to enqueue, `closed` to close): from then on neither
-/// compare-and-swap can succeed, so the transition decides on the value it read and stores its
-/// result without a retry loop.
-@usableFromInline
-enum EngineWord {
-    /// The bits that say which kind of command holds the section.
-    @usableFromInline static let holderMask = 0b0011
-    /// The holder must release under the lock.
-    static let slowRelease = 0b0100
-    /// The container was released.
-    static let closed = 0b1000
-
-    /// Whether a command holds the section.
-    @inline(__always)
-    static func isHeld(_ word: Int) -> Bool { word & holderMask != 0 }
-}
-
-// MARK: - CommandKind
-
-/// How a command waits for its turn and where its closure runs.
-@usableFromInline
-enum CommandKind: UInt8, Hashable, Sendable, CustomStringConvertible {
-    /// `wait` / `wait(timeout:)`: a thread blocks; the closure runs on it.
-    case blocking
-    /// `async(performIn:)`: nothing waits; the closure runs on a dispatch queue.
-    case dispatched
-    /// `value.async`: a task suspends; the closure runs in the caller's isolation.
-    case awaiting
-    /// A ``CommandQueue`` operation: a task of its own, which ``CommandQueue/cancelAll()`` reaches.
-    case operation
-
-    /// The holder bits of ``EngineWord`` for a holder of this kind: 1, 2, or 3 for a task (an
-    /// awaiting command or an operation; the machine's record tells the two apart).
-    @inline(__always)
-    @inlinable
-    var wordBits: Int {
-        switch self {
-        case .blocking: return 0b01
-        case .dispatched: return 0b10
-        case .awaiting, .operation: return 0b11
-        }
-    }
-
-    @usableFromInline
-    var description: String {
-        switch self {
-        case .blocking: return "blocking"
-        case .dispatched: return "dispatch"
-        case .awaiting: return "awaiting"
-        case .operation: return "CommandQueue operation"
-        }
-    }
-}
-
-// MARK: - Urgency
-
-/// How urgently a waiting party must run, which the holder of the section inherits while it waits:
-/// `thread`, as the operating system schedules threads (on Linux a real-time priority, on Apple
-/// platforms a QoS class; 0 for nothing to inherit), and `task`, a `TaskPriority` raw value (0 for
-/// nothing). Each axis is compared on its own.
-struct Urgency: Hashable, Sendable {
-    var thread: Int32
-    var task: UInt8
-
-    init(thread: Int32 = 0, task: UInt8 = 0) {
-        self.thread = thread
-        self.task = task
-    }
-
-    static let none = Urgency()
-
-    var isNone: Bool { self == .none }
-
-    /// The higher of the two on each axis.
-    func merged(_ other: Urgency) -> Urgency {
-        Urgency(thread: max(thread, other.thread), task: max(task, other.task))
-    }
-}
-
 // MARK: - EngineStateMachine
 
 /// Every decision of the command engine, as a plain value: who holds the critical section, who
@@ -258,54 +160,57 @@ struct EngineStateMachine<Handle> {
         }
     }
 
-    private var heap = CommandHeap()
-    private var records: [Record] = []
-    private var freeSlots: [UInt32] = []
-    private var sequence: UInt64 = 0
+    // The machine's state below is internal, not private, only so that its extensions in the
+    // `EngineStateMachine+….swift` files reach it: nothing but the machine's own transitions writes it.
+
+    var heap = CommandHeap()
+    var records: [Record] = []
+    var freeSlots: [UInt32] = []
+    var sequence: UInt64 = 0
     /// The slot of the holder's record, when the machine tracks the holder.
-    private var holderSlot: UInt32?
+    var holderSlot: UInt32?
     /// Heap entries whose command left the queue.
-    private var deadEntries = 0
+    var deadEntries = 0
     /// Waiting blocking commands whose threads run on dispatch queues, by slot: the identities of
     /// those queues. A dispatched command granted for one of them is handed to that thread.
-    private var helpers: [UInt32: [Int]] = [:]
+    var helpers: [UInt32: [Int]] = [:]
 
     /// Commands waiting for their turn.
-    private(set) var waitingCount = 0
+    var waitingCount = 0
     /// The container was released.
-    private(set) var isClosed = false
+    var isClosed = false
     /// The value was freed (or the machine guards no value and was closed).
-    private(set) var isValueFreed = false
+    var isValueFreed = false
     /// Manual completions released without being called.
-    private(set) var droppedCompletions = 0
+    var droppedCompletions = 0
     /// When the holder got the section (`holderSinceIsExact`), or when the first command began to
     /// wait for it, on the clock the engine passes in as `now`; 0 when unknown. Kept only while
     /// `slowRelease` is set: a holder that may release on the idle path could end unseen.
-    private(set) var holderSince: UInt64 = 0
-    private(set) var holderSinceIsExact = false
+    var holderSince: UInt64 = 0
+    var holderSinceIsExact = false
     /// The newest discardable operation (a ``CommandQueue`` policy) that has not begun, if any.
-    private var discardable: Ticket?
+    var discardable: Ticket?
     /// Under a bounded-overtaking policy (``CommandFairness``), how many commands that arrived after
     /// a waiting one may be granted the section before it; `nil` for strict priority.
     let maxOvertakes: Int?
     /// The waiting commands in arrival order, under a bounded-overtaking policy only (commands that
     /// left or were granted are dropped when they reach the front).
-    private var arrivals: [Arrival] = []
-    private var arrivalsStart = 0
+    var arrivals: [Arrival] = []
+    var arrivalsStart = 0
     /// An upper bound of how many commands that arrived after the oldest waiting command have been
     /// granted the section while it waited: it is granted next once this reaches `maxOvertakes`.
-    private(set) var oldestOvertakes = 0
+    var oldestOvertakes = 0
     /// The urgencies of parked waiters, by slot (a side table: most waiting commands never park).
-    private var urgencies: [UInt32: Urgency] = [:]
+    var urgencies: [UInt32: Urgency] = [:]
     /// The urgency the current holder was asked to inherit during this hold (the highest of the
     /// parked waiters'), so that a waiter that asks for no more asks nothing.
-    private(set) var holdUrgency = Urgency.none
+    var holdUrgency = Urgency.none
     /// Whether a boost may have been applied to the current holder: its release (or the end of its
     /// closure) must end it.
-    private(set) var isHoldBoosted = false
+    var isHoldBoosted = false
 
     /// A command in ``arrivals``.
-    private struct Arrival {
+    struct Arrival {
         let ticket: Ticket
         let sequence: UInt64
     }
@@ -417,7 +322,7 @@ struct EngineStateMachine<Handle> {
 
     /// The command to grant next: the first in the waiting order, unless a bounded-overtaking policy
     /// says the oldest waiting command has been overtaken enough.
-    private mutating func popNext() -> (slot: UInt32, kind: CommandKind)? {
+    mutating func popNext() -> (slot: UInt32, kind: CommandKind)? {
         guard let limit = maxOvertakes, let oldest = oldestWaiting() else { return popWaiting() }
         // mutant(bound-off-by-one): if oldestOvertakes > limit {
         // mutant(bound-never-promotes): if oldestOvertakes >= limit && false {
@@ -442,7 +347,7 @@ struct EngineStateMachine<Handle> {
 
     /// The oldest command that still waits, under a bounded-overtaking policy; drops the ones ahead
     /// of it that no longer wait.
-    private mutating func oldestWaiting() -> Arrival? {
+    mutating func oldestWaiting() -> Arrival? {
         while arrivalsStart < arrivals.count {
             let front = arrivals[arrivalsStart]
             if isWaiting(front.ticket) { return front }
@@ -454,7 +359,7 @@ struct EngineStateMachine<Handle> {
     /// The oldest arrival is gone (granted or left). The next one has been overtaken at most as
     /// often as it (every command granted ahead of the newer one was granted ahead of the older),
     /// and at most as often as commands arrived after it.
-    private mutating func dropOldest() {
+    mutating func dropOldest() {
         arrivalsStart += 1
         if arrivalsStart == arrivals.count {
             arrivals.removeAll(keepingCapacity: true)
@@ -471,7 +376,7 @@ struct EngineStateMachine<Handle> {
     }
 
     /// Pops the next command that still waits, dropping entries of commands that left.
-    private mutating func popWaiting() -> (slot: UInt32, kind: CommandKind)? {
+    mutating func popWaiting() -> (slot: UInt32, kind: CommandKind)? {
         while let entry = heap.popFirst() {
             records[Int(entry.slot)].inHeap = false
             if records[Int(entry.slot)].state == .waiting {
@@ -503,55 +408,7 @@ struct EngineStateMachine<Handle> {
         isCurrent(ticket) && records[Int(ticket.slot)].state == .waiting
     }
 
-    // MARK: Priority inheritance
-
-    /// The waiting command `ticket` is about to park its thread or suspend its task, which runs at
-    /// `urgency`: while it waits, the holder must run at least that urgently.
-    /// - Returns: the urgency the holder must be raised to now, or `nil` if it already inherits at
-    ///   least that much, or the command no longer waits.
-    mutating func park(_ ticket: Ticket, urgency: Urgency) -> Urgency? {
-        guard !urgency.isNone, isWaiting(ticket) else { return nil }
-        urgencies[ticket.slot] = (urgencies[ticket.slot] ?? .none).merged(urgency)
-        let raised = holdUrgency.merged(urgency)
-        guard raised != holdUrgency else { return nil }
-        holdUrgency = raised
-        return raised
-    }
-
-    /// The engine is about to raise the current holder on behalf of the waiting command
-    /// `ticket`: allowed only while that command still waits, so the holder cannot change without
-    /// a release that sees ``isHoldBoosted`` and ends the boost.
-    /// - Returns: whether to raise the holder.
-    mutating func beginBoost(for ticket: Ticket) -> Bool {
-        // mutant(boost-outlives-hold): guard isWaiting(ticket) || true else { return false }
-        guard isWaiting(ticket) else { return false }
-        isHoldBoosted = true
-        return true
-    }
-
-    // MARK: Helpers
-
-    /// The waiting command `ticket` runs on these dispatch queues: dispatched commands granted for
-    /// them while it waits go to it (see ``helper(forQueue:)``).
-    mutating func registerHelper(_ ticket: Ticket, queues: [Int]) {
-        guard isWaiting(ticket) else { return }
-        helpers[ticket.slot] = queues
-    }
-
-    /// Whether any waiting command helps with dispatched commands.
-    var hasHelpers: Bool { !helpers.isEmpty }
-
-    /// The waiting command that runs on the queue `queue`, if any: it runs a dispatched command
-    /// granted for that queue, which could not run its block while that command waits.
-    func helper(forQueue queue: Int) -> Handle? {
-        guard queue != 0 else { return nil }
-        for (slot, queues) in helpers where queues.contains(queue) && records[Int(slot)].state == .waiting {
-            return records[Int(slot)].handle
-        }
-        return nil
-    }
-
-    private mutating func markLeft(_ slot: UInt32) -> Handle? {
+    mutating func markLeft(_ slot: UInt32) -> Handle? {
         if !urgencies.isEmpty { urgencies[slot] = nil }
         let waiter = records[Int(slot)].handle
         records[Int(slot)].state = .left
@@ -562,7 +419,7 @@ struct EngineStateMachine<Handle> {
         return waiter
     }
 
-    private mutating func sweepIfMostlyDead() {
+    mutating func sweepIfMostlyDead() {
         guard deadEntries > 32 && deadEntries > heap.count / 2 else { return }
         var swept = heap
         heap = CommandHeap()  // one owner while sweeping, so the sweep does not copy it
@@ -575,166 +432,6 @@ struct EngineStateMachine<Handle> {
         }
         heap = swept
         deadEntries = 0
-    }
-
-    // MARK: Discardable operations
-
-    /// An operation of a ``CommandQueue`` asks for the section. Before it takes its place, the
-    /// discardable operation that has not begun, if any, is discarded: a waiting one leaves the
-    /// queue (its waiter is returned, to be resumed with "cancelled"); one that was granted but has
-    /// not begun is marked, and ``beginDiscardable(_:)`` then refuses it. Both happen in this one
-    /// transition, so "enqueued later" and "discarded" are the same instant.
-    /// - Parameter isDiscardable: the new operation is itself discardable: it is discarded in turn
-    ///   if another operation is enqueued before it begins.
-    mutating func enqueueOperation(
-        _ waiter: Handle,
-        priority: CommandPriority,
-        discardable isDiscardable: Bool,
-        observed: Int,
-        now: UInt64 = 0
-    ) -> (Admission, word: Int, discarded: Handle?) {
-        var discarded: Handle?
-        if let pending = discardable {
-            discardable = nil
-            if isCurrent(pending) {
-                switch records[Int(pending.slot)].state {
-                case .waiting:
-                    discarded = markLeft(pending.slot)
-                    sweepIfMostlyDead()
-                case .holding:
-                    // mutant(discard-forgets-granted): break
-                    records[Int(pending.slot)].discarded = true
-                case .left, .ended, .free:
-                    break
-                }
-            }
-        }
-        let (admission, word) = enqueue(
-            waiter, kind: .operation, priority: priority, reentrant: false, observed: observed, now: now)
-        // mutant(discard-standard): if true {
-        if isDiscardable {
-            switch admission {
-            case .granted(let ticket?), .queued(let ticket): discardable = ticket
-            case .granted(nil), .refused: break
-            }
-        }
-        return (admission, word, discarded)
-    }
-
-    /// A discardable operation that holds the section is about to begin. It no longer counts as
-    /// waiting: operations enqueued from now on leave it alone.
-    /// - Returns: `false` if it was discarded after it was granted: it must not begin, and
-    ///   releases the section instead.
-    mutating func beginDiscardable(_ ticket: Ticket) -> Bool {
-        if discardable == ticket { discardable = nil }
-        return !(isCurrent(ticket) && records[Int(ticket.slot)].discarded)
-    }
-
-    /// The newest discardable operation that has not begun, if any.
-    var pendingDiscardable: Ticket? { discardable }
-
-    // MARK: Operations and cancelAll
-
-    /// Every waiting command leaves the queue, and the holder's task is cancelled (now, or as soon
-    /// as it is attached). All in one transition, so the holder's release cannot hand the section
-    /// to work that was meant to be cancelled.
-    mutating func cancelAll() -> CancelAll {
-        var result = CancelAll()
-        while let entry = heap.popFirst() {
-            let slot = entry.slot
-            records[Int(slot)].inHeap = false
-            if records[Int(slot)].state == .waiting {
-                waitingCount -= 1
-                if !urgencies.isEmpty { urgencies[slot] = nil }
-                if let waiter = records[Int(slot)].handle { result.left.append(waiter) }
-                records[Int(slot)].handle = nil
-                records[Int(slot)].state = .left
-                records[Int(slot)].cancelRequested = true
-            } else {
-                deadEntries -= 1
-            }
-            freeIfUnused(slot)
-        }
-        assert(deadEntries == 0 && waitingCount == 0)
-        (arrivals, arrivalsStart, oldestOvertakes) = ([], 0, 0)
-        if let slot = holderSlot, records[Int(slot)].kind == .operation {
-            if records[Int(slot)].hasTask {
-                result.holder = records[Int(slot)].handle
-            } else {
-                records[Int(slot)].cancelRequested = true
-            }
-        }
-        return result
-    }
-
-    /// The task that runs an operation exists now (it is created after the operation took its
-    /// place, and may even have run to the end already).
-    mutating func attach(_ ticket: Ticket) -> Attachment {
-        guard isCurrent(ticket), records[Int(ticket.slot)].taskUnattached else { return .drop }
-        let slot = Int(ticket.slot)
-        records[slot].taskUnattached = false
-        switch records[slot].state {
-        case .waiting, .holding:
-            if records[slot].cancelRequested { return .cancelNow }
-            records[slot].hasTask = true
-            return .keep
-        case .left, .ended, .free:
-            let cancel = records[slot].cancelRequested
-            freeIfUnused(ticket.slot)
-            return cancel ? .cancelNow : .drop
-        }
-    }
-
-    // MARK: Manual completion
-
-    /// The holder starts a manual-completion command: the machine keeps a record of it until both
-    /// its closure has returned and its completion arrived. The holder's release then goes
-    /// through the lock.
-    /// - Parameter observed: the word (the caller holds the section).
-    mutating func beginManual(
-        _ waiter: Handle,
-        kind: CommandKind,
-        observed: Int,
-        now: UInt64 = 0
-    ) -> (Ticket, word: Int) {
-        assert(EngineWord.isHeld(observed) && holderSlot == nil, "manual completion without a plain holder")
-        let ticket = allocate(waiter, kind: kind, state: .holding)
-        records[Int(ticket.slot)].manual = .running
-        holderSlot = ticket.slot
-        if observed & EngineWord.slowRelease == 0 { (holderSince, holderSinceIsExact) = (now, false) }
-        return (ticket, observed | EngineWord.slowRelease)
-    }
-
-    /// The closure of a manual-completion command returned.
-    mutating func manualClosureReturned(_ ticket: Ticket) -> ManualStep {
-        guard isCurrent(ticket) else { return .none }
-        switch records[Int(ticket.slot)].manual {
-        case .running:
-            records[Int(ticket.slot)].manual = .closureReturned
-            return .waitForCompletion
-        case .completionArrived:
-            return .release
-        case .notManual, .closureReturned:
-            return .none
-        }
-    }
-
-    /// The completion of a manual-completion command was called, or dropped uncalled. Arrives once
-    /// per command (the completion closure lets only its first call through).
-    mutating func manualCompletionArrived(_ ticket: Ticket, dropped: Bool) -> ManualStep {
-        guard isCurrent(ticket) else { return .none }
-        if dropped { droppedCompletions += 1 }
-        switch records[Int(ticket.slot)].manual {
-        case .running:
-            records[Int(ticket.slot)].manual = .completionArrived
-            return .none
-        case .closureReturned:
-            records[Int(ticket.slot)].manual = .completionArrived
-            guard let waiter = records[Int(ticket.slot)].handle else { return .none }
-            return .finish(waiter)
-        case .notManual, .completionArrived:
-            return .none
-        }
     }
 
     // MARK: Container release
@@ -752,108 +449,14 @@ struct EngineStateMachine<Handle> {
         return (true, EngineWord.closed)
     }
 
-    // MARK: Diagnostics
-
-    /// The kind of the tracked holder, if the machine tracks one.
-    var trackedHolderKind: CommandKind? {
-        holderSlot.map { records[Int($0)].kind }
-    }
-
-    /// Whether the tracked holder waits for its manual completion.
-    var holderAwaitsCompletion: Bool {
-        guard let slot = holderSlot else { return false }
-        let phase = records[Int(slot)].manual
-        return phase == .running || phase == .closureReturned
-    }
-
-    /// The ticket of the holder's record, if the machine tracks the holder.
-    var trackedHolder: Ticket? {
-        holderSlot.map { Ticket(slot: $0, generation: records[Int($0)].generation) }
-    }
-
-    /// What the machine knows of one command, for the interleaving explorer and diagnostics.
-    struct Summary: Hashable {
-        var state: RecordState
-        var kind: CommandKind
-        var manual: ManualPhase
-        var taskUnattached: Bool
-        var hasTask: Bool
-        var inHeap: Bool
-        var cancelRequested: Bool
-        var discarded: Bool
-    }
-
-    /// What the machine knows of the command with `ticket`, or `nil` once its record is gone.
-    func summary(of ticket: Ticket) -> Summary? {
-        guard isCurrent(ticket) else { return nil }
-        let record = records[Int(ticket.slot)]
-        return Summary(
-            state: record.state, kind: record.kind, manual: record.manual, taskUnattached: record.taskUnattached,
-            hasTask: record.hasTask, inHeap: record.inHeap, cancelRequested: record.cancelRequested,
-            discarded: record.discarded)
-    }
-
-    /// The waiting commands in the order they will get the section, with their priorities.
-    /// - Complexity: O(n log n)
-    func waitingInOrder() -> [(waiter: Handle, priority: CommandPriority, kind: CommandKind)] {
-        heap.unordered.sorted { $0.key < $1.key }.compactMap { entry in
-            let record = records[Int(entry.slot)]
-            guard record.state == .waiting, let handle = record.handle else { return nil }
-            return (handle, CommandHeap.priority(of: entry.key), record.kind)
-        }
-    }
-
-    /// How many commands wait, per priority.
-    /// - Complexity: O(n)
-    func waitingCountsByPriority() -> [CommandPriority: Int] {
-        var counts: [CommandPriority: Int] = [:]
-        for entry in heap.unordered where records[Int(entry.slot)].state == .waiting {
-            counts[CommandHeap.priority(of: entry.key), default: 0] += 1
-        }
-        return counts
-    }
-
-    /// Checks the machine's bookkeeping against itself and the word; traps on a violation.
-    /// - Complexity: O(n)
-    func checkInvariants(word: Int) {
-        if let violation = invariantViolation(word: word) { preconditionFailure(violation) }
-    }
-
-    /// What is wrong with the machine's bookkeeping, or with the word it left, if anything.
-    /// - Complexity: O(n)
-    func invariantViolation(word: Int) -> String? {
-        heap.checkInvariants()
-        let waitingInHeap = heap.unordered.filter { records[Int($0.slot)].state == .waiting }.count
-        if waitingInHeap != waitingCount { return "waiting count \(waitingCount) but \(waitingInHeap) in the heap" }
-        if heap.count - waitingInHeap != deadEntries { return "dead entry count is off" }
-        if !EngineWord.isHeld(word) {
-            if waitingCount != 0 { return "commands wait while the section is free" }
-            if holderSlot != nil { return "a holder record while the section is free" }
-        }
-        if (waitingCount > 0 || holderSlot != nil) && word & EngineWord.slowRelease == 0 {
-            return "the holder could release without the lock while the machine needs it to"
-        }
-        if (word & EngineWord.closed != 0) != isClosed { return "closed bit and state disagree" }
-        if isValueFreed && (EngineWord.isHeld(word) || waitingCount > 0) { return "value freed while in use" }
-        if urgencies.keys.contains(where: { records[Int($0)].state != .waiting }) {
-            return "an urgency kept for a command that no longer waits"
-        }
-        if !EngineWord.isHeld(word) && (isHoldBoosted || !holdUrgency.isNone) { return "a boost outlived its hold" }
-        if maxOvertakes != nil {
-            let live = arrivals[arrivalsStart...].filter { isWaiting($0.ticket) }.count
-            if live != waitingCount { return "\(waitingCount) commands wait but \(live) are in the arrival order" }
-        }
-        return nil
-    }
-
     // MARK: Records
 
-    private func isCurrent(_ ticket: Ticket) -> Bool {
+    func isCurrent(_ ticket: Ticket) -> Bool {
         Int(ticket.slot) < records.count && records[Int(ticket.slot)].generation == ticket.generation
             && records[Int(ticket.slot)].state != .free
     }
 
-    private mutating func allocate(_ handle: Handle, kind: CommandKind, state: RecordState) -> Ticket {
+    mutating func allocate(_ handle: Handle, kind: CommandKind, state: RecordState) -> Ticket {
         let slot: UInt32
         if let reused = freeSlots.popLast() {
             slot = reused
@@ -867,7 +470,7 @@ struct EngineStateMachine<Handle> {
     }
 
     /// A tracked holder ended.
-    private mutating func end(_ slot: UInt32) {
+    mutating func end(_ slot: UInt32) {
         records[Int(slot)].state = .ended
         records[Int(slot)].handle = nil
         freeIfUnused(slot)
@@ -875,13 +478,13 @@ struct EngineStateMachine<Handle> {
 
     /// Frees the record of a command that left or ended once neither the heap nor an unattached
     /// task can still refer to it.
-    private mutating func freeIfUnused(_ slot: UInt32) {
+    mutating func freeIfUnused(_ slot: UInt32) {
         let record = records[Int(slot)]
         guard record.state == .left || record.state == .ended, !record.inHeap, !record.taskUnattached else { return }
         free(slot)
     }
 
-    private mutating func free(_ slot: UInt32) {
+    mutating func free(_ slot: UInt32) {
         if !helpers.isEmpty { helpers[slot] = nil }
         records[Int(slot)].state = .free
         records[Int(slot)].handle = nil

@@ -1,0 +1,29 @@
+// Priority inheritance, decided: which urgency the holder must be raised to, and when a raise is
+// allowed. `PriorityInheritance.swift` performs it.
+extension EngineStateMachine {
+    // MARK: Priority inheritance
+
+    /// The waiting command `ticket` is about to park its thread or suspend its task, which runs at
+    /// `urgency`: while it waits, the holder must run at least that urgently.
+    /// - Returns: the urgency the holder must be raised to now, or `nil` if it already inherits at
+    ///   least that much, or the command no longer waits.
+    mutating func park(_ ticket: Ticket, urgency: Urgency) -> Urgency? {
+        guard !urgency.isNone, isWaiting(ticket) else { return nil }
+        urgencies[ticket.slot] = (urgencies[ticket.slot] ?? .none).merged(urgency)
+        let raised = holdUrgency.merged(urgency)
+        guard raised != holdUrgency else { return nil }
+        holdUrgency = raised
+        return raised
+    }
+
+    /// The engine is about to raise the current holder on behalf of the waiting command
+    /// `ticket`: allowed only while that command still waits, so the holder cannot change without
+    /// a release that sees ``isHoldBoosted`` and ends the boost.
+    /// - Returns: whether to raise the holder.
+    mutating func beginBoost(for ticket: Ticket) -> Bool {
+        // mutant(boost-outlives-hold): guard isWaiting(ticket) || true else { return false }
+        guard isWaiting(ticket) else { return false }
+        isHoldBoosted = true
+        return true
+    }
+}

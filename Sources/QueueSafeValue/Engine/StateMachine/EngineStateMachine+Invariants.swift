@@ -1,0 +1,67 @@
+// The machine's invariants, and the views the test suite's explorers and checker take of it.
+extension EngineStateMachine {
+    /// What the machine knows of one command, for the interleaving explorer and diagnostics.
+    struct Summary: Hashable {
+        var state: RecordState
+        var kind: CommandKind
+        var manual: ManualPhase
+        var taskUnattached: Bool
+        var hasTask: Bool
+        var inHeap: Bool
+        var cancelRequested: Bool
+        var discarded: Bool
+    }
+
+    /// What the machine knows of the command with `ticket`, or `nil` once its record is gone.
+    func summary(of ticket: Ticket) -> Summary? {
+        guard isCurrent(ticket) else { return nil }
+        let record = records[Int(ticket.slot)]
+        return Summary(
+            state: record.state, kind: record.kind, manual: record.manual, taskUnattached: record.taskUnattached,
+            hasTask: record.hasTask, inHeap: record.inHeap, cancelRequested: record.cancelRequested,
+            discarded: record.discarded)
+    }
+
+    /// The waiting commands in the order they will get the section, with their priorities.
+    /// - Complexity: O(n log n)
+    func waitingInOrder() -> [(waiter: Handle, priority: CommandPriority, kind: CommandKind)] {
+        heap.unordered.sorted { $0.key < $1.key }.compactMap { entry in
+            let record = records[Int(entry.slot)]
+            guard record.state == .waiting, let handle = record.handle else { return nil }
+            return (handle, CommandHeap.priority(of: entry.key), record.kind)
+        }
+    }
+
+    /// Checks the machine's bookkeeping against itself and the word; traps on a violation.
+    /// - Complexity: O(n)
+    func checkInvariants(word: Int) {
+        if let violation = invariantViolation(word: word) { preconditionFailure(violation) }
+    }
+
+    /// What is wrong with the machine's bookkeeping, or with the word it left, if anything.
+    /// - Complexity: O(n)
+    func invariantViolation(word: Int) -> String? {
+        heap.checkInvariants()
+        let waitingInHeap = heap.unordered.filter { records[Int($0.slot)].state == .waiting }.count
+        if waitingInHeap != waitingCount { return "waiting count \(waitingCount) but \(waitingInHeap) in the heap" }
+        if heap.count - waitingInHeap != deadEntries { return "dead entry count is off" }
+        if !EngineWord.isHeld(word) {
+            if waitingCount != 0 { return "commands wait while the section is free" }
+            if holderSlot != nil { return "a holder record while the section is free" }
+        }
+        if (waitingCount > 0 || holderSlot != nil) && word & EngineWord.slowRelease == 0 {
+            return "the holder could release without the lock while the machine needs it to"
+        }
+        if (word & EngineWord.closed != 0) != isClosed { return "closed bit and state disagree" }
+        if isValueFreed && (EngineWord.isHeld(word) || waitingCount > 0) { return "value freed while in use" }
+        if urgencies.keys.contains(where: { records[Int($0)].state != .waiting }) {
+            return "an urgency kept for a command that no longer waits"
+        }
+        if !EngineWord.isHeld(word) && (isHoldBoosted || !holdUrgency.isNone) { return "a boost outlived its hold" }
+        if maxOvertakes != nil {
+            let live = arrivals[arrivalsStart...].filter { isWaiting($0.ticket) }.count
+            if live != waitingCount { return "\(waitingCount) commands wait but \(live) are in the arrival order" }
+        }
+        return nil
+    }
+}

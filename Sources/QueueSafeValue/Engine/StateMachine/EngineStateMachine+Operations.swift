@@ -1,0 +1,110 @@
+// CommandQueue operations: the discardable policy, cancelAll() and attaching an operation's task.
+extension EngineStateMachine {
+    // MARK: Discardable operations
+
+    /// An operation of a ``CommandQueue`` asks for the section. Before it takes its place, the
+    /// discardable operation that has not begun, if any, is discarded: a waiting one leaves the
+    /// queue (its waiter is returned, to be resumed with "cancelled"); one that was granted but has
+    /// not begun is marked, and ``beginDiscardable(_:)`` then refuses it. Both happen in this one
+    /// transition, so "enqueued later" and "discarded" are the same instant.
+    /// - Parameter isDiscardable: the new operation is itself discardable: it is discarded in turn
+    ///   if another operation is enqueued before it begins.
+    mutating func enqueueOperation(
+        _ waiter: Handle,
+        priority: CommandPriority,
+        discardable isDiscardable: Bool,
+        observed: Int,
+        now: UInt64 = 0
+    ) -> (Admission, word: Int, discarded: Handle?) {
+        var discarded: Handle?
+        if let pending = discardable {
+            discardable = nil
+            if isCurrent(pending) {
+                switch records[Int(pending.slot)].state {
+                case .waiting:
+                    discarded = markLeft(pending.slot)
+                    sweepIfMostlyDead()
+                case .holding:
+                    // mutant(discard-forgets-granted): break
+                    records[Int(pending.slot)].discarded = true
+                case .left, .ended, .free:
+                    break
+                }
+            }
+        }
+        let (admission, word) = enqueue(
+            waiter, kind: .operation, priority: priority, reentrant: false, observed: observed, now: now)
+        // mutant(discard-standard): if true {
+        if isDiscardable {
+            switch admission {
+            case .granted(let ticket?), .queued(let ticket): discardable = ticket
+            case .granted(nil), .refused: break
+            }
+        }
+        return (admission, word, discarded)
+    }
+
+    /// A discardable operation that holds the section is about to begin. It no longer counts as
+    /// waiting: operations enqueued from now on leave it alone.
+    /// - Returns: `false` if it was discarded after it was granted: it must not begin, and
+    ///   releases the section instead.
+    mutating func beginDiscardable(_ ticket: Ticket) -> Bool {
+        if discardable == ticket { discardable = nil }
+        return !(isCurrent(ticket) && records[Int(ticket.slot)].discarded)
+    }
+
+    /// The newest discardable operation that has not begun, if any.
+    var pendingDiscardable: Ticket? { discardable }
+
+    // MARK: Operations and cancelAll
+
+    /// Every waiting command leaves the queue, and the holder's task is cancelled (now, or as soon
+    /// as it is attached). All in one transition, so the holder's release cannot hand the section
+    /// to work that was meant to be cancelled.
+    mutating func cancelAll() -> CancelAll {
+        var result = CancelAll()
+        while let entry = heap.popFirst() {
+            let slot = entry.slot
+            records[Int(slot)].inHeap = false
+            if records[Int(slot)].state == .waiting {
+                waitingCount -= 1
+                if !urgencies.isEmpty { urgencies[slot] = nil }
+                if let waiter = records[Int(slot)].handle { result.left.append(waiter) }
+                records[Int(slot)].handle = nil
+                records[Int(slot)].state = .left
+                records[Int(slot)].cancelRequested = true
+            } else {
+                deadEntries -= 1
+            }
+            freeIfUnused(slot)
+        }
+        assert(deadEntries == 0 && waitingCount == 0)
+        (arrivals, arrivalsStart, oldestOvertakes) = ([], 0, 0)
+        if let slot = holderSlot, records[Int(slot)].kind == .operation {
+            if records[Int(slot)].hasTask {
+                result.holder = records[Int(slot)].handle
+            } else {
+                records[Int(slot)].cancelRequested = true
+            }
+        }
+        return result
+    }
+
+    /// The task that runs an operation exists now (it is created after the operation took its
+    /// place, and may even have run to the end already).
+    mutating func attach(_ ticket: Ticket) -> Attachment {
+        guard isCurrent(ticket), records[Int(ticket.slot)].taskUnattached else { return .drop }
+        let slot = Int(ticket.slot)
+        records[slot].taskUnattached = false
+        switch records[slot].state {
+        case .waiting, .holding:
+            if records[slot].cancelRequested { return .cancelNow }
+            records[slot].hasTask = true
+            return .keep
+        case .left, .ended, .free:
+            let cancel = records[slot].cancelRequested
+            freeIfUnused(ticket.slot)
+            return cancel ? .cancelNow : .drop
+        }
+    }
+}

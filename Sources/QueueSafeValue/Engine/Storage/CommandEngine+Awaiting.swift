@@ -1,0 +1,239 @@
+import Dispatch
+import QueueSafeValueShims
+
+#if canImport(Darwin)
+    import Darwin
+#elseif canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#endif
+
+// Awaiting commands and CommandQueue operations: a task takes its place when the command is
+// issued and suspends until its turn; timeouts, cancellation and cancelAll().
+extension CommandEngine {
+    // MARK: Awaiting commands and operations
+
+    /// The part of an awaiting command's acquisition after the idle compare-and-swap failed: joins
+    /// the queue and suspends until the command's turn.
+    ///
+    /// A task cancelled while it waits leaves the queue and throws `.cancelled`; one granted at the
+    /// same instant it was cancelled releases at once and throws `.cancelled` too: its closure never
+    /// starts.
+    /// - Throws: `.cancelled`, `.reentrantAccess` (the task is inside this section already),
+    ///   `.valueContainerDeinited`, `.timedOut` (`deadline` passed first), `.deadlock`.
+    @usableFromInline
+    final func acquireAwaitingSlow(
+        priority: CommandPriority,
+        deadline: DispatchTime? = nil,
+        isolation: isolated (any Actor)?
+    ) async throws(QueueSafeValueError) {
+        let waiter = AwaitingWaiter()
+        switch enqueue(waiter, kind: .awaiting, priority: priority, reentrant: isInsideRunningSection()) {
+        case .granted:
+            return
+        case .refused(let error):
+            throw error
+        case .queued(let ticket):
+            waiter.ticket = ticket
+            try await waitForTurn(waiter, deadline: deadline, isolation: isolation)
+            if Task.isCancelled {
+                // Granted, but the task was cancelled before its closure began: it never starts.
+                release(.awaiting)
+                throw .cancelled
+            }
+        }
+    }
+
+    /// Places a ``CommandQueue`` operation in the queue, even when the section is free (then it is
+    /// granted at once), so its place is taken synchronously, before the task that runs it starts.
+    /// A discardable operation that had not begun is discarded first (see
+    /// ``EngineStateMachine/enqueueOperation(_:priority:discardable:observed:now:)``); if it was
+    /// waiting, its task is resumed here, after unlocking, and throws `.cancelled`.
+    /// - Returns: the operation's waiter, and whether it holds the section already. When it does
+    ///   not, the task calls ``waitForTurn(_:isolation:)``.
+    @usableFromInline
+    final func enqueueOperation(
+        priority: CommandPriority,
+        discardable: Bool = false
+    ) -> (waiter: AwaitingWaiter, granted: Bool) {
+        let waiter = AwaitingWaiter()
+        let (admission, discarded, continuation) = machine.withLock { machine in
+            // From here on neither idle compare-and-swap can succeed; see `EngineWord`.
+            let observed = state.fetchOr(EngineWord.slowRelease)
+            let (admission, word, discarded) = machine.enqueueOperation(
+                waiter, priority: priority, discardable: discardable, observed: observed, now: coarseNow())
+            SyncPoints.note(discardable ? "a discardable operation is enqueued" : "an operation is enqueued")
+            state.storeRelease(word)
+            let awaiting = discarded as? AwaitingWaiter
+            return (admission, awaiting, awaiting?.continuation)
+        }
+        // Released after unlocking, like every reference the machine lets go of.
+        withExtendedLifetime(discarded) {}
+        continuation?.resumeFromAnotherThread()
+        switch admission {
+        case .granted(let ticket?):
+            waiter.ticket = ticket
+            return (waiter, true)
+        case .queued(let ticket):
+            waiter.ticket = ticket
+            return (waiter, false)
+        case .granted(nil), .refused:
+            preconditionFailure("a command queue never closes, and tracks its operations")
+        }
+    }
+
+    /// A discardable operation that holds the section is about to begin.
+    /// - Returns: `false` if a later operation discarded it after it was granted: it must release
+    ///   the section and throw `.cancelled` without running.
+    @usableFromInline
+    final func beginDiscardable(_ waiter: AwaitingWaiter) -> Bool {
+        machine.withLock { machine in
+            SyncPoints.note("a discardable operation asks to begin")
+            return machine.beginDiscardable(waiter.ticket)
+        }
+    }
+
+    /// Records the task that runs an operation, so ``cancelAll()`` can cancel it. If `cancelAll()`
+    /// ran in the meantime, the task is cancelled at once; if the operation ended already, the task
+    /// is not kept.
+    @usableFromInline
+    final func attach(_ task: any CancellableTask, to waiter: AwaitingWaiter) {
+        let attachment = machine.withLock { machine in
+            let attachment = machine.attach(waiter.ticket)
+            if attachment == .keep { waiter.task = task }
+            return attachment
+        }
+        if attachment == .cancelNow { task.cancel() }
+    }
+
+    /// Suspends the current task until `waiter` is granted, or until it leaves the queue because the
+    /// task was cancelled (then it throws `.cancelled`), because `deadline` passed (then it throws
+    /// `.timedOut`) or because suspending would close a wait cycle (then it throws `.deadlock`).
+    /// Does not suspend if the wait is over already. Exactly one of "granted, runs" and "left, never
+    /// runs" happens: the state machine decides under the lock.
+    ///
+    /// The verdict is read under the lock after the resumption, not passed through the
+    /// continuation: a continuation resumed before its task finished suspending lets the task go on
+    /// ordered only by the concurrency runtime's own atomics, which ThreadSanitizer does not see.
+    /// The lock orders everything the task does next after the releaser's critical section, for the
+    /// sanitizer as for the hardware.
+    @usableFromInline
+    final func waitForTurn(
+        _ waiter: AwaitingWaiter,
+        deadline: DispatchTime? = nil,
+        isolation: isolated (any Actor)?
+    ) async throws(QueueSafeValueError) {
+        let ticket = waiter.ticket
+        let nodes = DeadlockDetector.taskNodes(currentTaskID())
+        // Armed once the task waits; cancelled when the wait is over. Like a cancellation, it leaves
+        // the deadlock graph before it leaves the queue.
+        let timer = deadline.map { _ in
+            DispatchWorkItem { [self] in
+                DeadlockDetector.shared.unregister(nodes)
+                timeOut(waiter)
+            }
+        }
+        await withTaskCancellationHandler {
+            if #available(macOS 26.0, iOS 26.0, watchOS 26.0, tvOS 26.0, visionOS 26.0, *) {
+                // A task escalated while it waits passes the escalation on to the holder.
+                await withTaskPriorityEscalationHandler {
+                    await suspendForTurn(waiter, nodes: nodes, deadline: deadline, timer: timer, isolation: isolation)
+                } onPriorityEscalated: { [self] _, escalated in
+                    SyncPoints.insideRuntimeLock { inheritUrgency(ticket, .ofTask(escalated)) }
+                }
+            } else {
+                await suspendForTurn(waiter, nodes: nodes, deadline: deadline, timer: timer, isolation: isolation)
+            }
+        } onCancel: {
+            // No longer a waiter for deadlock detection, then out of the queue; the continuation
+            // was stored before `leave` (both under the lock), if the task suspended at all.
+            SyncPoints.insideRuntimeLock {
+                DeadlockDetector.shared.unregister(nodes)
+                leave(ticket).map { ($0 as? AwaitingWaiter)?.continuation?.resumeFromAnotherThread() }
+            }
+        }
+        timer?.cancel()
+        DeadlockDetector.shared.unregister(nodes)
+        let (granted, refusal) = machine.withLock { _ in (waiter.isGranted, waiter.refusal) }
+        if !granted { throw refusal ?? .cancelled }
+    }
+
+    /// The suspension of ``waitForTurn(_:deadline:isolation:)``: registers for deadlock detection,
+    /// stores the continuation unless the wait is over already, raises the holder to this task's
+    /// priority and arms the deadline.
+    private func suspendForTurn(
+        _ waiter: AwaitingWaiter,
+        nodes: [DeadlockDetector.Node],
+        deadline: DispatchTime?,
+        timer: DispatchWorkItem?,
+        isolation: isolated (any Actor)?
+    ) async {
+        let ticket = waiter.ticket
+        await withUnsafeContinuation(isolation: isolation) { (continuation: TurnContinuation) in
+            // Registered before the continuation is stored, so that a cancellation (which
+            // unregisters, then leaves) never leaves a stale registration behind.
+            let registration = DeadlockDetector.shared.register(nodes, waitingFor: self, poolThread: false)
+            let waiting = machine.withLock { machine in
+                guard registration.verdict == .wait, machine.isWaiting(ticket) else { return false }
+                waiter.continuation = continuation
+                waiter.waitingTask = currentTaskID()
+                return true
+            }
+            if waiting {
+                // While it waits, the holder runs at least at this task's priority.
+                inheritUrgency(ticket, .ofTask(Task.currentPriority))
+                if let deadline, let timer {
+                    // A deadline already past gives up now, like `wait(timeout:)`.
+                    if deadline <= .now() {
+                        timer.perform()
+                    } else {
+                        SyncPoints.asyncAfter(deadline, timer)
+                    }
+                }
+                return
+            }
+            DeadlockDetector.shared.unregister(nodes)
+            // Granted or left before it could suspend, or suspending would close a cycle.
+            if registration.verdict != .wait, let diagnostics = leaveWithSnapshot(ticket) {
+                waiter.refusal = .deadlock(
+                    DeadlockDetector.report(
+                        registration, diagnostics: diagnostics,
+                        waiterDescription: DeadlockDetector.describe(nodes[0])))
+            }
+            continuation.resume()
+        }
+    }
+
+    /// The deadline of a waiting awaiting command or operation passed: it leaves the queue and its
+    /// task is resumed to throw `.timedOut` with a snapshot of the queue, unless it was granted (or
+    /// left) first.
+    private func timeOut(_ waiter: AwaitingWaiter) {
+        let continuation = machine.withLock { machine -> TurnContinuation? in
+            guard machine.leave(waiter.ticket) != nil else { return nil }
+            waiter.refusal = .timedOut(snapshot(machine, word: state.loadAcquire()))
+            return waiter.continuation
+        }
+        continuation?.resumeFromAnotherThread()
+    }
+
+    /// Every waiting operation leaves the queue (its task is resumed, cancelled and throws
+    /// `.cancelled`), and the running operation's task is cancelled.
+    final func cancelAll() {
+        let (continuations, tasks, left) = machine.withLock { machine in
+            let cancel = machine.cancelAll()
+            var continuations: [TurnContinuation] = []
+            var tasks: [any CancellableTask] = []
+            for case let waiter as AwaitingWaiter in cancel.left {
+                if let continuation = waiter.continuation { continuations.append(continuation) }
+                if let task = waiter.task { tasks.append(task) }
+            }
+            if let holder = cancel.holder as? AwaitingWaiter, let task = holder.task { tasks.append(task) }
+            return (continuations, tasks, cancel.left)
+        }
+        // Released after unlocking, like every reference the machine lets go of.
+        withExtendedLifetime(left) {}
+        for continuation in continuations { continuation.resumeFromAnotherThread() }
+        for task in tasks { task.cancel() }
+    }
+}

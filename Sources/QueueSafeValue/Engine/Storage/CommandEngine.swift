@@ -1,0 +1,281 @@
+import Dispatch
+import QueueSafeValueShims
+
+#if canImport(Darwin)
+    import Darwin
+#elseif canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#endif
+
+// MARK: - CommandEngine
+
+/// The priority command queue behind every value container and ``CommandQueue``: the storage half
+/// of the engine.
+///
+/// Every decision is made by an ``EngineStateMachine`` that this class keeps behind its lock. A
+/// method here calls one transition with the lock held and then, after unlocking, performs what the
+/// transition returned: it wakes a parked thread, dispatches a block, resumes or cancels a task,
+/// frees the value. No user code runs, no semaphore is signalled and no continuation is resumed
+/// while the lock is held (and no reference whose release could run user code is dropped there).
+///
+/// The one exception to "every decision in the machine" is the idle path: taking a free section and
+/// releasing one that nobody waits for are single compare-and-swaps on the state word, without the
+/// lock. ``EngineWord`` states the invariant that makes this safe.
+///
+/// `ValueEngine` subclasses it to add the value, which the engine frees through ``freeValue()``
+/// when the state machine says so.
+// @unchecked Sendable: mutable state is the locked machine and atomic words
+@usableFromInline
+class CommandEngine: @unchecked Sendable {
+    typealias Machine = EngineStateMachine<Contender>
+    typealias Ticket = Machine.Ticket
+
+    /// Word 0: the state word (``EngineWord``). Word 1: the thread running a synchronous closure in
+    /// the section (or waiting for its `done()`), or 0. Word 2: the task section's generation, with
+    /// its sign saying whether a task section is held: positive `g` while the `g`th task section is
+    /// held, `-g` once it ended (so the next one is `g + 1`, and a task-local record of an ended
+    /// section never matches the word); only the holder writes it (see `Reentrancy.swift`). Word 3: the task holding the section, or 0 (for
+    /// deadlock detection). Word 4: the dispatched holder's slot for helping (see
+    /// ``publishPendingDispatch(_:)``). Word 5: the identity of the dispatched holder's queue (see
+    /// `QueueTag`), for diagnostics; meaningful only while a dispatched command holds the section.
+    @usableFromInline final let words = AtomicWords.make(count: 6)
+    /// The state machine behind its lock. Internal only for the engine's own extensions (`CommandEngine+…`).
+    let machine: LockedState<Machine>
+    /// The boost lock and what it guards (see `PriorityInheritance.swift`).
+    final let boosts = LockedState.make(BoostRecord())
+
+    @inlinable @inline(__always) final var state: AtomicWord { AtomicWord(words, index: 0) }
+    @inlinable @inline(__always) final var ownerThread: AtomicWord { AtomicWord(words, index: 1) }
+    @inline(__always) final var taskSection: AtomicWord { AtomicWord(words, index: 2) }
+    @inline(__always) final var ownerTask: AtomicWord { AtomicWord(words, index: 3) }
+    @inline(__always) final var pendingDispatch: AtomicWord { AtomicWord(words, index: 4) }
+    @inline(__always) final var dispatchedHolderQueue: AtomicWord { AtomicWord(words, index: 5) }
+
+    /// The name the user gave the container or queue, if any; see ``displayName``.
+    final let label: String?
+
+    @usableFromInline
+    init(label: String?, fairness: CommandFairness = .strictPriority) {
+        self.label = label
+        machine = LockedState.make(Machine(maxOvertakes: fairness.maxOvertakes))
+    }
+
+    /// How diagnostics and deadlock reports name this engine: its label in quotes, or a short
+    /// identity (`CommandQueue #3fa0`).
+    var displayName: String {
+        label.map { "'\($0)'" } ?? "CommandQueue #\(shortIdentity)"
+    }
+
+    /// The low 16 bits of the engine's address, in hex: enough to tell two engines apart in a report.
+    final var shortIdentity: String {
+        String((UInt(bitPattern: ObjectIdentifier(self)) >> 4) & 0xFFFF, radix: 16)
+    }
+
+    /// Frees the guarded value. Called once, outside the lock, when the state machine decides that
+    /// the container is gone and nothing holds or waits for the value. The engine of a
+    /// ``CommandQueue`` guards no value.
+    func freeValue() {}
+
+    // MARK: Idle path
+
+    /// Takes the section if it is free: one compare-and-swap, no lock.
+    @inlinable
+    @inline(__always)
+    final func tryAcquireIdle(_ kind: CommandKind) -> Bool {
+        state.compareExchange(expected: 0, desired: kind.wordBits)
+    }
+
+    /// Ends the running command of `kind` and starts the next one, if any.
+    @usableFromInline
+    final func release(_ kind: CommandKind) {
+        releaseReturningNext(kind)?.start()
+    }
+
+    /// ``release(_:)`` of a blocking command, inlined into the caller: on the idle path it is the
+    /// store and the compare-and-swap of ``releaseReturningNext(_:)``, with no call.
+    @inlinable
+    @inline(__always)
+    final func releaseBlocking() {
+        releaseReturningNext(.blocking)?.start()
+    }
+
+    /// Ends the running command of `kind`. The command granted next, if any, is returned: the caller
+    /// must call its `start()` (outside any lock).
+    @inlinable
+    @inline(__always)
+    final func releaseReturningNext(_ kind: CommandKind) -> Contender? {
+        // Cleared first: once the word says free, another thread may take the section and set them.
+        ownerThread.storeRelaxed(0)
+        if state.compareExchange(expected: kind.wordBits, desired: 0) { return nil }
+        return releaseSlow()
+    }
+
+    // MARK: Transitions
+
+    /// Asks the machine for the section on behalf of `waiter`.
+    final func enqueue(
+        _ waiter: Contender,
+        kind: CommandKind,
+        priority: CommandPriority,
+        reentrant: Bool = false
+    ) -> Machine.Admission {
+        machine.withLock { machine in
+            // From here on neither idle compare-and-swap can succeed; see `EngineWord`.
+            // mutant(enqueue-without-slow-release): let observed = state.loadAcquire()
+            let observed = state.fetchOr(EngineWord.slowRelease)
+            let (admission, word) = machine.enqueue(
+                waiter, kind: kind, priority: priority, reentrant: reentrant, observed: observed, now: coarseNow())
+            state.storeRelease(word)
+            return admission
+        }
+    }
+
+    /// ``releaseReturningNext(_:)`` for a dispatched command: clears the dispatched holder's slot
+    /// first (while the word still says held), so the blocking release pays nothing for helping.
+    @inline(__always)
+    final func releaseDispatched() -> Contender? {
+        pendingDispatch.storeRelaxed(0)
+        return releaseReturningNext(.dispatched)
+    }
+
+    @usableFromInline
+    final func releaseSlow() -> Contender? {
+        var heir = (thread: 0, task: 0)
+        let (release, helper) = machine.withLock { machine -> (Machine.Release, BlockingWaiter?) in
+            // The holder is the caller, and `slowRelease` or `closed` is set: only locked
+            // transitions change the word now.
+            let (release, word) = machine.release(observed: state.loadAcquire(), now: coarseNow())
+            state.storeRelease(word)
+            guard let next = release.next else { return (release, nil) }
+            next.isGranted = true
+            if release.nextUrgency != nil { heir = (next.threadToBoost, next.taskToEscalate) }
+            guard release.nextKind == .dispatched else { return (release, nil) }
+            dispatchedHolderQueue.storeRelaxed(next.targetQueueID)
+            // A dispatched command for a queue whose thread waits here: that thread runs it.
+            // Otherwise it is published, in this same lock section, for a waiter that comes later.
+            if machine.hasHelpers, let helper = machine.helper(forQueue: next.targetQueueID) as? BlockingWaiter {
+                pendingDispatch.storeRelease(Self.dispatchStarted)
+                // mutant(helper-job-after-unlock): _ = helper
+                helper.job = next
+                return (release, helper)
+            }
+            publishPendingDispatch(next)
+            return (release, nil)
+        }
+        if release.freeValue { freeValue() }
+        if let ended = release.ended as? AwaitingWaiter { ended.task = nil }
+        // The new holder inherits the urgency of the waiters still parked before it is started.
+        if let urgency = release.nextUrgency { raiseHeir(heir, to: urgency) }
+        if release.endBoost {
+            // A boosted holder hands the section on while still boosted, and only then goes back
+            // to its own priority: at its own priority it might not get the processor to hand it on.
+            if let helper {
+                // mutant(helper-job-after-unlock): helper.job = release.next; helper.postJob()
+                helper.postJob()
+            } else {
+                release.next?.start()
+            }
+            endBoostOfCurrentThread()
+            return nil
+        }
+        if let helper {
+            // mutant(helper-job-after-unlock): helper.job = release.next; helper.postJob()
+            helper.postJob()
+            return nil
+        }
+        return release.next
+    }
+
+    /// - Returns: its waiter if it was still waiting and will never run; `nil` if it had been
+    ///   granted (the caller owns the section, or is about to) or had left already.
+    /// - Complexity: O(1) amortized.
+    @discardableResult
+    final func leave(_ ticket: Ticket) -> Contender? {
+        machine.withLock { $0.leave(ticket) }
+    }
+
+    /// A waiting command gives up (its deadline passed, or waiting would deadlock): it leaves the
+    /// queue if it still waits.
+    /// - Returns: what held the value and what waited, if it left (it never runs now); `nil` if it
+    ///   was granted first (then it runs).
+    final func leaveWithSnapshot(_ ticket: Ticket) -> QueueDiagnostics? {
+        machine.withLock { machine in
+            // The waiter stays alive in its thread: nothing is released here.
+            machine.leave(ticket).map { _ in snapshot(machine, word: state.loadAcquire()) }
+        }
+    }
+
+    /// Refuses every command issued from now on with `.valueContainerDeinited`, and frees the value
+    /// as soon as nothing holds or waits for it (now, if that is already so). Queued commands still
+    /// run.
+    @usableFromInline
+    final func close() {
+        let freeNow = machine.withLock { machine in
+            // From here on neither idle compare-and-swap can succeed; see `EngineWord`.
+            let observed = state.fetchOr(EngineWord.closed)
+            let (freeNow, word) = machine.close(observed: observed)
+            state.storeRelease(word)
+            return freeNow
+        }
+        if freeNow { freeValue() }
+    }
+
+    // MARK: Manual completion
+
+    /// The holder starts a manual-completion command.
+    /// - Returns: the ticket its completion closure reports to.
+    final func beginManual(_ waiter: Contender, kind: CommandKind) -> Ticket {
+        machine.withLock { machine in
+            // The caller holds the section, so only locked transitions change the word.
+            let (ticket, word) = machine.beginManual(
+                waiter, kind: kind, observed: state.loadAcquire(), now: coarseNow())
+            state.storeRelease(word)
+            return ticket
+        }
+    }
+
+    /// The closure of the manual-completion command `ticket` returned. If the command goes on
+    /// holding the section without the calling thread (it waits for its completion), that thread
+    /// ends the boost it may have inherited.
+    final func manualClosureReturned(_ ticket: Ticket) -> Machine.ManualStep {
+        let (step, boosted) = machine.withLock { ($0.manualClosureReturned(ticket), $0.isHoldBoosted) }
+        if boosted, case .waitForCompletion = step, ownerThread.loadRelaxed() == 0 { endBoostOfCurrentThread() }
+        return step
+    }
+
+    /// The completion of the manual-completion command `ticket` was called, or dropped uncalled.
+    final func manualCompletionArrived(_ ticket: Ticket, dropped: Bool) {
+        let step = machine.withLock { $0.manualCompletionArrived(ticket, dropped: dropped) }
+        if case .finish(let waiter) = step { waiter.finishManualCompletion() }
+    }
+
+    // MARK: Observation
+
+    /// Runs `body` with the machine, under the lock: one transition or query, nothing else.
+    final func withMachineLocked<R>(_ body: (inout Machine) -> R) -> R {
+        machine.withLock(body)
+    }
+
+    /// Runs `body` with the machine and the state word, under the lock (for snapshots).
+    final func withMachine<R>(_ body: (Machine, Int) -> R) -> R {
+        machine.withLock { machine in body(machine, state.loadAcquire()) }
+    }
+
+    /// How many manual completions were released without being called.
+    @usableFromInline
+    final var droppedCompletionCount: Int {
+        machine.withLock { $0.droppedCompletions }
+    }
+
+    /// The number of commands waiting for their turn (for tests and diagnostics).
+    final var pendingCount: Int {
+        machine.withLock { $0.waitingCount }
+    }
+
+    /// Whether the value has been freed.
+    final var isValueFreed: Bool {
+        machine.withLock { $0.isValueFreed }
+    }
+}
