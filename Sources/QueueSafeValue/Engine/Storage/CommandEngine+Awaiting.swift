@@ -59,12 +59,13 @@ extension CommandEngine {
     ) -> (waiter: AwaitingWaiter, granted: Bool) {
         let waiter = AwaitingWaiter()
         let (admission, discarded, continuation) = machine.withLock { machine in
-            // From here on neither idle compare-and-swap can succeed; see `EngineWord`.
-            let observed = state.fetchOr(EngineWord.slowRelease)
-            let (admission, word, discarded) = machine.enqueueOperation(
-                waiter, priority: priority, discardable: discardable, observed: observed, now: coarseNow())
-            SyncPoints.note(discardable ? "a discardable operation is enqueued" : "an operation is enqueued")
-            state.storeRelease(word)
+            let (admission, discarded) = transition(announcing: EngineWord.slowRelease, &machine) {
+                machine, observed in
+                let (admission, word, discarded) = machine.enqueueOperation(
+                    waiter, priority: priority, discardable: discardable, observed: observed, now: coarseNow())
+                SyncPoints.note(discardable ? "a discardable operation is enqueued" : "an operation is enqueued")
+                return ((admission, discarded), word)
+            }
             let awaiting = discarded as? AwaitingWaiter
             return (admission, awaiting, awaiting?.continuation)
         }

@@ -80,13 +80,6 @@ class CommandEngine: @unchecked Sendable {
 
     // MARK: Idle path
 
-    /// Takes the section if it is free: one compare-and-swap, no lock.
-    @inlinable
-    @inline(__always)
-    final func tryAcquireIdle(_ kind: CommandKind) -> Bool {
-        state.compareExchange(expected: 0, desired: kind.wordBits)
-    }
-
     /// Ends the running command of `kind` and starts the next one, if any.
     @usableFromInline
     final func release(_ kind: CommandKind) {
@@ -108,7 +101,7 @@ class CommandEngine: @unchecked Sendable {
     final func releaseReturningNext(_ kind: CommandKind) -> Contender? {
         // Cleared first: once the word says free, another thread may take the section and set them.
         ownerThread.storeRelaxed(0)
-        if state.compareExchange(expected: kind.wordBits, desired: 0) { return nil }
+        if tryReleaseIdle(kind) { return nil }
         return releaseSlow()
     }
 
@@ -122,13 +115,10 @@ class CommandEngine: @unchecked Sendable {
         reentrant: Bool = false
     ) -> Machine.Admission {
         machine.withLock { machine in
-            // From here on neither idle compare-and-swap can succeed; see `EngineWord`.
-            // mutant(enqueue-without-slow-release): let observed = state.loadAcquire()
-            let observed = state.fetchOr(EngineWord.slowRelease)
-            let (admission, word) = machine.enqueue(
-                waiter, kind: kind, priority: priority, reentrant: reentrant, observed: observed, now: coarseNow())
-            state.storeRelease(word)
-            return admission
+            transition(announcing: EngineWord.slowRelease, &machine) { machine, observed in
+                machine.enqueue(
+                    waiter, kind: kind, priority: priority, reentrant: reentrant, observed: observed, now: coarseNow())
+            }
         }
     }
 
@@ -144,10 +134,9 @@ class CommandEngine: @unchecked Sendable {
     final func releaseSlow() -> Contender? {
         var heir = (thread: 0, task: 0)
         let (release, helper) = machine.withLock { machine -> (Machine.Release, BlockingWaiter?) in
-            // The holder is the caller, and `slowRelease` or `closed` is set: only locked
-            // transitions change the word now.
-            let (release, word) = machine.release(observed: state.loadAcquire(), now: coarseNow())
-            state.storeRelease(word)
+            let release = transitionWhileHeld(&machine) { machine, observed in
+                machine.release(observed: observed, now: coarseNow())
+            }
             guard let next = release.next else { return (release, nil) }
             next.isGranted = true
             if release.nextUrgency != nil { heir = (next.threadToBoost, next.taskToEscalate) }
@@ -213,11 +202,9 @@ class CommandEngine: @unchecked Sendable {
     @usableFromInline
     final func close() {
         let freeNow = machine.withLock { machine in
-            // From here on neither idle compare-and-swap can succeed; see `EngineWord`.
-            let observed = state.fetchOr(EngineWord.closed)
-            let (freeNow, word) = machine.close(observed: observed)
-            state.storeRelease(word)
-            return freeNow
+            transition(announcing: EngineWord.closed, &machine) { machine, observed in
+                machine.close(observed: observed)
+            }
         }
         if freeNow { freeValue() }
     }
@@ -228,11 +215,9 @@ class CommandEngine: @unchecked Sendable {
     /// - Returns: the ticket its completion closure reports to.
     final func beginManual(_ waiter: Contender, kind: CommandKind) -> Ticket {
         machine.withLock { machine in
-            // The caller holds the section, so only locked transitions change the word.
-            let (ticket, word) = machine.beginManual(
-                waiter, kind: kind, observed: state.loadAcquire(), now: coarseNow())
-            state.storeRelease(word)
-            return ticket
+            transitionWhileHeld(&machine) { machine, observed in
+                machine.beginManual(waiter, kind: kind, observed: observed, now: coarseNow())
+            }
         }
     }
 
