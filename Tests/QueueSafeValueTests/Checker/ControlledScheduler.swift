@@ -268,6 +268,10 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
 
     private func finish(_ thread: VirtualThread) {
         let next = lock.withLock { () -> VirtualThread? in
+            // What it did after its last sync point (the operation that sync point announced) is a
+            // step a spinning thread may wait for: without this, a thread that ends right after
+            // its last write leaves a thread spinning on that write stuck.
+            progress += 1
             thread.state = .finished
             if !thread.heldLocks.isEmpty { fail("\(thread.name) ended holding a lock") }
             return chooseNext(current: nil)
