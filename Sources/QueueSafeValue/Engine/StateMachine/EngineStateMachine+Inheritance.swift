@@ -4,13 +4,17 @@ extension EngineStateMachine {
     // MARK: Priority inheritance
 
     /// The waiting command `ticket` is about to park its thread or suspend its task, which runs at
-    /// `urgency`: while it waits, the holder must run at least that urgently.
+    /// `urgency`: while it waits, the holder must run at least that urgently. `holderBits` are the
+    /// holder bits of the word (stable under the lock while a command waits).
     /// - Returns: the urgency the holder must be raised to now, or `nil` if it already inherits at
-    ///   least that much, or the command no longer waits.
-    mutating func park(_ ticket: Ticket, urgency: Urgency) -> Urgency? {
+    ///   least that much, if the holder's kind has nothing to inherit from this waiter (a normal
+    ///   thread waiting for a thread holder on Linux: the common contended case pays no more), or
+    ///   the command no longer waits.
+    mutating func park(_ ticket: Ticket, urgency: Urgency, holderBits: Int) -> Urgency? {
         guard !urgency.isNone, isWaiting(ticket) else { return nil }
+        // Kept whole: a later holder of the other kind inherits it (see `release`).
         urgencies[ticket.slot] = (urgencies[ticket.slot] ?? .none).merged(urgency)
-        let raised = holdUrgency.merged(urgency)
+        let raised = holdUrgency.merged(urgency.inheritable(byHolder: holderBits))
         guard raised != holdUrgency else { return nil }
         holdUrgency = raised
         return raised

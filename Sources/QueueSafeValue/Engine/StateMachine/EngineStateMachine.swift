@@ -298,6 +298,7 @@ struct EngineStateMachine<Handle> {
             urgencies[slot] = nil
             // The waiters still parked are now waiting for `next`: it inherits their urgency.
             let inherited = urgencies.values.reduce(Urgency.none) { $0.merged($1) }
+                .inheritable(byHolder: kind.wordBits)
             if !inherited.isNone {
                 (holdUrgency, isHoldBoosted) = (inherited, true)
                 release.nextUrgency = inherited

@@ -94,4 +94,12 @@ struct Urgency: Hashable, Sendable {
     func merged(_ other: Urgency) -> Urgency {
         Urgency(thread: max(thread, other.thread), task: max(task, other.task))
     }
+
+    /// The axis a holder of the kind with these word bits (``CommandKind/wordBits``) can inherit: a
+    /// thread holder (blocking, dispatched) is raised as a thread, a task holder (awaiting, an
+    /// operation) is escalated as a task. The other axis has nothing to raise: a thread holder runs
+    /// no task section, and a task holder holds across suspensions on no thread of its own.
+    func inheritable(byHolder holderBits: Int) -> Urgency {
+        holderBits == CommandKind.awaiting.wordBits ? Urgency(task: task) : Urgency(thread: thread)
+    }
 }

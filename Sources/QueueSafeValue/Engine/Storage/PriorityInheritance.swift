@@ -3,7 +3,7 @@ import QueueSafeValueShims
 // Priority inheritance: while a party of higher urgency waits for the section, the holder runs at
 // least that urgently, and no longer than it holds.
 //
-// The state machine decides (``EngineStateMachine/park(_:urgency:)``, `beginBoost(for:)`, and what
+// The state machine decides (``EngineStateMachine/park(_:urgency:holderBits:)``, `beginBoost(for:)`, and what
 // a release returns: `endBoost`, `nextUrgency`); this file performs it, after the engine lock is
 // released, under the engine's boost lock, which serializes raising a holder with ending that
 // raise. A boost is applied only while the waiter that asked for it still waits (checked under the
@@ -54,7 +54,10 @@ extension CommandEngine {
     /// The waiting command `ticket` is about to park or suspend at `urgency`: raise the holder if it
     /// runs less urgently. Costs nothing more when the holder already inherits at least as much.
     final func inheritUrgency(_ ticket: Ticket, _ urgency: Urgency) {
-        guard let raised = withMachineLocked({ $0.park(ticket, urgency: urgency) }) else { return }
+        let raised = withMachineLocked { machine in
+            machine.park(ticket, urgency: urgency, holderBits: state.loadAcquire() & EngineWord.holderMask)
+        }
+        guard let raised else { return }
         boosts.withLock { record in
             let holder = withMachineLocked { machine -> (thread: Int, task: Int)? in
                 guard machine.beginBoost(for: ticket) else { return nil }
