@@ -15,8 +15,9 @@ import Testing
         discardable: Bool,
         word: inout Int
     ) -> (ticket: Machine.Ticket?, granted: Bool, discarded: Int?) {
-        let (admission, next, discarded) = machine.enqueueOperation(
+        let (admission, actions, next) = machine.enqueueOperation(
             waiter, priority: priority, discardable: discardable, observed: word)
+        let discarded = actions.left.first
         word = next
         machine.checkInvariants(word: word)
         switch admission {
@@ -103,7 +104,7 @@ import Testing
         var word = 0
         _ = enqueue(&machine, 0, discardable: false, word: &word)
         let discardable = enqueue(&machine, 1, discardable: true, word: &word)
-        #expect(machine.leave(discardable.ticket!) == 1)  // cancelled or timed out
+        #expect(machine.leaving(discardable.ticket!) == 1)  // cancelled or timed out
         let later = enqueue(&machine, 2, discardable: false, word: &word)
         #expect(later.discarded == nil)
         #expect(machine.waitingCount == 1)

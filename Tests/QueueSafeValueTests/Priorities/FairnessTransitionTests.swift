@@ -96,7 +96,7 @@ import Testing
             if let next = release.next { order.append(next) }
         }
         releaseOnce()  // 2 overtakes 0 (and 1)
-        #expect(machine.leave(tickets[0]) == 0)  // the overtaken oldest leaves
+        #expect(machine.leaving(tickets[0]) == 0)  // the overtaken oldest leaves
         releaseOnce()  // 1 is the oldest now, overtaken once too: it goes
         releaseOnce()
         #expect(order == [2, 1, 3], "\(order)")

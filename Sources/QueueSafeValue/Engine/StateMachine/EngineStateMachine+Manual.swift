@@ -37,19 +37,20 @@ extension EngineStateMachine {
 
     /// The completion of a manual-completion command was called, or dropped uncalled. Arrives once
     /// per command (the completion closure lets only its first call through).
-    mutating func manualCompletionArrived(_ ticket: Ticket, dropped: Bool) -> ManualStep {
-        guard isCurrent(ticket) else { return .none }
+    /// - Returns: the actions: if the closure had returned already, finish the command.
+    mutating func manualCompletionArrived(_ ticket: Ticket, dropped: Bool) -> Actions {
+        var actions = Actions()
+        guard isCurrent(ticket) else { return actions }
         if dropped { droppedCompletions += 1 }
         switch records[Int(ticket.slot)].manual {
         case .running:
             records[Int(ticket.slot)].manual = .completionArrived
-            return .none
         case .closureReturned:
             records[Int(ticket.slot)].manual = .completionArrived
-            guard let waiter = records[Int(ticket.slot)].handle else { return .none }
-            return .finish(waiter)
+            actions.finish = records[Int(ticket.slot)].handle
         case .notManual, .completionArrived:
-            return .none
+            break
         }
+        return actions
     }
 }

@@ -4,7 +4,7 @@ extension EngineStateMachine {
 
     /// An operation of a ``CommandQueue`` asks for the section. Before it takes its place, the
     /// discardable operation that has not begun, if any, is discarded: a waiting one leaves the
-    /// queue (its waiter is returned, to be resumed with "cancelled"); one that was granted but has
+    /// queue (its task is resumed by the actions, and throws "cancelled"); one that was granted but has
     /// not begun is marked, and ``beginDiscardable(_:)`` then refuses it. Both happen in this one
     /// transition, so "enqueued later" and "discarded" are the same instant.
     /// - Parameter isDiscardable: the new operation is itself discardable: it is discarded in turn
@@ -15,14 +15,14 @@ extension EngineStateMachine {
         discardable isDiscardable: Bool,
         observed: Int,
         now: UInt64 = 0
-    ) -> (Admission, word: Int, discarded: Handle?) {
-        var discarded: Handle?
+    ) -> (Admission, Actions, word: Int) {
+        var actions = Actions()
         if let pending = discardable {
             discardable = nil
             if isCurrent(pending) {
                 switch records[Int(pending.slot)].state {
                 case .waiting:
-                    discarded = markLeft(pending.slot)
+                    if let discarded = markLeft(pending.slot) { actions.left.append(discarded) }
                     sweepIfMostlyDead()
                 case .holding:
                     // mutant(discard-forgets-granted): break
@@ -41,7 +41,7 @@ extension EngineStateMachine {
             case .granted(nil), .refused: break
             }
         }
-        return (admission, word, discarded)
+        return (admission, actions, word)
     }
 
     /// A discardable operation that holds the section is about to begin. It no longer counts as
@@ -61,15 +61,20 @@ extension EngineStateMachine {
     /// Every waiting command leaves the queue, and the holder's task is cancelled (now, or as soon
     /// as it is attached). All in one transition, so the holder's release cannot hand the section
     /// to work that was meant to be cancelled.
-    mutating func cancelAll() -> CancelAll {
-        var result = CancelAll()
+    /// - Returns: the actions: the operations that left are resumed and their tasks cancelled, and
+    ///   so is the holder's task if it is attached.
+    mutating func cancelAll() -> Actions {
+        var result = Actions()
         while let entry = heap.popFirst() {
             let slot = entry.slot
             records[Int(slot)].inHeap = false
             if records[Int(slot)].state == .waiting {
                 waitingCount -= 1
                 if !urgencies.isEmpty { urgencies[slot] = nil }
-                if let waiter = records[Int(slot)].handle { result.left.append(waiter) }
+                if let waiter = records[Int(slot)].handle {
+                    result.left.append(waiter)
+                    result.cancel.append(waiter)
+                }
                 records[Int(slot)].handle = nil
                 records[Int(slot)].state = .left
                 records[Int(slot)].cancelRequested = true
@@ -82,7 +87,7 @@ extension EngineStateMachine {
         (arrivals, arrivalsStart, oldestOvertakes) = ([], 0, 0)
         if let slot = holderSlot, records[Int(slot)].kind == .operation {
             if records[Int(slot)].hasTask {
-                result.holder = records[Int(slot)].handle
+                if let holder = records[Int(slot)].handle { result.cancel.append(holder) }
             } else {
                 records[Int(slot)].cancelRequested = true
             }

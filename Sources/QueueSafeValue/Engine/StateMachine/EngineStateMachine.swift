@@ -12,7 +12,7 @@
 ///
 /// Transitions that race with the lock-free idle path take the state word the engine observed
 /// (`observed`) and return the word to store; see ``EngineWord``.
-struct EngineStateMachine<Handle> {
+struct EngineStateMachine<Handle: EngineHandle> {
     /// Identifies a command's record while it waits or holds the section. A ticket of a command
     /// that has ended no longer matches its slot: the generation moved on.
     struct Ticket: Hashable, Sendable {
@@ -34,33 +34,6 @@ struct EngineStateMachine<Handle> {
         case refused(QueueSafeValueError)
     }
 
-    /// What a release decided.
-    struct Release {
-        /// The command granted the section, to be started by the releaser after unlocking.
-        var next: Handle?
-        /// The kind of `next`.
-        var nextKind: CommandKind?
-        /// The released holder, when the machine kept a record of it (its task may be dropped).
-        var ended: Handle?
-        /// The container is gone and nothing waits: free the value now.
-        var freeValue = false
-        /// A waiter raised the released holder's urgency during its hold: the releasing thread
-        /// ends the boost it may have been given (see ``Urgency``).
-        var endBoost = false
-        /// Parked waiters remain: `next`, the new holder, inherits this urgency (the releaser raises
-        /// it before starting it).
-        var nextUrgency: Urgency?
-    }
-
-    /// What ``cancelAll()`` decided.
-    struct CancelAll {
-        /// Commands that left the queue: resume each with "cancelled", and cancel its task if it
-        /// has one.
-        var left: [Handle] = []
-        /// The holder, if its task must be cancelled now.
-        var holder: Handle?
-    }
-
     /// What ``attach(_:)`` decided about the task of an operation.
     enum Attachment: Equatable {
         /// Keep the task: ``cancelAll()`` may need it.
@@ -71,16 +44,14 @@ struct EngineStateMachine<Handle> {
         case drop
     }
 
-    /// What to do next in a manual-completion command.
+    /// What the closure of a manual-completion command does once it returned (see
+    /// ``manualClosureReturned(_:)``).
     enum ManualStep {
-        /// Both parties have arrived: the caller releases the section now.
+        /// The completion arrived already: the caller releases the section now.
         case release
-        /// The closure returned first: wait until the completion arrives.
+        /// The completion has not arrived: wait until it does (its arrival finishes the command).
         case waitForCompletion
-        /// The completion arrived after the closure returned: finish the command held by this
-        /// waiter (wake its blocked thread, or release and deliver its dispatch completion).
-        case finish(Handle)
-        /// Nothing to do (the closure is still running; it will see the completion).
+        /// Nothing to do (the ticket is stale).
         case none
     }
 
@@ -272,28 +243,31 @@ struct EngineStateMachine<Handle> {
     /// - Parameters:
     ///   - observed: the word (it has holder bits, and `slowRelease` or `closed`).
     ///   - now: the time, for ``holderSince``.
-    mutating func release(observed: Int, now: UInt64 = 0) -> (Release, word: Int) {
+    ///   - releaserQueue: the queue of a dispatched block that may run a successor for the same queue
+    ///     inline (see ``Starter/releaser``); 0 otherwise.
+    mutating func release(observed: Int, now: UInt64 = 0, releaserQueue: Int = 0) -> (Actions, word: Int) {
         assert(EngineWord.isHeld(observed), "release of a free section")
-        var release = Release()
+        var actions = Actions()
         if let slot = holderSlot {
             holderSlot = nil
-            release.ended = records[Int(slot)].handle
+            actions.ended = records[Int(slot)].handle
             end(slot)
         }
         let closedBit = observed & EngineWord.closed
         (holderSince, holderSinceIsExact) = (0, false)
-        release.endBoost = isHoldBoosted
+        actions.endBoost = isHoldBoosted
         (holdUrgency, isHoldBoosted) = (.none, false)
         guard let (slot, kind) = popNext() else {
             // mutant(value-outlives-container): if isClosed && !isValueFreed && false {
             if isClosed && !isValueFreed {
                 isValueFreed = true
-                release.freeValue = true
+                actions.freeValue = true
             }
-            return (release, closedBit)
+            return (actions, closedBit)
         }
-        release.next = records[Int(slot)].handle
-        release.nextKind = kind
+        // popNext() left the record's handle in place: a granted command's handle is returned here.
+        let next = records[Int(slot)].handle!
+        var urgency: Urgency?
         if !urgencies.isEmpty {
             urgencies[slot] = nil
             // The waiters still parked are now waiting for `next`: it inherits their urgency.
@@ -301,9 +275,12 @@ struct EngineStateMachine<Handle> {
                 .inheritable(byHolder: kind.wordBits)
             if !inherited.isNone {
                 (holdUrgency, isHoldBoosted) = (inherited, true)
-                release.nextUrgency = inherited
+                urgency = inherited
             }
         }
+        // Decided before the record goes: a helper is found among the records still waiting.
+        let starter = starter(of: next, kind: kind, releaserQueue: releaserQueue, boosted: actions.endBoost)
+        actions.grant = Grant(handle: next, kind: kind, starter: starter, urgency: urgency)
         var word = closedBit | kind.wordBits
         if kind == .operation {
             records[Int(slot)].state = .holding
@@ -318,7 +295,7 @@ struct EngineStateMachine<Handle> {
             word |= EngineWord.slowRelease
             (holderSince, holderSinceIsExact) = (now, true)
         }
-        return (release, word)
+        return (actions, word)
     }
 
     /// The command to grant next: the first in the waiting order, unless a bounded-overtaking policy
@@ -392,16 +369,19 @@ struct EngineStateMachine<Handle> {
 
     // MARK: Leave
 
-    /// A waiting command leaves the queue (its deadline passed, or its task was cancelled).
-    /// - Returns: its waiter if it was still waiting (it never runs now), or `nil` if its turn came
-    ///   first (it holds the section, or is about to) or it already left.
+    /// A waiting command leaves the queue (its deadline passed, its task was cancelled, or waiting
+    /// would deadlock).
+    /// - Returns: `nil` if its turn came first (it holds the section, or is about to) or it already
+    ///   left; otherwise the actions for a command that will never run (its task, if suspended, is
+    ///   resumed).
     /// - Complexity: O(1) amortized: the heap entry is dropped when it surfaces, or in one O(n)
     ///   sweep once such entries outnumber the live ones.
-    mutating func leave(_ ticket: Ticket) -> Handle? {
+    mutating func leave(_ ticket: Ticket) -> Actions? {
         guard isCurrent(ticket), records[Int(ticket.slot)].state == .waiting else { return nil }
-        let waiter = markLeft(ticket.slot)
+        var actions = Actions()
+        if let waiter = markLeft(ticket.slot) { actions.left.append(waiter) }
         sweepIfMostlyDead()
-        return waiter
+        return actions
     }
 
     /// Whether the command is still waiting for its turn.
@@ -440,14 +420,16 @@ struct EngineStateMachine<Handle> {
     /// The container was released: refuse every new command, and free the value as soon as nothing
     /// holds or waits for it.
     /// - Parameter observed: the word before the engine set `closed` on it.
-    /// - Returns: whether to free the value now, and the word to store.
-    mutating func close(observed: Int) -> (freeValue: Bool, word: Int) {
-        guard !isClosed else { return (false, observed | EngineWord.closed) }
+    /// - Returns: the actions (the value is freed now if nothing holds it), and the word to store.
+    mutating func close(observed: Int) -> (Actions, word: Int) {
+        var actions = Actions()
+        guard !isClosed else { return (actions, observed | EngineWord.closed) }
         isClosed = true
-        if EngineWord.isHeld(observed) { return (false, observed | EngineWord.closed) }
+        if EngineWord.isHeld(observed) { return (actions, observed | EngineWord.closed) }
         assert(waitingCount == 0)
         isValueFreed = true
-        return (true, EngineWord.closed)
+        actions.freeValue = true
+        return (actions, EngineWord.closed)
     }
 
     // MARK: Records

@@ -58,20 +58,17 @@ extension CommandEngine {
         discardable: Bool = false
     ) -> (waiter: AwaitingWaiter, granted: Bool) {
         let waiter = AwaitingWaiter()
-        let (admission, discarded, continuation) = machine.withLock { machine in
-            let (admission, discarded) = transition(announcing: EngineWord.slowRelease, &machine) {
+        let (admission, effects) = machine.withLock { machine in
+            let (admission, actions) = transition(announcing: EngineWord.slowRelease, &machine) {
                 machine, observed in
-                let (admission, word, discarded) = machine.enqueueOperation(
+                let (admission, actions, word) = machine.enqueueOperation(
                     waiter, priority: priority, discardable: discardable, observed: observed, now: coarseNow())
                 SyncPoints.note(discardable ? "a discardable operation is enqueued" : "an operation is enqueued")
-                return ((admission, discarded), word)
+                return ((admission, actions), word)
             }
-            let awaiting = discarded as? AwaitingWaiter
-            return (admission, awaiting, awaiting?.continuation)
+            return (admission, prepare(actions))
         }
-        // Released after unlocking, like every reference the machine lets go of.
-        withExtendedLifetime(discarded) {}
-        continuation?.resumeFromAnotherThread()
+        perform(effects)
         switch admission {
         case .granted(let ticket?):
             waiter.ticket = ticket
@@ -151,7 +148,7 @@ extension CommandEngine {
             // was stored before `leave` (both under the lock), if the task suspended at all.
             SyncPoints.insideRuntimeLock {
                 DeadlockDetector.shared.unregister(nodes)
-                leave(ticket).map { ($0 as? AwaitingWaiter)?.continuation?.resumeFromAnotherThread() }
+                leave(ticket)
             }
         }
         timer?.cancel()
@@ -210,31 +207,17 @@ extension CommandEngine {
     /// task is resumed to throw `.timedOut` with a snapshot of the queue, unless it was granted (or
     /// left) first.
     private func timeOut(_ waiter: AwaitingWaiter) {
-        let continuation = machine.withLock { machine -> TurnContinuation? in
-            guard machine.leave(waiter.ticket) != nil else { return nil }
+        let effects = machine.withLock { machine -> Effects? in
+            guard let actions = machine.leave(waiter.ticket) else { return nil }
             waiter.refusal = .timedOut(snapshot(machine, word: state.loadAcquire()))
-            return waiter.continuation
+            return prepare(actions)
         }
-        continuation?.resumeFromAnotherThread()
+        if let effects { perform(effects) }
     }
 
     /// Every waiting operation leaves the queue (its task is resumed, cancelled and throws
     /// `.cancelled`), and the running operation's task is cancelled.
     final func cancelAll() {
-        let (continuations, tasks, left) = machine.withLock { machine in
-            let cancel = machine.cancelAll()
-            var continuations: [TurnContinuation] = []
-            var tasks: [any CancellableTask] = []
-            for case let waiter as AwaitingWaiter in cancel.left {
-                if let continuation = waiter.continuation { continuations.append(continuation) }
-                if let task = waiter.task { tasks.append(task) }
-            }
-            if let holder = cancel.holder as? AwaitingWaiter, let task = holder.task { tasks.append(task) }
-            return (continuations, tasks, cancel.left)
-        }
-        // Released after unlocking, like every reference the machine lets go of.
-        withExtendedLifetime(left) {}
-        for continuation in continuations { continuation.resumeFromAnotherThread() }
-        for task in tasks { task.cancel() }
+        perform(machine.withLock { prepare($0.cancelAll()) })
     }
 }

@@ -112,21 +112,12 @@ extension CommandEngine {
     }
 
     /// Puts back a dispatched holder taken over by a thread that does not run on its queue. Under
-    /// the lock, as a release does: a waiter running on its queue that registered meanwhile (and
-    /// saw the slot taken) gets it as a job; otherwise it is published again, for such a waiter to
-    /// take over, and given a block that claims it (its first block may have run and found the
-    /// slot taken; whichever block claims it first runs it).
+    /// the lock, as a release does, the machine decides who starts it (see
+    /// ``EngineStateMachine/returnTakenOver(_:)``): a waiter running on its queue that registered
+    /// meanwhile (and saw the slot taken) gets it as a job; otherwise it is published again, for
+    /// such a waiter to take over, and given a block that claims it (its first block may have run
+    /// and found the slot taken; whichever block claims it first runs it).
     private func republish(_ command: Contender) {
-        let helper = machine.withLock { machine -> BlockingWaiter? in
-            if machine.hasHelpers, let helper = machine.helper(forQueue: command.targetQueueID) as? BlockingWaiter {
-                helper.job = command
-                return helper
-            }
-            publishPendingDispatch(command)
-            return nil
-        }
-        if let helper { helper.postJob() } else { command.start() }
+        perform(machine.withLock { prepare($0.returnTakenOver(command)) })
     }
-
-    /// Takes a waiting command out of the queue (timeout or cancellation).
 }

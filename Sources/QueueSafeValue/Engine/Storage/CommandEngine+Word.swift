@@ -1,8 +1,9 @@
-// The state word's protocol (word 0, see `EngineWord` for its layout and invariant): every step any
-// code takes on the word is one of the four functions below, and nothing else reads or writes it
-// except diagnostics and the helping loop's read of the holder kind. Two are the lock-free idle
-// path; two are the shapes of a locked transition. The controlled scheduler in the test suite runs
-// them as they are: each atomic operation is a sync point (`SyncPoints`).
+// The state word's protocol (word 0, see `EngineWord` for its layout and invariant): every change
+// any code makes to the word is one of the four functions below. Two are the lock-free idle path;
+// two are the shapes of a locked transition. Elsewhere the word is only read: for diagnostics
+// snapshots, and for the holder's kind (the helping loop, and priority inheritance under the
+// lock). The controlled scheduler in the test suite runs them as they are: each atomic operation
+// is a sync point (`SyncPoints`).
 extension CommandEngine {
     /// Idle take: `0 → kind`, one compare-and-swap, no lock. Fails once any bit is set.
     @inlinable
@@ -12,7 +13,7 @@ extension CommandEngine {
     }
 
     /// Idle release: `kind → 0`, one compare-and-swap, no lock. Fails when `slowRelease` or `closed`
-    /// is set: the holder then releases through the lock (``releaseSlow()``).
+    /// is set: the holder then releases through the lock (``releaseSlow(releaserQueue:)``).
     @inlinable
     @inline(__always)
     final func tryReleaseIdle(_ kind: CommandKind) -> Bool {

@@ -83,26 +83,18 @@ class CommandEngine: @unchecked Sendable {
     /// Ends the running command of `kind` and starts the next one, if any.
     @usableFromInline
     final func release(_ kind: CommandKind) {
-        releaseReturningNext(kind)?.start()
+        releaseBlocking(kind)
     }
 
-    /// ``release(_:)`` of a blocking command, inlined into the caller: on the idle path it is the
-    /// store and the compare-and-swap of ``releaseReturningNext(_:)``, with no call.
+    /// ``release(_:)``, inlined into the caller: on the idle path a store and a compare-and-swap,
+    /// with no call (blocking commands use it with `.blocking`).
     @inlinable
     @inline(__always)
-    final func releaseBlocking() {
-        releaseReturningNext(.blocking)?.start()
-    }
-
-    /// Ends the running command of `kind`. The command granted next, if any, is returned: the caller
-    /// must call its `start()` (outside any lock).
-    @inlinable
-    @inline(__always)
-    final func releaseReturningNext(_ kind: CommandKind) -> Contender? {
+    final func releaseBlocking(_ kind: CommandKind = .blocking) {
         // Cleared first: once the word says free, another thread may take the section and set them.
         ownerThread.storeRelaxed(0)
-        if tryReleaseIdle(kind) { return nil }
-        return releaseSlow()
+        if tryReleaseIdle(kind) { return }
+        releaseSlow()
     }
 
     // MARK: Transitions
@@ -122,67 +114,45 @@ class CommandEngine: @unchecked Sendable {
         }
     }
 
-    /// ``releaseReturningNext(_:)`` for a dispatched command: clears the dispatched holder's slot
-    /// first (while the word still says held), so the blocking release pays nothing for helping.
+    /// ``release(_:)`` for a dispatched command's block running on `queue` (its identity).
+    /// Clears the dispatched holder's slot first (while the word still says held), so the blocking
+    /// release pays nothing for helping.
+    /// - Parameter inlineQueue: the block could run a granted successor for this queue inline
+    ///   (0: it cannot).
+    /// - Returns: the successor the machine chose this block to run (see
+    ///   ``EngineStateMachine/Starter/releaser``); every other grant was started already.
     @inline(__always)
-    final func releaseDispatched() -> Contender? {
+    final func releaseDispatched(inlineQueue: Int) -> Contender? {
         pendingDispatch.storeRelaxed(0)
-        return releaseReturningNext(.dispatched)
+        ownerThread.storeRelaxed(0)
+        if tryReleaseIdle(.dispatched) { return nil }
+        return releaseSlow(releaserQueue: inlineQueue)
     }
 
+    /// A release the idle path could not take: the machine decides, and the actions are performed
+    /// after unlocking.
+    /// - Returns: the granted command the releasing block runs inline, if the machine chose it.
     @usableFromInline
-    final func releaseSlow() -> Contender? {
-        var heir = (thread: 0, task: 0)
-        let (release, helper) = machine.withLock { machine -> (Machine.Release, BlockingWaiter?) in
-            let release = transitionWhileHeld(&machine) { machine, observed in
-                machine.release(observed: observed, now: coarseNow())
-            }
-            guard let next = release.next else { return (release, nil) }
-            next.isGranted = true
-            if release.nextUrgency != nil { heir = (next.threadToBoost, next.taskToEscalate) }
-            guard release.nextKind == .dispatched else { return (release, nil) }
-            dispatchedHolderQueue.storeRelaxed(next.targetQueueID)
-            // A dispatched command for a queue whose thread waits here: that thread runs it.
-            // Otherwise it is published, in this same lock section, for a waiter that comes later.
-            if machine.hasHelpers, let helper = machine.helper(forQueue: next.targetQueueID) as? BlockingWaiter {
-                pendingDispatch.storeRelease(Self.dispatchStarted)
-                // mutant(helper-job-after-unlock): _ = helper
-                helper.job = next
-                return (release, helper)
-            }
-            publishPendingDispatch(next)
-            return (release, nil)
+    @discardableResult
+    final func releaseSlow(releaserQueue: Int = 0) -> Contender? {
+        let effects = machine.withLock { machine in
+            prepare(
+                transitionWhileHeld(&machine) { machine, observed in
+                    machine.release(observed: observed, now: coarseNow(), releaserQueue: releaserQueue)
+                })
         }
-        if release.freeValue { freeValue() }
-        if let ended = release.ended as? AwaitingWaiter { ended.task = nil }
-        // The new holder inherits the urgency of the waiters still parked before it is started.
-        if let urgency = release.nextUrgency { raiseHeir(heir, to: urgency) }
-        if release.endBoost {
-            // A boosted holder hands the section on while still boosted, and only then goes back
-            // to its own priority: at its own priority it might not get the processor to hand it on.
-            if let helper {
-                // mutant(helper-job-after-unlock): helper.job = release.next; helper.postJob()
-                helper.postJob()
-            } else {
-                release.next?.start()
-            }
-            endBoostOfCurrentThread()
-            return nil
-        }
-        if let helper {
-            // mutant(helper-job-after-unlock): helper.job = release.next; helper.postJob()
-            helper.postJob()
-            return nil
-        }
-        return release.next
+        return perform(effects)
     }
 
-    /// - Returns: its waiter if it was still waiting and will never run; `nil` if it had been
-    ///   granted (the caller owns the section, or is about to) or had left already.
+    /// Takes a waiting command out of the queue (a cancellation), if it still waits: it never runs
+    /// then, and its task, if suspended, is resumed. If it had been granted, or had left already,
+    /// nothing changes.
     /// - Complexity: O(1) amortized.
-    @discardableResult
-    final func leave(_ ticket: Ticket) -> Contender? {
-        machine.withLock { $0.leave(ticket) }
+    /// A task whose command left is resumed (it then finds out under the lock that it was not
+    /// granted).
+    final func leave(_ ticket: Ticket) {
+        let effects = machine.withLock { $0.leave(ticket).map(prepare) }
+        if let effects { perform(effects) }
     }
 
     /// A waiting command gives up (its deadline passed, or waiting would deadlock): it leaves the
@@ -190,10 +160,14 @@ class CommandEngine: @unchecked Sendable {
     /// - Returns: what held the value and what waited, if it left (it never runs now); `nil` if it
     ///   was granted first (then it runs).
     final func leaveWithSnapshot(_ ticket: Ticket) -> QueueDiagnostics? {
-        machine.withLock { machine in
-            // The waiter stays alive in its thread: nothing is released here.
-            machine.leave(ticket).map { _ in snapshot(machine, word: state.loadAcquire()) }
+        let left = machine.withLock { machine -> (Effects, QueueDiagnostics)? in
+            guard let actions = machine.leave(ticket) else { return nil }
+            return (prepare(actions), snapshot(machine, word: state.loadAcquire()))
         }
+        guard let (effects, diagnostics) = left else { return nil }
+        // Nothing to resume: the caller is the waiting party itself.
+        perform(effects)
+        return diagnostics
     }
 
     /// Refuses every command issued from now on with `.valueContainerDeinited`, and frees the value
@@ -201,12 +175,13 @@ class CommandEngine: @unchecked Sendable {
     /// run.
     @usableFromInline
     final func close() {
-        let freeNow = machine.withLock { machine in
-            transition(announcing: EngineWord.closed, &machine) { machine, observed in
-                machine.close(observed: observed)
-            }
+        let effects = machine.withLock { machine in
+            prepare(
+                transition(announcing: EngineWord.closed, &machine) { machine, observed in
+                    machine.close(observed: observed)
+                })
         }
-        if freeNow { freeValue() }
+        perform(effects)
     }
 
     // MARK: Manual completion
@@ -232,8 +207,7 @@ class CommandEngine: @unchecked Sendable {
 
     /// The completion of the manual-completion command `ticket` was called, or dropped uncalled.
     final func manualCompletionArrived(_ ticket: Ticket, dropped: Bool) {
-        let step = machine.withLock { $0.manualCompletionArrived(ticket, dropped: dropped) }
-        if case .finish(let waiter) = step { waiter.finishManualCompletion() }
+        perform(machine.withLock { prepare($0.manualCompletionArrived(ticket, dropped: dropped)) })
     }
 
     // MARK: Observation

@@ -43,6 +43,15 @@ final class AwaitingWaiter: Contender, @unchecked Sendable {
     override func start() {
         continuation?.resumeFromAnotherThread()
     }
+
+    override var continuationToResume: TurnContinuation? { continuation }
+
+    override var taskToCancel: (any CancellableTask)? { task }
+
+    override func takeTask() -> (any CancellableTask)? {
+        defer { task = nil }
+        return task
+    }
 }
 
 extension UnsafeContinuation where T == Void, E == Never {

@@ -51,7 +51,7 @@ final class BlockingWaiter: Contender, @unchecked Sendable {
     private let thread = currentThreadID()
     /// A granted dispatch command to run on this thread: written by the granting thread under the
     /// engine lock before it sets `job` in the word, read by this thread after it saw `job`.
-    var job: Contender?
+    private var job: Contender?
 
     private override init() {}
 
@@ -74,8 +74,12 @@ final class BlockingWaiter: Contender, @unchecked Sendable {
 
     override var threadToBoost: Int { thread }
 
+    override func assignJob(_ command: Contender) {
+        job = command
+    }
+
     /// Hands this waiting thread the granted dispatch command stored in ``job``.
-    func postJob() {
+    override func postJob() {
         post(Self.jobBit)
     }
 

@@ -11,10 +11,13 @@ import Dispatch
 /// | ``DispatchedCommand`` | nothing: it is a record in the queue | `queue.async` of its block |
 /// | ``AwaitingWaiter`` | its task suspending on a continuation | resuming the continuation |
 ///
-/// The engine's state machine decides when a waiter starts; the waiter only knows how.
+/// The engine's state machine decides when a waiter starts and who starts it; the waiter only
+/// knows how. The hooks below let the storage perform the machine's actions on any kind of waiter
+/// without asking which kind it is (see `CommandEngine+Perform.swift`); each kind overrides the
+/// ones that concern it.
 // @unchecked Sendable: `isGranted` is touched only under the engine lock
 @usableFromInline
-class Contender: @unchecked Sendable {
+class Contender: EngineHandle, @unchecked Sendable {
     /// The engine's verdict for the waiting party, written under the engine lock when the state
     /// machine grants the command. Read under the same lock (see
     /// ``CommandEngine/waitForTurn(_:isolation:)``).
@@ -52,4 +55,31 @@ class Contender: @unchecked Sendable {
     func finishManualCompletion() {
         preconditionFailure("Contender.finishManualCompletion() must be overridden by manual-completion waiters")
     }
+
+    // MARK: Hooks for the engine's actions
+
+    /// Under the engine lock: the machine chose this waiting command's thread to run `command`, a
+    /// granted dispatched command for a queue the thread runs on (see *helping* in
+    /// ``BlockingWaiter``). ``postJob()`` follows after unlocking.
+    func assignJob(_ command: Contender) {
+        preconditionFailure("only blocking waiters help")
+    }
+
+    /// After unlocking: wakes this waiting thread to run the job assigned to it.
+    func postJob() {
+        preconditionFailure("only blocking waiters help")
+    }
+
+    /// Under the engine lock: the command left the queue and never runs. The continuation of its
+    /// suspended task, to resume after unlocking, if it has one (a thread that left wakes by itself,
+    /// and a dispatched command has no one waiting).
+    var continuationToResume: TurnContinuation? { nil }
+
+    /// Under the engine lock: the task that runs the command, to cancel after unlocking, if it has
+    /// one (a ``CommandQueue`` operation).
+    var taskToCancel: (any CancellableTask)? { nil }
+
+    /// Under the engine lock: the command, whose record the machine kept while it held the
+    /// section, ended. Gives up its task reference, to be released after unlocking.
+    func takeTask() -> (any CancellableTask)? { nil }
 }

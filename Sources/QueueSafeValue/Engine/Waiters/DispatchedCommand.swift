@@ -92,9 +92,7 @@ final class DispatchedCommand<Value>: Contender, @unchecked Sendable {
     /// Runs on a waiting thread that runs on `queue`: this command only; its completion is
     /// delivered in a block of its own, after the thread's current block (the waiter) ends.
     override func runOnHelper() {
-        let (next, delivery) = execute()
-        next?.start()
-        if let delivery {
+        if let delivery = execute(inlineQueue: 0).delivery {
             let box = UncheckedSendable(delivery)
             SyncPoints.async(queue) { box.value() }
         }
@@ -107,27 +105,23 @@ final class DispatchedCommand<Value>: Contender, @unchecked Sendable {
     /// then delivers: the delivery may wait for that successor (a blocking command on the same
     /// value, or work on another queue), and on a concurrent queue running the successor behind the
     /// delivery on this thread would deadlock where a plain dispatch would not.
+    ///
+    /// Whether a successor runs inline is the machine's decision (``EngineStateMachine/Starter``):
+    /// the block offers its queue when it releases, while its budget lasts, and the machine takes
+    /// the offer only for a successor on the same queue that no waiting thread must run.
     private func runBatch() {
         var command = self
         var budget = Self.batchLimit
         while true {
-            let (next, delivery) = command.execute()
             budget -= 1
+            let (next, delivery) = command.execute(inlineQueue: budget > 0 ? queueID : 0)
             if let delivery {
-                next?.start()
                 delivery()
                 return
             }
-            guard let next else { return }
-            guard budget > 0, next.targetQueue === queue else {
-                next.start()
-                return
-            }
             // Run inline, unless a waiter took it over since its grant published it.
-            guard engine.claimPendingDispatch(next) else { return }
-            // The engine of a value grants only commands of that value; only dispatched commands
-            // have a target queue.
-            command = unsafeDowncast(next, to: Self.self)
+            guard let next, engine.claimPendingDispatch(next) else { return }
+            command = next
         }
     }
 
@@ -135,9 +129,16 @@ final class DispatchedCommand<Value>: Contender, @unchecked Sendable {
     private typealias Delivery = () -> Void
 
     /// Runs the command on its queue while it holds the section.
-    /// - Returns: the next granted command if this one released the section (`nil` if there is
-    ///   none or the release is left to a manual completion), and the delivery to run after it.
-    private func execute() -> (next: Contender?, delivery: Delivery?) {
+    /// - Parameter inlineQueue: this block's queue if it could run a granted successor inline; 0 if
+    ///   not (it is not a batch, or its budget ran out). A command that delivers something never
+    ///   offers: it starts its successor first and only then delivers, since the delivery may wait
+    ///   for that successor (a blocking command on the same value, or work on another queue), and
+    ///   on a concurrent queue running the successor behind the delivery on this thread would
+    ///   deadlock where a plain dispatch would not.
+    /// - Returns: the successor the machine chose this block to run inline (`nil` if there is none,
+    ///   it was started otherwise, or the release is left to a manual completion), and the delivery
+    ///   to run after the release.
+    private func execute(inlineQueue: Int) -> (next: DispatchedCommand?, delivery: Delivery?) {
         engine.setOwnerThread(currentThreadID())
         switch operation {
         case .read(let body):
@@ -146,14 +147,23 @@ final class DispatchedCommand<Value>: Contender, @unchecked Sendable {
             body(&engine.pointer.pointee)
         case .map(let transform):
             let deliver = map(transform)  // inside the section: before the release
-            return (engine.releaseDispatched(), deliver)
+            _ = engine.releaseDispatched(inlineQueue: 0)
+            return (nil, deliver)
         case .readManual(let body):
             let value = engine.pointer.pointee
-            return executeManual { done in body(.success(value), done) }
+            return (nil, executeManual { done in body(.success(value), done) })
         case .accessManual(let body):
-            return executeManual { done in body(&engine.pointer.pointee, done) }
+            return (nil, executeManual { done in body(&engine.pointer.pointee, done) })
         }
-        return releaseAndPrepareDelivery()
+        guard let completion else { return (successor(engine.releaseDispatched(inlineQueue: inlineQueue)), nil) }
+        return (nil, releaseAndPrepareDelivery(completion))
+    }
+
+    /// The successor the machine chose this block to run inline: a command of this value (the engine
+    /// of a value grants only its own commands) and on this queue (the releaser's), so of this type.
+    @inline(__always)
+    private func successor(_ next: Contender?) -> DispatchedCommand? {
+        next.map { unsafeDowncast($0, to: Self.self) }
     }
 
     // The `Result` cases live in functions of their own: in unspecialized code, naming
@@ -172,32 +182,39 @@ final class DispatchedCommand<Value>: Contender, @unchecked Sendable {
         transform(.success(engine.pointer.pointee))
     }
 
-    private func executeManual(
-        _ body: (@escaping CommandCompletionClosure) -> Void
-    ) -> (next: Contender?, delivery: Delivery?) {
+    /// - Returns: the completion's delivery, if the command released here.
+    private func executeManual(_ body: (@escaping CommandCompletionClosure) -> Void) -> Delivery? {
         let ticket = engine.beginManual(self, kind: .dispatched)
         CompletionToken.withCompletion(engine: engine, ticket: ticket, body)
         engine.setOwnerThread(0)
         guard case .release = engine.manualClosureReturned(ticket) else {
-            return (nil, nil)  // the completion will finish the command
+            return nil  // the completion will finish the command
         }
         return releaseAndPrepareDelivery()
     }
 
     /// Reads the result for the completion (while the section is still held), releases the section
-    /// and returns the next granted command with the completion's delivery.
-    private func releaseAndPrepareDelivery() -> (next: Contender?, delivery: Delivery?) {
-        guard let completion else { return (engine.releaseDispatched(), nil) }
+    /// (the next holder is started) and returns the completion's delivery, if any.
+    private func releaseAndPrepareDelivery() -> Delivery? {
+        guard let completion else {
+            _ = engine.releaseDispatched(inlineQueue: 0)
+            return nil
+        }
+        return releaseAndPrepareDelivery(completion)
+    }
+
+    private func releaseAndPrepareDelivery(
+        _ completion: @escaping @Sendable (Result<Value, QueueSafeValueError>) -> Void
+    ) -> Delivery {
         let result = engine.pointer.pointee
-        return (engine.releaseDispatched(), { completion(.success(result)) })
+        _ = engine.releaseDispatched(inlineQueue: 0)
+        return { completion(.success(result)) }
     }
 
     /// The manual completion arrived after the closure returned, on some thread (possibly not
     /// `queue`): release, hand off, and deliver the completion on `queue`.
     override func finishManualCompletion() {
-        let (next, delivery) = releaseAndPrepareDelivery()
-        next?.start()
-        if let delivery {
+        if let delivery = releaseAndPrepareDelivery() {
             let box = UncheckedSendable(delivery)
             SyncPoints.async(queue) { box.value() }
         }

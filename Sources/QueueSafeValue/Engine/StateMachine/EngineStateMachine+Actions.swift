@@ -1,0 +1,94 @@
+// The machine's one action vocabulary: what the storage does after a transition, once it has
+// unlocked. Every transition that changes who holds, waits or is freed returns `Actions`, and
+// `CommandEngine+Perform.swift` performs them in one place. Who starts a granted command (its own
+// waiting party, a helper thread, the releasing block) is decided here, not by the storage.
+
+/// What the machine keeps for a command: the storage's waiter object, or a plain integer in the
+/// tests. The machine asks it one thing, to decide who starts a dispatched command.
+protocol EngineHandle {
+    /// The identity of the dispatch queue the command runs on (see `QueueTag`), or 0 for a command
+    /// that runs on no queue of its own (blocking and awaiting commands).
+    var targetQueueID: Int { get }
+}
+
+extension EngineStateMachine {
+    /// Who starts a command the machine has granted the section.
+    enum Starter {
+        /// Its own waiting party: a blocking command's thread is handed the section (spinning or
+        /// parked), an awaiting command's task is resumed, a dispatched command's block is queued on
+        /// its queue (published in the dispatched holder's slot first, so that a waiter running on
+        /// that queue may still take it over).
+        case itself
+        /// A blocking command waits on a thread that runs on the granted dispatched command's queue:
+        /// that queue cannot run the command's block while the thread waits, so the thread runs the
+        /// command itself, as a job handed to it.
+        case helper(Handle)
+        /// The dispatched block that just released runs on the same queue and may run its successor
+        /// inline, without a new block (see `DispatchedCommand`'s batches). The grant is still
+        /// published, so a waiter on that queue may take it over first.
+        case releaser
+    }
+
+    /// A command granted the section, and how it starts.
+    struct Grant {
+        let handle: Handle
+        let kind: CommandKind
+        let starter: Starter
+        /// Parked waiters remain behind it: the new holder inherits this urgency, raised by the
+        /// releaser before it is started (see ``Urgency``).
+        let urgency: Urgency?
+    }
+
+    /// What the storage performs after a transition, once the engine lock is released, in this
+    /// order: raise and start the grant, end the releaser's boost, finish a manual completion, free
+    /// the value, let go of an ended holder's task, resume the commands that left, cancel tasks.
+    /// Empty by default: most transitions need one or two of these.
+    struct Actions {
+        /// A command was granted the section.
+        var grant: Grant?
+        /// The releasing thread had been raised for this hold: it ends its boost (after starting
+        /// the grant: at its own priority it might not get the processor to hand the section on).
+        var endBoost = false
+        /// A manual-completion command's completion arrived after its closure returned: finish it
+        /// (wake its blocked thread, or release and deliver its dispatched completion).
+        var finish: Handle?
+        /// The container is gone and nothing holds or waits: free the value.
+        var freeValue = false
+        /// A tracked holder (an operation, a manual completion) ended: its task reference goes.
+        var ended: Handle?
+        /// Commands that left the queue and will never run: each suspended task is resumed (it then
+        /// reads its verdict under the lock and throws).
+        var left: [Handle] = []
+        /// Commands whose tasks are cancelled (``cancelAll()``: the operations that left, and the
+        /// holder).
+        var cancel: [Handle] = []
+
+        init() {}
+    }
+}
+
+extension EngineStateMachine where Handle: EngineHandle {
+    /// Who starts `handle`, just granted as `kind`.
+    /// - Parameters:
+    ///   - releaserQueue: the queue of a dispatched block that released and could run a successor
+    ///     for the same queue inline; 0 when the release came from anywhere else.
+    ///   - boosted: the release ends a boost, so the releaser must not run more holders' code.
+    func starter(of handle: Handle, kind: CommandKind, releaserQueue: Int = 0, boosted: Bool = false) -> Starter {
+        guard kind == .dispatched else { return .itself }
+        let queue = handle.targetQueueID
+        // A thread blocked on the command's queue runs it: its block could not run meanwhile.
+        if hasHelpers, let helper = helper(forQueue: queue) { return .helper(helper) }
+        if releaserQueue != 0 && queue == releaserQueue && !boosted { return .releaser }
+        return .itself
+    }
+
+    /// A dispatched holder was taken over by a waiting thread that does not run on its queue: it
+    /// goes back. A waiter running on its queue that registered meanwhile runs it; otherwise it is
+    /// published again and given a block of its own.
+    func returnTakenOver(_ handle: Handle) -> Actions {
+        var actions = Actions()
+        actions.grant = Grant(
+            handle: handle, kind: .dispatched, starter: starter(of: handle, kind: .dispatched), urgency: nil)
+        return actions
+    }
+}

@@ -1,0 +1,22 @@
+@testable import QueueSafeValue
+
+/// The transition tests and the cycle explorer keep plain integers as the machine's handles: no
+/// integer runs on a dispatch queue of its own, so no helper or inline successor is ever chosen.
+extension Int: EngineHandle {
+    /// No integer runs on a queue.
+    public var targetQueueID: Int { 0 }
+}
+
+extension EngineStateMachine.Actions {
+    /// The command this release granted, if any.
+    var next: Handle? { grant?.handle }
+}
+
+extension EngineStateMachine {
+    /// ``leave(_:)``, answering with the command that left (`nil` if it was granted first or had
+    /// left already).
+    mutating func leaving(_ ticket: Ticket) -> Handle? {
+        guard let actions = leave(ticket) else { return nil }
+        return actions.left.first
+    }
+}
