@@ -387,6 +387,26 @@ enum CheckerScenarios {
         return { run.finalCheck(value.engine, commands: ["c0", "c1", "c2", "c3"]) }
     }
 
+    /// The machine lets a releasing block run its successor inline only for the same queue.
+    static let silentCommandsOfTwoQueues = CheckerScenario(
+        name: "silent dispatch commands of two queues, granted one after another", preemptionBound: 2
+    ) { world in
+        let run = CheckerRun(world)
+        let value = QueueSafeValue(value: 0, label: "two queues")
+        let first = DispatchQueue(label: "Q")
+        let second = DispatchQueue(label: "R")
+        world.quiescentCheck = run.quiescentCheck([value.engine])
+        world.spawn("off") {
+            run.blocking("c0", value.wait, .highest)
+            dispatchOnItsQueue(run, "c1", value, .high, on: first, completion: false)
+        }
+        world.spawn("other") {
+            dispatchOnItsQueue(run, "c2", value, .high, on: second, completion: false)
+            dispatchOnItsQueue(run, "c3", value, .high, on: first, completion: false)
+        }
+        return { run.finalCheck(value.engine, commands: ["c0", "c1", "c2", "c3"]) }
+    }
+
     static let waiterOnAnotherQueue = CheckerScenario(
         name: "a waiter on another queue takes over the command while a waiter on its queue registers",
         preemptionBound: 2

@@ -15,6 +15,7 @@ extension Explorers {
             CheckerScenarios.boundedOvertaking, CheckerScenarios.waiterBehindItsQueue,
             CheckerScenarios.twoDispatchAndTwoWaiters, CheckerScenarios.dispatchArrivingFromOffTheQueue,
             CheckerScenarios.timedWaiterOnTheQueue, CheckerScenarios.silentSuccessorsInline,
+            CheckerScenarios.silentCommandsOfTwoQueues,
             CheckerScenarios.waiterOnAnotherQueue, CheckerScenarios.queueTaggedAfterTheWaiterParked,
             CheckerScenarios.boostAndCancellation, CheckerScenarios.lockOrderCycle, CheckerScenarios.lockOrderChain,
         ]

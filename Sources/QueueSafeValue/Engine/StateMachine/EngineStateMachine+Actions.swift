@@ -77,7 +77,9 @@ extension EngineStateMachine where Handle: EngineHandle {
         guard kind == .dispatched else { return .itself }
         let queue = handle.targetQueueID
         // A thread blocked on the command's queue runs it: its block could not run meanwhile.
+        // mutant(helper-never-chosen): if false, hasHelpers, let helper = helper(forQueue: queue) { return .helper(helper) }
         if hasHelpers, let helper = helper(forQueue: queue) { return .helper(helper) }
+        // mutant(inline-off-its-queue): if releaserQueue != 0 && !boosted { return .releaser }
         if releaserQueue != 0 && queue == releaserQueue && !boosted { return .releaser }
         return .itself
     }
