@@ -9,7 +9,22 @@ extension Int: EngineHandle {
 
 extension EngineStateMachine.Actions {
     /// The command this release granted, if any.
-    var next: Handle? { grant?.handle }
+    var next: Handle? { grant }
+
+    /// The commands that left the queue, in order.
+    var left: [Handle] {
+        others.compactMap { if case .left(let handle) = $0 { handle } else { nil } }
+    }
+
+    /// The commands whose tasks are cancelled, in order.
+    var cancelled: [Handle] {
+        others.compactMap { if case .cancel(let handle) = $0 { handle } else { nil } }
+    }
+
+    /// The manual-completion command to finish, if any.
+    var finish: Handle? {
+        others.lazy.compactMap { if case .finish(let handle) = $0 { handle } else { nil } }.first
+    }
 }
 
 extension EngineStateMachine {

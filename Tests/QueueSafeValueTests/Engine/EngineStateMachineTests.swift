@@ -76,7 +76,7 @@ import Testing
             machine.checkInvariants(word: word)
             guard let waiter = release.next else { break }
             granted.append(waiter)
-            #expect(release.grant?.kind == kind)
+            #expect(release.grantKind == kind && release.grant != nil)
             #expect(word & EngineWord.holderMask == kind.wordBits)
         }
         #expect(granted == CommandPriority.expectedRunOrder(priorities))
@@ -233,7 +233,7 @@ import Testing
         #expect(machine.attach(waiting[0]) == .keep)
         let cancel = machine.cancelAll()
         #expect(cancel.left == [1, 2, 3])
-        #expect(cancel.cancel == [1, 2, 3, 0], "the tasks of the three that left, then the holder's")
+        #expect(cancel.cancelled == [1, 2, 3, 0], "the tasks of the three that left, then the holder's")
         machine.checkInvariants(word: word)
         // Tasks attached later learn that they were cancelled.
         #expect(machine.attach(waiting[1]) == .cancelNow)
@@ -258,7 +258,7 @@ import Testing
         let (release, after) = machine.release(observed: word)
         #expect(release.ended == 0 && after == 0)
         let cancel = machine.cancelAll()
-        #expect(cancel.cancel.isEmpty && cancel.left.isEmpty)
+        #expect(cancel.cancelled.isEmpty && cancel.left.isEmpty)
     }
 
     @Test func cancelAll_beforeTheHoldersTaskIsAttached_cancelsItOnAttach() {
@@ -270,7 +270,7 @@ import Testing
             return
         }
         let cancel = machine.cancelAll()
-        #expect(cancel.cancel.isEmpty, "no task to cancel yet")
+        #expect(cancel.cancelled.isEmpty, "no task to cancel yet")
         #expect(machine.attach(ticket) == .cancelNow)
         _ = machine.release(observed: word)
     }

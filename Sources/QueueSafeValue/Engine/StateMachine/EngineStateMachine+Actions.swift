@@ -13,84 +13,120 @@ protocol EngineHandle {
 
 extension EngineStateMachine {
     /// Who starts a command the machine has granted the section.
-    enum Starter {
+    enum Starter: Equatable {
         /// Its own waiting party: a blocking command's thread is handed the section (spinning or
         /// parked), an awaiting command's task is resumed, a dispatched command's block is queued on
         /// its queue (published in the dispatched holder's slot first, so that a waiter running on
         /// that queue may still take it over).
         case itself
-        /// A blocking command waits on a thread that runs on the granted dispatched command's queue:
-        /// that queue cannot run the command's block while the thread waits, so the thread runs the
-        /// command itself, as a job handed to it.
-        case helper(Handle)
+        /// ``Actions/helper``, a blocking command waiting on a thread that runs on the granted
+        /// dispatched command's queue: that queue cannot run the command's block while the thread
+        /// waits, so the thread runs the command itself, as a job handed to it.
+        case helper
         /// The dispatched block that just released runs on the same queue and may run its successor
         /// inline, without a new block (see `DispatchedCommand`'s batches). The grant is still
         /// published, so a waiter on that queue may take it over first.
         case releaser
     }
 
-    /// A command granted the section, and how it starts.
-    struct Grant {
-        let handle: Handle
-        let kind: CommandKind
-        let starter: Starter
-        /// Parked waiters remain behind it: the new holder inherits this urgency, raised by the
-        /// releaser before it is started (see ``Urgency``).
-        let urgency: Urgency?
+    /// A rarer action, kept out of the fields every release copies.
+    enum Other {
+        /// The command left the queue and will never run: its suspended task is resumed (it then
+        /// reads its verdict under the lock and throws).
+        case left(Handle)
+        /// The command's task is cancelled (``cancelAll()``: the operations that left, and the
+        /// holder).
+        case cancel(Handle)
+        /// A manual-completion command's completion arrived after its closure returned: finish it
+        /// (wake its blocked thread, or release and deliver its dispatched completion).
+        case finish(Handle)
     }
 
     /// What the storage performs after a transition, once the engine lock is released, in this
-    /// order: raise and start the grant, end the releaser's boost, finish a manual completion, free
-    /// the value, let go of an ended holder's task, resume the commands that left, cancel tasks.
-    /// Empty by default: most transitions need one or two of these.
+    /// order: raise and start the grant, end the releaser's boost, free the value, let go of an
+    /// ended holder's task, then the others in order. Empty by default: most transitions need one
+    /// or two of these. Flat on purpose: every contended release builds one and the storage reads
+    /// it, so it holds no nested optionals (a nested layout cost hundreds of instructions per
+    /// release in outlined, metadata-driven copies).
     struct Actions {
-        /// A command was granted the section.
-        var grant: Grant?
+        /// The command granted the section, if any.
+        var grant: Handle?
+        /// Its kind.
+        var grantKind = CommandKind.blocking
+        /// Who starts it.
+        var starter = Starter.itself
+        /// The waiting thread that runs it, when `starter` is ``Starter/helper``.
+        var helper: Handle?
+        /// Parked waiters remain behind it: the new holder inherits this urgency, raised by the
+        /// releaser before it is started (see ``Urgency``); `none` if there is nothing to raise.
+        var urgency = Urgency.none
         /// The releasing thread had been raised for this hold: it ends its boost (after starting
         /// the grant: at its own priority it might not get the processor to hand the section on).
         var endBoost = false
-        /// A manual-completion command's completion arrived after its closure returned: finish it
-        /// (wake its blocked thread, or release and deliver its dispatched completion).
-        var finish: Handle?
         /// The container is gone and nothing holds or waits: free the value.
         var freeValue = false
         /// A tracked holder (an operation, a manual completion) ended: its task reference goes.
         var ended: Handle?
-        /// Commands that left the queue and will never run: each suspended task is resumed (it then
-        /// reads its verdict under the lock and throws).
-        var left: [Handle] = []
-        /// Commands whose tasks are cancelled (``cancelAll()``: the operations that left, and the
-        /// holder).
-        var cancel: [Handle] = []
+        /// The rarer actions, in order.
+        var others: [Other] = []
 
         init() {}
     }
 }
 
 extension EngineStateMachine where Handle: EngineHandle {
-    /// Who starts `handle`, just granted as `kind`.
+    /// Who starts `handle`, just granted as `kind`, and the helper that runs it if one does.
     /// - Parameters:
     ///   - releaserQueue: the queue of a dispatched block that released and could run a successor
     ///     for the same queue inline; 0 when the release came from anywhere else.
     ///   - boosted: the release ends a boost, so the releaser must not run more holders' code.
-    func starter(of handle: Handle, kind: CommandKind, releaserQueue: Int = 0, boosted: Bool = false) -> Starter {
-        guard kind == .dispatched else { return .itself }
+    ///
+    /// `mutating` only so that calling it from a transition passes the machine in place: a
+    /// non-mutating call from a mutating transition copied the machine, and the transition's next
+    /// write to its records then copied the records array.
+    mutating func starter(
+        of handle: Handle, kind: CommandKind, releaserQueue: Int = 0, boosted: Bool = false
+    ) -> (Starter, helper: Handle?) {
+        guard kind == .dispatched else { return (.itself, nil) }
         let queue = handle.targetQueueID
         // A thread blocked on the command's queue runs it: its block could not run meanwhile.
-        // mutant(helper-never-chosen): if false, hasHelpers, let helper = helper(forQueue: queue) { return .helper(helper) }
-        if hasHelpers, let helper = helper(forQueue: queue) { return .helper(helper) }
-        // mutant(inline-off-its-queue): if releaserQueue != 0 && !boosted { return .releaser }
-        if releaserQueue != 0 && queue == releaserQueue && !boosted { return .releaser }
-        return .itself
+        // mutant(helper-never-chosen): if false, hasHelpers, let helper = helper(forQueue: queue) { return (.helper, helper) }
+        if hasHelpers, let helper = helper(forQueue: queue) { return (.helper, helper) }
+        // mutant(inline-off-its-queue): if releaserQueue != 0 && !boosted { return (.releaser, nil) }
+        if releaserQueue != 0 && queue == releaserQueue && !boosted { return (.releaser, nil) }
+        return (.itself, nil)
+    }
+
+    /// Records the grant of `handle` in ``outbox``.
+    @inline(__always)
+    mutating func grantInOutbox(_ handle: Handle, kind: CommandKind, releaserQueue: Int = 0, boosted: Bool = false) {
+        let (starter, helper) = starter(of: handle, kind: kind, releaserQueue: releaserQueue, boosted: boosted)
+        outbox.grant = handle
+        outbox.grantKind = kind
+        outbox.starter = starter
+        outbox.helper = helper
     }
 
     /// A dispatched holder was taken over by a waiting thread that does not run on its queue: it
     /// goes back. A waiter running on its queue that registered meanwhile runs it; otherwise it is
     /// published again and given a block of its own.
-    func returnTakenOver(_ handle: Handle) -> Actions {
-        var actions = Actions()
-        actions.grant = Grant(
-            handle: handle, kind: .dispatched, starter: starter(of: handle, kind: .dispatched), urgency: nil)
-        return actions
+    mutating func returnTakenOver(_ handle: Handle) -> Actions {
+        grantInOutbox(handle, kind: .dispatched)
+        return takeOutbox()
+    }
+}
+
+extension EngineStateMachine {
+    /// Takes the actions left in ``outbox``, leaving it empty.
+    mutating func takeOutbox() -> Actions {
+        defer { outbox = Actions() }
+        return outbox
+    }
+}
+
+extension EngineStateMachine.Actions {
+    /// Nothing to do.
+    var isEmpty: Bool {
+        grant == nil && helper == nil && ended == nil && others.isEmpty && !endBoost && !freeValue
     }
 }

@@ -47,7 +47,7 @@ extension EngineStateMachine {
             records[Int(ticket.slot)].manual = .completionArrived
         case .closureReturned:
             records[Int(ticket.slot)].manual = .completionArrived
-            actions.finish = records[Int(ticket.slot)].handle
+            if let waiter = records[Int(ticket.slot)].handle { actions.others.append(.finish(waiter)) }
         case .notManual, .completionArrived:
             break
         }

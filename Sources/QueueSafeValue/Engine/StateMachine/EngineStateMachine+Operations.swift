@@ -22,7 +22,7 @@ extension EngineStateMachine {
             if isCurrent(pending) {
                 switch records[Int(pending.slot)].state {
                 case .waiting:
-                    if let discarded = markLeft(pending.slot) { actions.left.append(discarded) }
+                    if let discarded = markLeft(pending.slot) { actions.others.append(.left(discarded)) }
                     sweepIfMostlyDead()
                 case .holding:
                     // mutant(discard-forgets-granted): break
@@ -71,10 +71,7 @@ extension EngineStateMachine {
             if records[Int(slot)].state == .waiting {
                 waitingCount -= 1
                 if !urgencies.isEmpty { urgencies[slot] = nil }
-                if let waiter = records[Int(slot)].handle {
-                    result.left.append(waiter)
-                    result.cancel.append(waiter)
-                }
+                if let waiter = records[Int(slot)].handle { result.others += [.left(waiter), .cancel(waiter)] }
                 records[Int(slot)].handle = nil
                 records[Int(slot)].state = .left
                 records[Int(slot)].cancelRequested = true
@@ -87,7 +84,7 @@ extension EngineStateMachine {
         (arrivals, arrivalsStart, oldestOvertakes) = ([], 0, 0)
         if let slot = holderSlot, records[Int(slot)].kind == .operation {
             if records[Int(slot)].hasTask {
-                if let holder = records[Int(slot)].handle { result.cancel.append(holder) }
+                if let holder = records[Int(slot)].handle { result.others.append(.cancel(holder)) }
             } else {
                 records[Int(slot)].cancelRequested = true
             }

@@ -171,6 +171,12 @@ struct EngineStateMachine<Handle: EngineHandle> {
     /// An upper bound of how many commands that arrived after the oldest waiting command have been
     /// granted the section while it waited: it is granted next once this reaches `maxOvertakes`.
     var oldestOvertakes = 0
+    /// The actions of the transition in progress, which the storage takes (``takeOutbox()``, or
+    /// field by field) in the same lock section. Transitions on the contended path leave their
+    /// actions here instead of returning them: a returned `Actions`, a generic struct holding
+    /// references, was copied and destroyed through its value witnesses, hundreds of instructions
+    /// per release. Empty between transitions.
+    var outbox = Actions()
     /// The urgencies of parked waiters, by slot (a side table: most waiting commands never park).
     var urgencies: [UInt32: Urgency] = [:]
     /// The urgency the current holder was asked to inherit during this hold (the highest of the
@@ -245,29 +251,38 @@ struct EngineStateMachine<Handle: EngineHandle> {
     ///   - now: the time, for ``holderSince``.
     ///   - releaserQueue: the queue of a dispatched block that may run a successor for the same queue
     ///     inline (see ``Starter/releaser``); 0 otherwise.
+    /// - Returns: the actions and the word to store.
     mutating func release(observed: Int, now: UInt64 = 0, releaserQueue: Int = 0) -> (Actions, word: Int) {
+        let word = releaseIntoOutbox(observed: observed, now: now, releaserQueue: releaserQueue)
+        return (takeOutbox(), word)
+    }
+
+    /// ``release(observed:now:releaserQueue:)``, leaving its actions in ``outbox``: the storage's
+    /// form, on every contended release.
+    /// - Returns: the word to store.
+    mutating func releaseIntoOutbox(observed: Int, now: UInt64, releaserQueue: Int) -> Int {
         assert(EngineWord.isHeld(observed), "release of a free section")
-        var actions = Actions()
+        assert(outbox.isEmpty, "the outbox of an earlier transition was not taken")
         if let slot = holderSlot {
             holderSlot = nil
-            actions.ended = records[Int(slot)].handle
+            outbox.ended = records[Int(slot)].handle.take()
             end(slot)
         }
         let closedBit = observed & EngineWord.closed
         (holderSince, holderSinceIsExact) = (0, false)
-        actions.endBoost = isHoldBoosted
+        outbox.endBoost = isHoldBoosted
         (holdUrgency, isHoldBoosted) = (.none, false)
         guard let (slot, kind) = popNext() else {
             // mutant(value-outlives-container): if isClosed && !isValueFreed && false {
             if isClosed && !isValueFreed {
                 isValueFreed = true
-                actions.freeValue = true
+                outbox.freeValue = true
             }
-            return (actions, closedBit)
+            return closedBit
         }
-        // popNext() left the record's handle in place: a granted command's handle is returned here.
-        let next = records[Int(slot)].handle!
-        var urgency: Urgency?
+        // popNext() left the record's handle in place: the grant takes it, unless the record stays
+        // as the holder's (an operation's, for cancelAll); the others' records go below.
+        let next = kind == .operation ? records[Int(slot)].handle! : records[Int(slot)].handle.take()!
         if !urgencies.isEmpty {
             urgencies[slot] = nil
             // The waiters still parked are now waiting for `next`: it inherits their urgency.
@@ -275,12 +290,11 @@ struct EngineStateMachine<Handle: EngineHandle> {
                 .inheritable(byHolder: kind.wordBits)
             if !inherited.isNone {
                 (holdUrgency, isHoldBoosted) = (inherited, true)
-                urgency = inherited
+                outbox.urgency = inherited
             }
         }
         // Decided before the record goes: a helper is found among the records still waiting.
-        let starter = starter(of: next, kind: kind, releaserQueue: releaserQueue, boosted: actions.endBoost)
-        actions.grant = Grant(handle: next, kind: kind, starter: starter, urgency: urgency)
+        grantInOutbox(next, kind: kind, releaserQueue: releaserQueue, boosted: outbox.endBoost)
         var word = closedBit | kind.wordBits
         if kind == .operation {
             records[Int(slot)].state = .holding
@@ -295,7 +309,7 @@ struct EngineStateMachine<Handle: EngineHandle> {
             word |= EngineWord.slowRelease
             (holderSince, holderSinceIsExact) = (now, true)
         }
-        return (actions, word)
+        return word
     }
 
     /// The command to grant next: the first in the waiting order, unless a bounded-overtaking policy
@@ -379,7 +393,7 @@ struct EngineStateMachine<Handle: EngineHandle> {
     mutating func leave(_ ticket: Ticket) -> Actions? {
         guard isCurrent(ticket), records[Int(ticket.slot)].state == .waiting else { return nil }
         var actions = Actions()
-        if let waiter = markLeft(ticket.slot) { actions.left.append(waiter) }
+        if let waiter = markLeft(ticket.slot) { actions.others.append(.left(waiter)) }
         sweepIfMostlyDead()
         return actions
     }

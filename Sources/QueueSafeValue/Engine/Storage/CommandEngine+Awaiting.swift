@@ -58,17 +58,17 @@ extension CommandEngine {
         discardable: Bool = false
     ) -> (waiter: AwaitingWaiter, granted: Bool) {
         let waiter = AwaitingWaiter()
-        let (admission, effects) = machine.withLock { machine in
-            let (admission, actions) = transition(announcing: EngineWord.slowRelease, &machine) {
-                machine, observed in
+        var admission = Machine.Admission.refused(.cancelled)
+        apply { machine in
+            let actions: Machine.Actions
+            (admission, actions) = transition(announcing: EngineWord.slowRelease, &machine) { machine, observed in
                 let (admission, actions, word) = machine.enqueueOperation(
                     waiter, priority: priority, discardable: discardable, observed: observed, now: coarseNow())
                 SyncPoints.note(discardable ? "a discardable operation is enqueued" : "an operation is enqueued")
                 return ((admission, actions), word)
             }
-            return (admission, prepare(actions))
+            return actions
         }
-        perform(effects)
         switch admission {
         case .granted(let ticket?):
             waiter.ticket = ticket
@@ -207,17 +207,16 @@ extension CommandEngine {
     /// task is resumed to throw `.timedOut` with a snapshot of the queue, unless it was granted (or
     /// left) first.
     private func timeOut(_ waiter: AwaitingWaiter) {
-        let effects = machine.withLock { machine -> Effects? in
+        apply { machine in
             guard let actions = machine.leave(waiter.ticket) else { return nil }
             waiter.refusal = .timedOut(snapshot(machine, word: state.loadAcquire()))
-            return prepare(actions)
+            return actions
         }
-        if let effects { perform(effects) }
     }
 
     /// Every waiting operation leaves the queue (its task is resumed, cancelled and throws
     /// `.cancelled`), and the running operation's task is cancelled.
     final func cancelAll() {
-        perform(machine.withLock { prepare($0.cancelAll()) })
+        apply { $0.cancelAll() }
     }
 }

@@ -118,6 +118,6 @@ extension CommandEngine {
     /// such a waiter to take over, and given a block that claims it (its first block may have run
     /// and found the slot taken; whichever block claims it first runs it).
     private func republish(_ command: Contender) {
-        perform(machine.withLock { prepare($0.returnTakenOver(command)) })
+        apply { $0.returnTakenOver(command) }
     }
 }

@@ -2,89 +2,136 @@
 // decided. Two halves, because a grant's publication belongs to the transition's lock section and
 // everything else must wait until the lock is released:
 //
-// - `prepare(_:)`, under the engine lock, right after the transition: marks the granted waiter,
+// - `take(_:_:)`, under the engine lock, right after the transition: marks the granted waiter,
 //   publishes a granted dispatched command (in the dispatched holder's slot, or as a helper's job),
 //   and takes from the waiters what the rest needs (their continuations and tasks are guarded by
 //   this lock). It runs no user code, signals nothing and releases no reference.
-// - `perform(_:)`, after unlocking: raises and starts the grant as the machine chose, ends the
+// - `perform(_:_:)`, after unlocking: raises and starts the grant as the machine chose, ends the
 //   releaser's boost, finishes a manual completion, frees the value, resumes the tasks of commands
 //   that left, cancels tasks, and lets go of the references it took.
 extension CommandEngine {
-    /// A transition's actions, with what performing them needs from the waiters, taken under the
-    /// engine lock by ``prepare(_:)``.
-    struct Effects {
-        let actions: Machine.Actions
-        /// The new holder's thread and task, when it inherits an urgency.
-        var heir = (thread: 0, task: 0)
-        /// The suspended tasks of commands that left.
-        var resume: [TurnContinuation] = []
-        /// Tasks to cancel.
-        var cancel: [any CancellableTask] = []
-        /// The task reference of a holder that ended: released after unlocking.
-        var droppedTask: (any CancellableTask)?
+    /// What a rare action needs from a waiter, taken under the engine lock by ``take(_:_:)``
+    /// (the waiters' continuations and tasks are guarded by that lock).
+    enum Deferred {
+        /// The task of a command that left: resume it.
+        case resume(TurnContinuation)
+        /// Cancel this task (``CommandQueue/cancelAll()``).
+        case cancel(any CancellableTask)
+        /// A manual completion arrived after the closure returned: finish the command.
+        case finish(Contender)
     }
 
-    /// Under the engine lock, in the lock section of the transition that returned `actions`.
+    /// The thread and task of a newly granted holder that inherits an urgency (see
+    /// ``raiseHeir(_:to:)``).
+    typealias Heir = (thread: Int, task: Int)
+
+    /// A transition's actions as the storage holds them between its two halves: the references
+    /// apart, and the rest as plain values. (As one struct holding references, the compiler
+    /// copied and destroyed them through value witnesses, hundreds of instructions per release.)
+    typealias Taken = (
+        grant: Contender?, helper: Contender?, ended: Contender?,
+        flags: (kind: CommandKind, starter: Machine.Starter, urgency: Urgency, endBoost: Bool, freeValue: Bool),
+        heir: Heir
+    )
+
+    /// Runs one transition under the engine lock, takes its actions there and performs them after
+    /// unlocking. For the rarer transitions, which return their actions by value (`nil`: none).
+    /// - Returns: what ``perform(_:_:)`` returned.
+    @discardableResult
+    final func apply(_ transition: (inout Machine) -> Machine.Actions?) -> Contender? {
+        var deferred: [Deferred] = []
+        let taken = machine.withLock { machine -> Taken? in
+            guard let actions = transition(&machine) else { return nil }
+            machine.outbox = actions
+            return take(&machine, &deferred)
+        }
+        guard let taken else { return nil }
+        return perform(taken, deferred)
+    }
+
+    /// Under the engine lock, in the lock section of the transition that left its actions in the
+    /// machine's outbox: empties the outbox, marks the granted waiter, publishes a granted
+    /// dispatched command (in the dispatched holder's slot, or as a helper's job), and takes from
+    /// the waiters what the rarer actions need.
     @inline(__always)
-    final func prepare(_ actions: Machine.Actions) -> Effects {
-        var effects = Effects(actions: actions)
-        if let grant = actions.grant {
-            let next = grant.handle
+    final func take(_ machine: inout Machine, _ deferred: inout [Deferred]) -> Taken {
+        let grant = machine.outbox.grant.take()
+        let helper = machine.outbox.helper.take()
+        let ended = machine.outbox.ended.take()
+        let flags = (
+            kind: machine.outbox.grantKind, starter: machine.outbox.starter, urgency: machine.outbox.urgency,
+            endBoost: machine.outbox.endBoost, freeValue: machine.outbox.freeValue
+        )
+        (machine.outbox.urgency, machine.outbox.endBoost, machine.outbox.freeValue) = (.none, false, false)
+        if !machine.outbox.others.isEmpty {
+            for other in machine.outbox.others {
+                switch other {
+                case .left(let waiter):
+                    if let continuation = waiter.continuationToResume { deferred.append(.resume(continuation)) }
+                case .cancel(let waiter):
+                    // Read here: a holder's task is dropped by its release, after that release unlocks.
+                    if let task = waiter.taskToCancel { deferred.append(.cancel(task)) }
+                case .finish(let waiter):
+                    deferred.append(.finish(waiter))
+                }
+            }
+            machine.outbox.others = []
+        }
+        var heir: Heir = (0, 0)
+        if let next = grant {
             next.isGranted = true
-            if grant.urgency != nil { effects.heir = (next.threadToBoost, next.taskToEscalate) }
-            if grant.kind == .dispatched {
+            if !flags.urgency.isNone { heir = (next.threadToBoost, next.taskToEscalate) }
+            if flags.kind == .dispatched {
                 dispatchedHolderQueue.storeRelaxed(next.targetQueueID)
-                switch grant.starter {
-                case .helper(let helper):
+                if let helper {
                     // Handed over in this lock section: a helper that gives up takes the lock to
                     // leave, and then finds the job (see `BlockingWaiter`).
                     pendingDispatch.storeRelease(Self.dispatchStarted)
                     // mutant(helper-job-after-unlock): _ = helper
                     helper.assignJob(next)
-                case .itself, .releaser:
+                } else {
                     // Published in the grant's lock section, for a waiter on its queue that comes later.
                     publishPendingDispatch(next)
                 }
             }
         }
-        if let ended = actions.ended { effects.droppedTask = ended.takeTask() }
-        for waiter in actions.left {
-            if let continuation = waiter.continuationToResume { effects.resume.append(continuation) }
-        }
-        for waiter in actions.cancel {
-            if let task = waiter.taskToCancel { effects.cancel.append(task) }
-        }
-        return effects
+        return (grant, helper, ended, flags, heir)
     }
 
-    /// After unlocking: performs the actions, in the order ``EngineStateMachine/Actions`` gives.
+    /// After unlocking: performs the actions taken by ``take(_:_:)``, in the order
+    /// ``EngineStateMachine/Actions`` gives.
     /// - Returns: the granted command when the machine chose the releasing block to run it
     ///   (``EngineStateMachine/Starter/releaser``): the caller claims and runs it inline.
-    @discardableResult
-    final func perform(_ effects: Effects) -> Contender? {
-        let actions = effects.actions
+    @inline(__always)
+    final func perform(_ taken: consuming Taken, _ deferred: [Deferred]) -> Contender? {
+        let (grant, helper, ended, flags, heir) = taken
+        // A boosted holder hands the section on while still boosted, and only then goes back to
+        // its own priority (below): at its own priority it might not get the processor to hand it on.
         var inline: Contender?
-        if let grant = actions.grant {
+        if let grant {
             // The new holder inherits the urgency of the waiters still parked before it starts.
-            if let urgency = grant.urgency { raiseHeir(effects.heir, to: urgency) }
-            switch grant.starter {
+            if !flags.urgency.isNone { raiseHeir(heir, to: flags.urgency) }
+            switch flags.starter {
             case .itself:
-                grant.handle.start()
-            case .helper(let helper):
-                // mutant(helper-job-after-unlock): helper.assignJob(grant.handle); helper.postJob()
-                helper.postJob()
+                grant.start()
+            case .helper:
+                // mutant(helper-job-after-unlock): helper!.assignJob(grant); helper!.postJob()
+                helper!.postJob()
             case .releaser:
-                inline = grant.handle
+                inline = grant
             }
         }
-        // A boosted holder hands the section on while still boosted, and only then goes back to
-        // its own priority: at its own priority it might not get the processor to hand it on.
-        if actions.endBoost { endBoostOfCurrentThread() }
-        actions.finish?.finishManualCompletion()
-        if actions.freeValue { freeValue() }
-        for continuation in effects.resume { continuation.resumeFromAnotherThread() }
-        for task in effects.cancel { task.cancel() }
-        // `effects.droppedTask` and the machine's references go with `effects`, here.
+        if flags.endBoost { endBoostOfCurrentThread() }
+        if flags.freeValue { freeValue() }
+        // Its release is the last to touch it: the machine forgot it in the same transition.
+        ended?.endHold()
+        for item in deferred {
+            switch item {
+            case .resume(let continuation): continuation.resumeFromAnotherThread()
+            case .cancel(let task): task.cancel()
+            case .finish(let command): command.finishManualCompletion()
+            }
+        }
         return inline
     }
 }

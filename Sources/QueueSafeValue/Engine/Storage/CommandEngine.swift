@@ -135,13 +135,14 @@ class CommandEngine: @unchecked Sendable {
     @usableFromInline
     @discardableResult
     final func releaseSlow(releaserQueue: Int = 0) -> Contender? {
-        let effects = machine.withLock { machine in
-            prepare(
-                transitionWhileHeld(&machine) { machine, observed in
-                    machine.release(observed: observed, now: coarseNow(), releaserQueue: releaserQueue)
-                })
+        var deferred: [Deferred] = []
+        let taken = machine.withLock { machine in
+            transitionWhileHeld(&machine) { machine, observed in
+                ((), machine.releaseIntoOutbox(observed: observed, now: coarseNow(), releaserQueue: releaserQueue))
+            }
+            return take(&machine, &deferred)
         }
-        return perform(effects)
+        return perform(taken, deferred)
     }
 
     /// Takes a waiting command out of the queue (a cancellation), if it still waits: it never runs
@@ -151,8 +152,7 @@ class CommandEngine: @unchecked Sendable {
     /// A task whose command left is resumed (it then finds out under the lock that it was not
     /// granted).
     final func leave(_ ticket: Ticket) {
-        let effects = machine.withLock { $0.leave(ticket).map(prepare) }
-        if let effects { perform(effects) }
+        apply { $0.leave(ticket) }
     }
 
     /// A waiting command gives up (its deadline passed, or waiting would deadlock): it leaves the
@@ -160,13 +160,12 @@ class CommandEngine: @unchecked Sendable {
     /// - Returns: what held the value and what waited, if it left (it never runs now); `nil` if it
     ///   was granted first (then it runs).
     final func leaveWithSnapshot(_ ticket: Ticket) -> QueueDiagnostics? {
-        let left = machine.withLock { machine -> (Effects, QueueDiagnostics)? in
+        var diagnostics: QueueDiagnostics?
+        apply { machine in
             guard let actions = machine.leave(ticket) else { return nil }
-            return (prepare(actions), snapshot(machine, word: state.loadAcquire()))
+            diagnostics = snapshot(machine, word: state.loadAcquire())
+            return actions
         }
-        guard let (effects, diagnostics) = left else { return nil }
-        // Nothing to resume: the caller is the waiting party itself.
-        perform(effects)
         return diagnostics
     }
 
@@ -175,13 +174,10 @@ class CommandEngine: @unchecked Sendable {
     /// run.
     @usableFromInline
     final func close() {
-        let effects = machine.withLock { machine in
-            prepare(
-                transition(announcing: EngineWord.closed, &machine) { machine, observed in
-                    machine.close(observed: observed)
-                })
+        apply { machine in
+            transition(announcing: EngineWord.closed, &machine) { machine, observed in machine.close(observed: observed)
+            }
         }
-        perform(effects)
     }
 
     // MARK: Manual completion
@@ -207,7 +203,7 @@ class CommandEngine: @unchecked Sendable {
 
     /// The completion of the manual-completion command `ticket` was called, or dropped uncalled.
     final func manualCompletionArrived(_ ticket: Ticket, dropped: Bool) {
-        perform(machine.withLock { prepare($0.manualCompletionArrived(ticket, dropped: dropped)) })
+        apply { $0.manualCompletionArrived(ticket, dropped: dropped) }
     }
 
     // MARK: Observation

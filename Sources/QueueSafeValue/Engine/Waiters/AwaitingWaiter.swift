@@ -16,7 +16,9 @@ typealias TurnContinuation = UnsafeContinuation<Void, Never>
 /// see ``CommandEngine/waitForTurn(_:isolation:)``.
 // @unchecked Sendable: fields are touched under the engine lock, except `ticket` (written once
 // right after the enqueue, before a task, timer or cancellation handler is given the waiter; the
-// machine never reads it) and `refusal` (under the lock, or before the resume that publishes it)
+// machine never reads it), `refusal` (under the lock, or before the resume that publishes it) and
+// `task`'s last write (by the release that ended the operation, after unlocking: that transition
+// made the machine forget the operation, so no locked access follows)
 @usableFromInline
 final class AwaitingWaiter: Contender, @unchecked Sendable {
     /// The suspended task, stored under the engine lock while the command waits. Resumed after the
@@ -48,9 +50,8 @@ final class AwaitingWaiter: Contender, @unchecked Sendable {
 
     override var taskToCancel: (any CancellableTask)? { task }
 
-    override func takeTask() -> (any CancellableTask)? {
-        defer { task = nil }
-        return task
+    override func endHold() {
+        task = nil
     }
 }
 

@@ -79,7 +79,8 @@ class Contender: EngineHandle, @unchecked Sendable {
     /// one (a ``CommandQueue`` operation).
     var taskToCancel: (any CancellableTask)? { nil }
 
-    /// Under the engine lock: the command, whose record the machine kept while it held the
-    /// section, ended. Gives up its task reference, to be released after unlocking.
-    func takeTask() -> (any CancellableTask)? { nil }
+    /// After unlocking: the command, whose record the machine kept while it held the section,
+    /// ended (the machine forgot it in the same transition, so nothing else touches it through the
+    /// engine any more). It lets go of its task.
+    func endHold() {}
 }
