@@ -16,13 +16,26 @@ extension EngineStateMachine {
         observed: Int,
         now: UInt64 = 0
     ) -> (Admission, Actions, word: Int) {
-        var actions = Actions()
+        let (admission, word) = enqueueOperationIntoOutbox(
+            waiter, priority: priority, discardable: isDiscardable, observed: observed, now: now)
+        return (admission, takeOutbox(), word)
+    }
+
+    /// ``enqueueOperation(_:priority:discardable:observed:now:)``, leaving its actions in
+    /// ``outbox``: the storage's form, on every operation (see ``outbox`` for why).
+    mutating func enqueueOperationIntoOutbox(
+        _ waiter: Handle,
+        priority: CommandPriority,
+        discardable isDiscardable: Bool,
+        observed: Int,
+        now: UInt64
+    ) -> (Admission, word: Int) {
         if let pending = discardable {
             discardable = nil
             if isCurrent(pending) {
                 switch records[Int(pending.slot)].state {
                 case .waiting:
-                    if let discarded = markLeft(pending.slot) { actions.others.append(.left(discarded)) }
+                    if let discarded = markLeft(pending.slot) { outbox.others.append(.left(discarded)) }
                     sweepIfMostlyDead()
                 case .holding:
                     // mutant(discard-forgets-granted): break
@@ -41,7 +54,7 @@ extension EngineStateMachine {
             case .granted(nil), .refused: break
             }
         }
-        return (admission, actions, word)
+        return (admission, word)
     }
 
     /// A discardable operation that holds the section is about to begin. It no longer counts as

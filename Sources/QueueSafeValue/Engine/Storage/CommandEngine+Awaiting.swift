@@ -58,17 +58,17 @@ extension CommandEngine {
         discardable: Bool = false
     ) -> (waiter: AwaitingWaiter, granted: Bool) {
         let waiter = AwaitingWaiter()
-        var admission = Machine.Admission.refused(.cancelled)
-        apply { machine in
-            let actions: Machine.Actions
-            (admission, actions) = transition(announcing: EngineWord.slowRelease, &machine) { machine, observed in
-                let (admission, actions, word) = machine.enqueueOperation(
+        var deferred: [Deferred] = []
+        let (admission, taken) = machine.withLock { machine in
+            let admission = transition(announcing: EngineWord.slowRelease, &machine) { machine, observed in
+                let (admission, word) = machine.enqueueOperationIntoOutbox(
                     waiter, priority: priority, discardable: discardable, observed: observed, now: coarseNow())
                 SyncPoints.note(discardable ? "a discardable operation is enqueued" : "an operation is enqueued")
-                return ((admission, actions), word)
+                return (admission, word)
             }
-            return actions
+            return (admission, take(&machine, &deferred))
         }
+        _ = perform(taken, deferred)
         switch admission {
         case .granted(let ticket?):
             waiter.ticket = ticket
