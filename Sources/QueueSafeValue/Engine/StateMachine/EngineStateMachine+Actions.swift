@@ -45,9 +45,8 @@ extension EngineStateMachine {
     /// What the storage performs after a transition, once the engine lock is released, in this
     /// order: raise and start the grant, end the releaser's boost, free the value, let go of an
     /// ended holder's task, then the others in order. Empty by default: most transitions need one
-    /// or two of these. Flat on purpose: every contended release builds one and the storage reads
-    /// it, so it holds no nested optionals (a nested layout cost hundreds of instructions per
-    /// release in outlined, metadata-driven copies).
+    /// or two of these. The transitions on the contended path leave them in the machine's
+    /// ``EngineStateMachine/outbox`` instead of returning them (see there why).
     struct Actions {
         /// The command granted the section, if any.
         var grant: Handle?

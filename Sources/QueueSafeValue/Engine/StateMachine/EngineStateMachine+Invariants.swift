@@ -58,6 +58,7 @@ extension EngineStateMachine {
             return "an urgency kept for a command that no longer waits"
         }
         if !EngineWord.isHeld(word) && (isHoldBoosted || !holdUrgency.isNone) { return "a boost outlived its hold" }
+        if !outbox.isEmpty { return "a transition's actions were left in the outbox: nobody performs them" }
         if maxOvertakes != nil {
             let live = arrivals[arrivalsStart...].filter { isWaiting($0.ticket) }.count
             if live != waitingCount { return "\(waitingCount) commands wait but \(live) are in the arrival order" }

@@ -75,6 +75,7 @@ extension CommandEngine {
                     deferred.append(.finish(waiter))
                 }
             }
+            // mutant(outbox-keeps-others): _ = ()
             machine.outbox.others = []
         }
         var heir: Heir = (0, 0)
