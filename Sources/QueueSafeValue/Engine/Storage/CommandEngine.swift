@@ -91,10 +91,19 @@ class CommandEngine: @unchecked Sendable {
     @inlinable
     @inline(__always)
     final func releaseBlocking(_ kind: CommandKind = .blocking) {
+        releaseReturningInline(kind)
+    }
+
+    /// The one release: the idle compare-and-swap, else ``releaseSlow(releaserQueue:)``.
+    /// - Returns: the successor the machine chose the releasing dispatched block to run inline.
+    @inlinable
+    @inline(__always)
+    @discardableResult
+    final func releaseReturningInline(_ kind: CommandKind, releaserQueue: Int = 0) -> Contender? {
         // Cleared first: once the word says free, another thread may take the section and set them.
         ownerThread.storeRelaxed(0)
-        if tryReleaseIdle(kind) { return }
-        releaseSlow()
+        if tryReleaseIdle(kind) { return nil }
+        return releaseSlow(releaserQueue: releaserQueue)
     }
 
     // MARK: Transitions
@@ -124,9 +133,7 @@ class CommandEngine: @unchecked Sendable {
     @inline(__always)
     final func releaseDispatched(inlineQueue: Int) -> Contender? {
         pendingDispatch.storeRelaxed(0)
-        ownerThread.storeRelaxed(0)
-        if tryReleaseIdle(.dispatched) { return nil }
-        return releaseSlow(releaserQueue: inlineQueue)
+        return releaseReturningInline(.dispatched, releaserQueue: inlineQueue)
     }
 
     /// A release the idle path could not take: the machine decides, and the actions are performed
@@ -148,9 +155,8 @@ class CommandEngine: @unchecked Sendable {
     /// Takes a waiting command out of the queue (a cancellation), if it still waits: it never runs
     /// then, and its task, if suspended, is resumed. If it had been granted, or had left already,
     /// nothing changes.
+    /// The resumed task then finds out under the lock that it was not granted.
     /// - Complexity: O(1) amortized.
-    /// A task whose command left is resumed (it then finds out under the lock that it was not
-    /// granted).
     final func leave(_ ticket: Ticket) {
         apply { $0.leave(ticket) }
     }
