@@ -43,13 +43,21 @@ public struct QueueDiagnostics: Sendable, CustomStringConvertible {
         /// run it yet, so the queue is busy or blocked (a thread waiting on that serial queue for
         /// this same value runs it itself; see <doc:GettingStarted#Deadlocks>).
         public let isWaitingForItsQueue: Bool
+        /// How many shared reads hold the value together (see `read`), or 0 when one exclusive
+        /// command holds it. For shared reads, ``kind`` is the first reader's, ``since`` is when
+        /// the first of them got the value, and ``awaitsCompletion`` is `false`.
+        public let sharedReads: Int
 
         /// "a blocking command for at least 2.5 s", "a dispatch command waiting to run on queue
-        /// 'db' for 0.1 s", "a dispatch command on queue 'db' waiting for done() for 3.00 s", …
+        /// 'db' for 0.1 s", "a dispatch command on queue 'db' waiting for done() for 3.00 s",
+        /// "3 shared reads (the first a blocking command) for 0.02 s", …
         public var description: String {
             let article = kind == .awaiting ? "an" : "a"
             let noun = kind == .operation ? "CommandQueue operation" : "\(kind.rawValue) command"
             var text = "\(article) \(noun)"
+            if sharedReads > 0 {
+                text = "\(sharedReads) shared read\(sharedReads == 1 ? "" : "s") (the first \(text))"
+            }
             if let queue {
                 text += isWaitingForItsQueue ? " waiting to run on queue '\(queue)'" : " on queue '\(queue)'"
             }
@@ -59,6 +67,19 @@ public struct QueueDiagnostics: Sendable, CustomStringConvertible {
                 text += " for \(sinceIsExact ? "" : "at least ")\(Self.format(max(0, seconds))) s"
             }
             return text
+        }
+
+        init(
+            kind: HolderKind, awaitsCompletion: Bool, since: DispatchTime?, sinceIsExact: Bool, queue: String?,
+            isWaitingForItsQueue: Bool, sharedReads: Int = 0
+        ) {
+            self.kind = kind
+            self.awaitsCompletion = awaitsCompletion
+            self.since = since
+            self.sinceIsExact = sinceIsExact
+            self.queue = queue
+            self.isWaitingForItsQueue = isWaitingForItsQueue
+            self.sharedReads = sharedReads
         }
 
         private static func format(_ seconds: Double) -> String {
@@ -106,6 +127,21 @@ extension CommandEngine {
 
     /// The snapshot of `machine` and `word`, taken by a caller that holds the lock.
     final func snapshot(_ machine: Machine, word: Int) -> QueueDiagnostics {
+        if word & EngineWord.shared != 0, let first = machine.firstReaderKind {
+            let kind: QueueDiagnostics.HolderKind =
+                switch first {
+                case .blocking: .blocking
+                case .dispatched: .dispatch
+                case .awaiting, .operation: .awaiting
+                }
+            let holder = QueueDiagnostics.Holder(
+                kind: kind, awaitsCompletion: false,
+                since: machine.readersSince == 0 ? nil : DispatchTime(uptimeNanoseconds: machine.readersSince),
+                sinceIsExact: true, queue: nil, isWaitingForItsQueue: false, sharedReads: machine.readers.count)
+            return QueueDiagnostics(
+                name: displayName, holder: holder, waiting: machine.waitingCountsByPriority(),
+                isContainerReleased: machine.isClosed)
+        }
         let kind: QueueDiagnostics.HolderKind?
         switch word & EngineWord.holderMask {
         case 0: kind = nil

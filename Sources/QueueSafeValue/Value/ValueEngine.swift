@@ -115,6 +115,63 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
     }
 }
 
+// MARK: - Shared reads
+
+extension ValueEngine {
+    /// Waits for a share of the critical section on the calling thread (beside other shared
+    /// reads), at most `timeout`, runs `body` there with the value, and gives the share back.
+    @inlinable
+    func withSharedBlockingAccess<R>(
+        priority: CommandPriority,
+        timeout: DispatchTimeInterval?,
+        _ body: (Value) -> R
+    ) -> Result<R, QueueSafeValueError> {
+        switch acquireReaderBlocking(priority: priority, timeout: timeout) {
+        case .failure(let error):
+            return .failure(error)
+        case .success(let token):
+            let result = body(pointer.pointee)
+            releaseReaderBlocking(token)
+            return .success(result)
+        }
+    }
+
+    /// Like ``withSharedBlockingAccess(priority:timeout:_:)``, but the share stays held after `body`
+    /// returns until its completion closure is called (or dropped).
+    @inlinable
+    func withSharedBlockingManualAccess(
+        priority: CommandPriority,
+        timeout: DispatchTimeInterval?,
+        _ body: (Value, @escaping CommandCompletionClosure) -> Void
+    ) -> Result<Void, QueueSafeValueError> {
+        switch acquireReaderBlocking(priority: priority, timeout: timeout) {
+        case .failure(let error):
+            return .failure(error)
+        case .success(let token):
+            holdReaderUntilCompleted(token) { done in body(pointer.pointee, done) }
+            releaseReaderBlocking(token)
+            return .success(())
+        }
+    }
+
+    /// Waits (suspending) for a share of the critical section, runs `body` in the caller's
+    /// isolation while holding it across every suspension point of `body`, and gives it back.
+    @inlinable
+    func withSharedAwaitingAccess<R>(
+        priority: CommandPriority,
+        timeout: DispatchTimeInterval?,
+        isolation: isolated (any Actor)?,
+        _ body: nonisolated(nonsending) (Value) async -> R
+    ) async throws(QueueSafeValueError) -> R {
+        if Task.isCancelled { throw .cancelled }
+        let deadline = try commandDeadline(after: timeout)
+        let token = try await acquireReaderAwaiting(priority: priority, deadline: deadline, isolation: isolation)
+        return await runHeldReaderSection(token, isolation: isolation) {
+            await body(pointer.pointee)
+        }
+    }
+}
+
 // MARK: - ContainerOwnership
 
 /// What makes a container the owner of its value: the one place where a released container closes

@@ -267,7 +267,7 @@ struct CycleWorld: ExplorableWorld {
             // The graph's lock section: it reads the engines' `ownerThread` words.
             let owners = engines.map(\.ownerThread)
             let verdict = graph.register(party(me), waitingFor: e) { engine in
-                owners[engine] == 0 ? nil : .thread(owners[engine] - 1)
+                owners[engine] == 0 ? [] : [.thread(owners[engine] - 1)]
             }
             switch verdict {
             case .wait:

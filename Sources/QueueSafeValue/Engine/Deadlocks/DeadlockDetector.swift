@@ -75,7 +75,7 @@ final class DeadlockDetector: @unchecked Sendable {
         let (registration, stale) = state.withLock { state -> (Registration, Bool) in
             let verdict = state.graph.register(
                 nodes, waitingFor: handle, poolThread: poolThread, poolWidth: poolWidth
-            ) { handle in handle.engine.takeUnretainedValue().holderNode }
+            ) { handle in handle.engine.takeUnretainedValue().holderNodes }
             guard verdict == .wait else {
                 // Every thread of a cycle is registered (parked, so alive) or is the caller: its
                 // name can be read now, under the lock that keeps them registered.
@@ -247,13 +247,17 @@ final class DeadlockDetector: @unchecked Sendable {
 extension CommandEngine {
     /// Who holds the section now, as far as deadlock detection can follow it: the thread running a
     /// synchronous closure in it (or waiting for its `done()`), else the task whose awaiting
-    /// closure or operation holds it; `nil` otherwise.
-    final var holderNode: WaitForGraph<DeadlockDetector.EngineHandle>.Node? {
+    /// closure or operation holds it; none otherwise. While shared reads hold: each of them that
+    /// runs its closure (or waits for its `done()` on its thread).
+    final var holderNodes: [WaitForGraph<DeadlockDetector.EngineHandle>.Node] {
+        if state.loadAcquire() & EngineWord.shared != 0 {
+            return readerParties.map { $0.thread != 0 ? .thread($0.thread) : .task($0.task) }
+        }
         let thread = ownerThread.loadAcquire()
-        if thread != 0 { return .thread(thread) }
+        if thread != 0 { return [.thread(thread)] }
         let task = ownerTask.loadAcquire()
-        if task != 0 { return .task(task) }
-        return nil
+        if task != 0 { return [.task(task)] }
+        return []
     }
 }
 

@@ -63,19 +63,20 @@ struct WaitForGraph<Engine: Hashable> {
     ///   - poolThread: it is a thread of the cooperative pool (a blocking command inside a task,
     ///     off the main thread).
     ///   - poolWidth: how many threads the cooperative pool has.
-    ///   - holder: who holds an engine now, read from its words; `nil` for nobody, or a holder that
-    ///     is neither a thread running a closure nor a task (a dispatch command between its grant
-    ///     and its block, or waiting for `done()`).
+    ///   - holder: who holds an engine now, read from its words: one party, or several shared
+    ///     reads; none for nobody, or a holder that is neither a thread running a closure nor a
+    ///     task (a dispatch command between its grant and its block, or waiting for `done()`).
     mutating func register(
         _ nodes: [Node],
         waitingFor engine: Engine,
         poolThread: Bool = false,
         poolWidth: Int = 0,
-        holder: (Engine) -> Node?
+        holder: (Engine) -> [Node]
     ) -> Verdict {
         if let cycle = cycle(from: nodes, waitingFor: engine, holder: holder) { return .cycle(cycle) }
         if poolThread {
-            if case .task? = holder(engine), parkedPoolThreads + 1 >= poolWidth {
+            let taskHolds = holder(engine).contains { if case .task = $0 { true } else { false } }
+            if taskHolds, parkedPoolThreads + 1 >= poolWidth {
                 return .poolExhausted(parked: parkedPoolThreads, width: poolWidth)
             }
             parkedPoolThreads += 1
@@ -95,22 +96,25 @@ struct WaitForGraph<Engine: Hashable> {
         if wasPoolThread { parkedPoolThreads -= 1 }
     }
 
-    /// The cycle that `nodes` waiting for `engine` would close, if any.
-    private func cycle(from nodes: [Node], waitingFor engine: Engine, holder: (Engine) -> Node?) -> [Link]? {
-        var links: [Link] = []
-        var waiter = nodes[0]
-        var current = engine
+    /// The cycle that `nodes` waiting for `engine` would close, if any: a depth-first walk, since
+    /// an engine held by shared reads has several holders (each party waits for one engine at most).
+    private func cycle(from nodes: [Node], waitingFor engine: Engine, holder: (Engine) -> [Node]) -> [Link]? {
         var visited: Set<Engine> = []
-        while let owner = holder(current) {
-            links.append(Link(waiter: waiter, engine: current, holder: owner))
-            // mutant(missed-cycle): if nodes.contains(owner) && links.count > 8 { return links }
-            if nodes.contains(owner) { return links }
-            // A cycle that does not pass through the caller is not the caller's to break.
-            // mutant(false-alarm): guard visited.insert(current).inserted, let next = waits[owner] else { return nil }; if links.count >= 1 { return links }
-            guard visited.insert(current).inserted, let next = waits[owner] else { return nil }
-            waiter = owner
-            current = next.engine
+        var links: [Link] = []
+        func walk(_ waiter: Node, _ current: Engine) -> Bool {
+            // An engine seen once is not walked again: its holders lead nowhere new.
+            guard visited.insert(current).inserted else { return false }
+            for owner in holder(current) {
+                links.append(Link(waiter: waiter, engine: current, holder: owner))
+                // mutant(missed-cycle): if nodes.contains(owner) && links.count > 8 { return true }
+                if nodes.contains(owner) { return true }
+                // A cycle that does not pass through the caller is not the caller's to break.
+                // mutant(false-alarm): if let next = waits[owner] { if walk(owner, next.engine) { return true } } else if links.count >= 1 { return true }
+                if let next = waits[owner], walk(owner, next.engine) { return true }
+                links.removeLast()
+            }
+            return false
         }
-        return nil
+        return walk(nodes[0], engine) ? links : nil
     }
 }

@@ -40,6 +40,12 @@ extension EngineStateMachine {
         /// A manual-completion command's completion arrived after its closure returned: finish it
         /// (wake its blocked thread, or release and deliver its dispatched completion).
         case finish(Handle)
+        /// A shared read granted beside ``Actions/grant`` (in the same batch, or admitted while
+        /// readers hold): its own party starts it.
+        case startReader(Handle)
+        /// A dispatched shared read granted beside ``Actions/grant``, for a queue on which
+        /// `helper`, a waiting thread, runs: that thread runs it.
+        case helpReader(Handle, helper: Handle)
     }
 
     /// What the storage performs after a transition, once the engine lock is released, in this
@@ -52,6 +58,9 @@ extension EngineStateMachine {
         var grant: Handle?
         /// Its kind.
         var grantKind = CommandKind.blocking
+        /// It is a shared read: it holds beside other readers, and releases by its ticket (a
+        /// dispatched one is not published in the dispatched holder's slot).
+        var grantShared = false
         /// Who starts it.
         var starter = Starter.itself
         /// The waiting thread that runs it, when `starter` is ``Starter/helper``.

@@ -7,6 +7,11 @@ extension EngineStateMachine {
         holderSlot.map { records[Int($0)].kind }
     }
 
+    /// The kind of the first shared read holding the section, while readers hold.
+    var firstReaderKind: CommandKind? {
+        readers.first.map { records[Int($0)].kind }
+    }
+
     /// Whether the tracked holder waits for its manual completion.
     var holderAwaitsCompletion: Bool {
         guard let slot = holderSlot else { return false }

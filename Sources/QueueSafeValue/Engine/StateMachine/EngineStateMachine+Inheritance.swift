@@ -14,7 +14,8 @@ extension EngineStateMachine {
         guard !urgency.isNone, isWaiting(ticket) else { return nil }
         // Kept whole: a later holder of the other kind inherits it (see `release`).
         urgencies[ticket.slot] = (urgencies[ticket.slot] ?? .none).merged(urgency)
-        let raised = holdUrgency.merged(urgency.inheritable(byHolder: holderBits))
+        // Shared reads may be threads and tasks at once: each axis is raised where it applies.
+        let raised = holdUrgency.merged(readers.isEmpty ? urgency.inheritable(byHolder: holderBits) : urgency)
         guard raised != holdUrgency else { return nil }
         holdUrgency = raised
         return raised

@@ -59,9 +59,40 @@ extension EngineStateMachine {
         }
         if !EngineWord.isHeld(word) && (isHoldBoosted || !holdUrgency.isNone) { return "a boost outlived its hold" }
         if !outbox.isEmpty { return "a transition's actions were left in the outbox: nobody performs them" }
+        if let violation = sharedReadViolation(word: word) { return violation }
         if maxOvertakes != nil {
             let live = arrivals[arrivalsStart...].filter { isWaiting($0.ticket) }.count
             if live != waitingCount { return "\(waitingCount) commands wait but \(live) are in the arrival order" }
+        }
+        return nil
+    }
+}
+
+extension EngineStateMachine {
+    /// What is wrong with the shared reads' bookkeeping, if anything: the word and the readers
+    /// disagree, an exclusive holder beside readers, or a shared read waiting that the order says
+    /// holds with them (it stands first, before every exclusive command).
+    /// - Complexity: O(n log n)
+    func sharedReadViolation(word: Int) -> String? {
+        if (word & EngineWord.shared != 0) != !readers.isEmpty {
+            return "the word's shared bit says \(word & EngineWord.shared != 0) but \(readers.count) readers hold"
+        }
+        guard !readers.isEmpty else { return nil }
+        if word & EngineWord.holderMask != 0 { return "an exclusive holder beside \(readers.count) shared reads" }
+        if holderSlot != nil { return "an exclusive holder record beside shared reads" }
+        if word & EngineWord.slowRelease == 0 { return "shared reads could release without the lock" }
+        for slot in readers where !(records[Int(slot)].shared && records[Int(slot)].state == .holding) {
+            return "slot \(slot) is listed as a reader but its record is \(records[Int(slot)].state)"
+        }
+        if Set(readers).count != readers.count { return "a reader listed twice" }
+        let firstWaiting = heap.unordered.filter { records[Int($0.slot)].state == .waiting }.min { $0.key < $1.key }
+        if let first = firstWaiting, records[Int(first.slot)].shared {
+            // A bounded-overtaking policy may hold it back behind the oldest command, once due.
+            let boundDue =
+                maxOvertakes.map { limit in
+                    arrivals[arrivalsStart...].contains { isWaiting($0.ticket) } && oldestOvertakes >= limit
+                } ?? false
+            if !boundDue { return "a shared read waits first in line while shared reads hold" }
         }
         return nil
     }

@@ -123,6 +123,18 @@ struct EngineStateMachine<Handle: EngineHandle> {
             get { flag(4) }
             set { setFlag(4, newValue) }
         }
+        /// A shared read: it holds the section together with the other shared reads granted with
+        /// it (see `EngineStateMachine+Shared.swift`).
+        var shared: Bool {
+            get { flag(5) }
+            set { setFlag(5, newValue) }
+        }
+        /// A granted dispatched shared read whose closure has been started (by its block or by a
+        /// helper): nobody else may start it.
+        var started: Bool {
+            get { flag(6) }
+            set { setFlag(6, newValue) }
+        }
 
         private func flag(_ bit: UInt8) -> Bool { flags & (1 << bit) != 0 }
 
@@ -183,8 +195,15 @@ struct EngineStateMachine<Handle: EngineHandle> {
     /// parked waiters'), so that a waiter that asks for no more asks nothing.
     var holdUrgency = Urgency.none
     /// Whether a boost may have been applied to the current holder: its release (or the end of its
-    /// closure) must end it.
+    /// closure) must end it. While shared reads hold, it stays set until the last of them released
+    /// (each reader's release ends its own thread's boost).
     var isHoldBoosted = false
+    /// The slots of the shared reads that hold the section, in grant order; empty while an
+    /// exclusive command holds it or it is free.
+    var readers: [UInt32] = []
+    /// When the first of the current readers got the section (on the `now` clock); 0 when no
+    /// reader holds.
+    var readersSince: UInt64 = 0
 
     /// A command in ``arrivals``.
     struct Arrival {
@@ -214,12 +233,20 @@ struct EngineStateMachine<Handle: EngineHandle> {
         priority: CommandPriority,
         reentrant: Bool,
         observed: Int,
-        now: UInt64 = 0
+        now: UInt64 = 0,
+        shared: Bool = false
     ) -> (Admission, word: Int) {
         if isClosed { return (.refused(.valueContainerDeinited), observed) }
         // mutant(double-grant): guard EngineWord.isHeld(observed), waitingCount > 0 else {
         guard EngineWord.isHeld(observed) else {
             assert(waitingCount == 0 && holderSlot == nil, "a free section with waiters or a holder record")
+            if shared {
+                readersSince = now
+                return (
+                    .granted(grantReader(allocateReader(waiter, kind: kind))),
+                    EngineWord.shared | EngineWord.slowRelease
+                )
+            }
             guard kind == .operation else { return (.granted(nil), kind.wordBits) }
             let ticket = allocate(waiter, kind: kind, state: .holding)
             records[Int(ticket.slot)].taskUnattached = true
@@ -233,8 +260,12 @@ struct EngineStateMachine<Handle: EngineHandle> {
             // The holder took a free section unseen: it has held it at least since now.
             (holderSince, holderSinceIsExact) = (now, false)
         }
+        if shared && observed & EngineWord.shared != 0 && mayJoinReaders(priority: priority) {
+            return (.granted(grantReader(allocateReader(waiter, kind: kind))), observed | EngineWord.slowRelease)
+        }
         let ticket = allocate(waiter, kind: kind, state: .waiting)
         records[Int(ticket.slot)].taskUnattached = kind == .operation
+        records[Int(ticket.slot)].shared = shared
         records[Int(ticket.slot)].inHeap = true
         heap.insert(.init(key: CommandHeap.key(priority: priority, sequence: sequence), slot: ticket.slot))
         if maxOvertakes != nil { arrivals.append(Arrival(ticket: ticket, sequence: sequence)) }
@@ -268,7 +299,14 @@ struct EngineStateMachine<Handle: EngineHandle> {
             outbox.ended = records[Int(slot)].handle.take()
             end(slot)
         }
-        let closedBit = observed & EngineWord.closed
+        return handOn(closedBit: observed & EngineWord.closed, now: now, releaserQueue: releaserQueue)
+    }
+
+    /// The section's last holder (an exclusive command, or the last shared read) released it: grant
+    /// the next waiting command (with the shared reads directly behind it, if it is one), or free
+    /// the section. Leaves its actions in ``outbox``.
+    /// - Returns: the word to store.
+    mutating func handOn(closedBit: Int, now: UInt64, releaserQueue: Int) -> Int {
         (holderSince, holderSinceIsExact) = (0, false)
         outbox.endBoost = isHoldBoosted
         (holdUrgency, isHoldBoosted) = (.none, false)
@@ -280,6 +318,7 @@ struct EngineStateMachine<Handle: EngineHandle> {
             }
             return closedBit
         }
+        if records[Int(slot)].shared { return grantReaders(first: slot, kind: kind, closedBit: closedBit, now: now) }
         // popNext() left the record's handle in place: the grant takes it, unless the record stays
         // as the holder's (an operation's, for cancelAll); the others' records go below.
         let next = kind == .operation ? records[Int(slot)].handle! : records[Int(slot)].handle.take()!
@@ -392,10 +431,11 @@ struct EngineStateMachine<Handle: EngineHandle> {
     ///   sweep once such entries outnumber the live ones.
     mutating func leave(_ ticket: Ticket) -> Actions? {
         guard isCurrent(ticket), records[Int(ticket.slot)].state == .waiting else { return nil }
-        var actions = Actions()
-        if let waiter = markLeft(ticket.slot) { actions.others.append(.left(waiter)) }
+        if let waiter = markLeft(ticket.slot) { outbox.others.append(.left(waiter)) }
+        // An exclusive command that left may have been all that kept shared reads behind it waiting.
+        if !readers.isEmpty { admitWaitingReaders() }
         sweepIfMostlyDead()
-        return actions
+        return takeOutbox()
     }
 
     /// Whether the command is still waiting for its turn.

@@ -7,6 +7,7 @@
 /// | 0–1 | the kind of command holding the section (``CommandKind/wordBits``), 0 when it is free |
 /// | 2 | `slowRelease`: the holder must release under the lock (commands wait, or the state machine keeps a record of the holder) |
 /// | 3 | `closed`: the container was released; new commands are refused |
+/// | 4 | `shared`: shared reads hold the section (their number is the machine's; bits 0–1 are 0 and `slowRelease` is set, so every reader releases under the lock) |
 ///
 /// The idle path is exactly two compare-and-swaps: `0 → kind` to take a free section and
 /// `kind → 0` to release one that nobody waits for. Either fails as soon as any other bit is set,
@@ -28,10 +29,13 @@ enum EngineWord {
     static let slowRelease = 0b0100
     /// The container was released.
     static let closed = 0b1000
+    /// Shared reads hold the section. Never set together with holder bits; always with
+    /// `slowRelease`, so that neither idle compare-and-swap succeeds while readers hold.
+    static let shared = 0b1_0000
 
-    /// Whether a command holds the section.
+    /// Whether a command (or several shared reads) holds the section.
     @inline(__always)
-    static func isHeld(_ word: Int) -> Bool { word & holderMask != 0 }
+    static func isHeld(_ word: Int) -> Bool { word & (holderMask | shared) != 0 }
 }
 
 // MARK: - CommandKind

@@ -94,7 +94,17 @@ extension CommandEngine {
         let (queues, innermostKnown) = QueueTag.currentIdentities
         if !queues.isEmpty {
             takeOverPendingDispatch(runningOn: queues)
-            machine.withLock { $0.registerHelper(ticket, queues: queues) }
+            // Shared reads granted for these queues whose blocks have not started are taken in the
+            // same lock section as the registration: later ones are handed over as jobs.
+            let readers = machine.withLock { machine in
+                machine.registerHelper(ticket, queues: queues)
+                return machine.takeUnstartedReaders(forQueues: queues)
+            }
+            if !readers.isEmpty {
+                BlockingWaiter.withoutThreadWaiter {
+                    for reader in readers { reader.runOnHelper() }
+                }
+            }
             takeOverPendingDispatch(runningOn: queues)
         }
         return innermostKnown ? nil : epoch

@@ -19,6 +19,10 @@ extension CommandEngine {
         case cancel(any CancellableTask)
         /// A manual completion arrived after the closure returned: finish the command.
         case finish(Contender)
+        /// A shared read granted beside the first grant: start it.
+        case start(Contender)
+        /// A waiting thread was handed a shared read to run: wake it.
+        case postJob(Contender)
     }
 
     /// The thread and task of a newly granted holder that inherits an urgency (see
@@ -30,7 +34,9 @@ extension CommandEngine {
     /// copied and destroyed them through value witnesses, hundreds of instructions per release.)
     typealias Taken = (
         grant: Contender?, helper: Contender?, ended: Contender?,
-        flags: (kind: CommandKind, starter: Machine.Starter, urgency: Urgency, endBoost: Bool, freeValue: Bool),
+        flags: (
+            kind: CommandKind, shared: Bool, starter: Machine.Starter, urgency: Urgency, endBoost: Bool, freeValue: Bool
+        ),
         heir: Heir
     )
 
@@ -59,10 +65,11 @@ extension CommandEngine {
         let helper = machine.outbox.helper.take()
         let ended = machine.outbox.ended.take()
         let flags = (
-            kind: machine.outbox.grantKind, starter: machine.outbox.starter, urgency: machine.outbox.urgency,
-            endBoost: machine.outbox.endBoost, freeValue: machine.outbox.freeValue
+            kind: machine.outbox.grantKind, shared: machine.outbox.grantShared, starter: machine.outbox.starter,
+            urgency: machine.outbox.urgency, endBoost: machine.outbox.endBoost, freeValue: machine.outbox.freeValue
         )
         (machine.outbox.urgency, machine.outbox.endBoost, machine.outbox.freeValue) = (.none, false, false)
+        machine.outbox.grantShared = false
         if !machine.outbox.others.isEmpty {
             for other in machine.outbox.others {
                 switch other {
@@ -73,6 +80,13 @@ extension CommandEngine {
                     if let task = waiter.taskToCancel { deferred.append(.cancel(task)) }
                 case .finish(let waiter):
                     deferred.append(.finish(waiter))
+                case .startReader(let reader):
+                    reader.isGranted = true
+                    deferred.append(.start(reader))
+                case .helpReader(let reader, let helper):
+                    reader.isGranted = true
+                    helper.assignJob(reader)
+                    deferred.append(.postJob(helper))
                 }
             }
             // mutant(outbox-keeps-others): _ = ()
@@ -82,7 +96,11 @@ extension CommandEngine {
         if let next = grant {
             next.isGranted = true
             if !flags.urgency.isNone { heir = (next.threadToBoost, next.taskToEscalate) }
-            if flags.kind == .dispatched {
+            if flags.shared {
+                // A shared read is not published in the dispatched holder's slot: its block claims
+                // it from the machine, and a helper takes it from there too.
+                if let helper { helper.assignJob(next) }
+            } else if flags.kind == .dispatched {
                 dispatchedHolderQueue.storeRelaxed(next.targetQueueID)
                 if let helper {
                     // Handed over in this lock section: a helper that gives up takes the lock to
@@ -131,6 +149,8 @@ extension CommandEngine {
             case .resume(let continuation): continuation.resumeFromAnotherThread()
             case .cancel(let task): task.cancel()
             case .finish(let command): command.finishManualCompletion()
+            case .start(let reader): reader.start()
+            case .postJob(let helper): helper.postJob()
             }
         }
         return inline

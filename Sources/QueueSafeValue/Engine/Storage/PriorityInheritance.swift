@@ -23,6 +23,9 @@ import QueueSafeValueShims
 /// to it.
 struct BoostRecord {
     var boosted: [Int: qsv_boost] = [:]
+    /// The shared reads running their closures (see `CommandEngine+Shared.swift`): raised like a
+    /// holder, and followed by deadlock detection. Kept under this lock because both read it here.
+    var readers: [ReaderParty] = []
 }
 
 extension Urgency {
@@ -65,6 +68,11 @@ extension CommandEngine {
             }
             guard let holder else { return }
             raise(thread: holder.thread, task: holder.task, to: raised, record: &record)
+            // Every shared read holding runs at least as urgently too. A reader listed here has not
+            // released yet: its release ends its thread's boost under this lock, after this raise.
+            for reader in record.readers {
+                raise(thread: reader.thread, task: reader.task, to: raised, record: &record)
+            }
         }
     }
 

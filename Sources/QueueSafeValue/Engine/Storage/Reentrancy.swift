@@ -61,6 +61,22 @@ struct SectionStack: Sendable {
     @inlinable
     var overflows: Bool { depth > 3 }
 
+    /// The tokens of the shared reads of `engine` this task is inside (see
+    /// `CommandEngine.readerToken(_:)`: negative, where an exclusive section's generation is
+    /// positive).
+    func readerTokens(of engine: ObjectIdentifier) -> [Int] {
+        var tokens: [Int] = []
+        for entry in [first, second, third] {
+            if let entry, entry.engine == engine, entry.generation < 0 { tokens.append(entry.generation) }
+        }
+        if overflows {
+            for entry in CriticalSectionContext.deeper.get() where entry.engine == engine && entry.generation < 0 {
+                tokens.append(entry.generation)
+            }
+        }
+        return tokens
+    }
+
     func contains(_ entry: SectionEntry) -> Bool {
         if first == entry || second == entry || third == entry { return true }
         return overflows && CriticalSectionContext.deeper.get().contains(entry)

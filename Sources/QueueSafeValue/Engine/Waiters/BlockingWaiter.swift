@@ -49,9 +49,11 @@ final class BlockingWaiter: Contender, @unchecked Sendable {
     private let parker = Parker()
     /// The thread this waiter belongs to (each thread has its own).
     private let thread = currentThreadID()
-    /// A granted dispatch command to run on this thread: written by the granting thread under the
-    /// engine lock before it sets `job` in the word, read by this thread after it saw `job`.
-    private var job: Contender?
+    /// Granted dispatch commands to run on this thread: appended by a granting thread under the
+    /// engine lock before it sets `job` in the word, taken by this thread after it saw `job`.
+    /// Several may be handed over at once (shared reads for its queue), and more may come while it
+    /// runs the first: so a lock of their own.
+    private let jobs = LockedState.make([Contender]())
 
     private override init() {}
 
@@ -75,7 +77,7 @@ final class BlockingWaiter: Contender, @unchecked Sendable {
     override var threadToBoost: Int { thread }
 
     override func assignJob(_ command: Contender) {
-        job = command
+        jobs.withLock { $0.append(command) }
     }
 
     /// Hands this waiting thread the granted dispatch command stored in ``job``.
@@ -221,7 +223,7 @@ final class BlockingWaiter: Contender, @unchecked Sendable {
     /// visible here), and posts `job` after unlocking. The job's command holds the section and
     /// nothing else will run it: this thread runs it before it reports why it gave up.
     private func runJobHandedBeforeLeaving() {
-        guard job != nil else { return }
+        guard jobs.withLock({ !$0.isEmpty }) else { return }
         while word.loadAcquire() & Self.jobBit == 0 { SyncPoints.yield() }
         runJob()
     }
@@ -232,13 +234,18 @@ final class BlockingWaiter: Contender, @unchecked Sendable {
         while word.loadAcquire() & Self.granted == 0 { SyncPoints.yield() }
     }
 
-    /// Runs the dispatch command handed to this thread, with a waiter of its own for its own waits.
+    /// Runs the dispatch commands handed to this thread, with a waiter of its own for their own
+    /// waits. (The bit is cleared first: a job handed over meanwhile sets it again.)
     private func runJob() {
-        let command = job
-        job = nil
         _ = word.fetchAnd(~Self.jobBit)
-        guard let command else { return }
-        Self.withoutThreadWaiter { command.runOnHelper() }
+        let commands = jobs.withLock { jobs in
+            defer { jobs = [] }
+            return jobs
+        }
+        guard !commands.isEmpty else { return }
+        Self.withoutThreadWaiter {
+            for command in commands { command.runOnHelper() }
+        }
     }
 
     /// Runs `body` with the thread's waiter put aside, so waits inside `body` use another one.

@@ -23,6 +23,11 @@ class Contender: EngineHandle, @unchecked Sendable {
     /// ``CommandEngine/waitForTurn(_:isolation:)``).
     final var isGranted = false
 
+    /// A shared read's ticket, stored under the engine lock when it takes its place (before any
+    /// release can grant it); read by the read's own party once granted. Unused by exclusive
+    /// commands.
+    final var readerTicket = CommandEngine.Ticket.none
+
     /// The queue a dispatched command runs on; `nil` for the other kinds.
     var targetQueue: DispatchQueue? { nil }
 

@@ -22,6 +22,19 @@ final class DispatchedCommand<Value>: Contender, @unchecked Sendable {
         case accessManual(@Sendable (inout Value, @escaping CommandCompletionClosure) -> Void)
         /// `map(_:completion:)`: computes inside the section, returns the delivery to run after it.
         case map(@Sendable (Result<Value, QueueSafeValueError>) -> @Sendable () -> Void)
+        /// `read(_:)`: a shared read; the closure runs beside other shared reads.
+        case sharedRead(@Sendable (Result<Value, QueueSafeValueError>) -> Void)
+        /// `read(manualCompletion:)`.
+        case sharedReadManual(
+            @Sendable (Result<Value, QueueSafeValueError>, @escaping CommandCompletionClosure) -> Void)
+
+        /// Whether this is a shared read.
+        var isShared: Bool {
+            switch self {
+            case .sharedRead, .sharedReadManual: return true
+            case .read, .readManual, .access, .accessManual, .map: return false
+            }
+        }
     }
 
     /// How many granted commands for the same queue one dispatched block runs back to back.
@@ -33,6 +46,10 @@ final class DispatchedCommand<Value>: Contender, @unchecked Sendable {
     private let completion: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)?
     /// The queue's identity (see `QueueTag`): a waiter running on the queue compares it with its own.
     private let queueID: Int
+    /// A shared read (see `CommandEngine+Shared.swift`): it takes and gives back its share through
+    /// the lock, by ``Contender/readerTicket``, and is never published in the dispatched holder's
+    /// slot nor run inline by a releasing block.
+    private let isShared: Bool
 
     init(
         engine: ValueEngine<Value>,
@@ -44,6 +61,7 @@ final class DispatchedCommand<Value>: Contender, @unchecked Sendable {
         self.queue = queue
         self.operation = operation
         self.completion = completion
+        self.isShared = operation.isShared
         // Tagged now, so that a waiter running on the queue knows it does, even if this command
         // takes a free section: that waiter may block the queue before this command's block runs.
         self.queueID = QueueTag.identity(of: queue)
@@ -59,11 +77,50 @@ final class DispatchedCommand<Value>: Contender, @unchecked Sendable {
         completion: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)?
     ) {
         let command = Self(engine: engine, queue: queue, operation: operation, completion: completion)
+        if command.isShared { return command.submitShared(priority: priority) }
         if engine.tryAcquireIdle(.dispatched) { return command.publishAndStart() }
         do {
             if try engine.enqueueDispatched(command, priority: priority) { command.publishAndStart() }
         } catch {
             SyncPoints.async(queue) { command.deliverFailure(error) }
+        }
+    }
+
+    /// A shared read takes its place (or its share at once) through the lock.
+    private func submitShared(priority: CommandPriority) {
+        switch engine.enqueueReader(self, kind: .dispatched, priority: priority, reentrant: false) {
+        case .granted:
+            start()
+        case .queued:
+            break
+        case .refused(let error):
+            SyncPoints.async(queue) { self.deliverFailure(error) }
+        }
+    }
+
+    /// Runs a granted shared read on this thread (its block, or a helper running on its queue),
+    /// listed as a reader party while its closure runs, and gives its share back.
+    private func executeShared() {
+        let ticket = readerTicket
+        engine.enterReader(ticket, thread: currentThreadID(), task: 0)
+        switch operation {
+        case .sharedRead(let body):
+            read(body)
+            engine.exitReader(ticket)
+            engine.releaseReader(ticket)
+        case .sharedReadManual(let body):
+            engine.beginReaderManual(ticket)
+            let value = engine.pointer.pointee
+            CompletionToken.withCompletion(engine: engine, ticket: ticket) { done in body(.success(value), done) }
+            engine.exitReader(ticket)
+            if case .release = engine.readerManualClosureReturned(ticket) {
+                engine.releaseReader(ticket)
+            } else {
+                // Held until the completion arrives, by no thread: this one ends any boost it had.
+                engine.endBoostOfCurrentThread()
+            }
+        case .read, .readManual, .access, .accessManual, .map:
+            preconditionFailure("an exclusive command run as a shared read")
         }
     }
 
@@ -83,6 +140,13 @@ final class DispatchedCommand<Value>: Contender, @unchecked Sendable {
     /// blocking waiter that runs on `queue` may take it over (see
     /// ``CommandEngine/publishPendingDispatch(_:)``).
     override func start() {
+        if isShared {
+            SyncPoints.async(queue) {
+                guard self.engine.claimReaderStart(self.readerTicket) else { return }  // a helper runs it
+                self.executeShared()
+            }
+            return
+        }
         SyncPoints.async(queue) {
             guard self.engine.claimPendingDispatch(self) else { return }  // taken over
             self.runBatch()
@@ -92,6 +156,7 @@ final class DispatchedCommand<Value>: Contender, @unchecked Sendable {
     /// Runs on a waiting thread that runs on `queue`: this command only; its completion is
     /// delivered in a block of its own, after the thread's current block (the waiter) ends.
     override func runOnHelper() {
+        if isShared { return executeShared() }
         if let delivery = execute(inlineQueue: 0).delivery {
             let box = UncheckedSendable(delivery)
             SyncPoints.async(queue) { box.value() }
@@ -154,6 +219,8 @@ final class DispatchedCommand<Value>: Contender, @unchecked Sendable {
             return (nil, executeManual { done in body(.success(value), done) })
         case .accessManual(let body):
             return (nil, executeManual { done in body(&engine.pointer.pointee, done) })
+        case .sharedRead, .sharedReadManual:
+            preconditionFailure("a shared read run as an exclusive command")
         }
         guard let completion else { return (successor(engine.releaseDispatched(inlineQueue: inlineQueue)), nil) }
         return (nil, releaseAndPrepareDelivery(completion))
@@ -214,6 +281,7 @@ final class DispatchedCommand<Value>: Contender, @unchecked Sendable {
     /// The manual completion arrived after the closure returned, on some thread (possibly not
     /// `queue`): release, hand off, and deliver the completion on `queue`.
     override func finishManualCompletion() {
+        if isShared { return engine.releaseReader(readerTicket) }
         if let delivery = releaseAndPrepareDelivery() {
             let box = UncheckedSendable(delivery)
             SyncPoints.async(queue) { box.value() }
@@ -224,8 +292,8 @@ final class DispatchedCommand<Value>: Contender, @unchecked Sendable {
     /// closures are not run.
     private func deliverFailure(_ error: QueueSafeValueError) {
         switch operation {
-        case .read(let body): body(.failure(error))
-        case .readManual(let body): body(.failure(error), {})
+        case .read(let body), .sharedRead(let body): body(.failure(error))
+        case .readManual(let body), .sharedReadManual(let body): body(.failure(error), {})
         case .map(let transform): transform(.failure(error))()
         case .access, .accessManual: break
         }

@@ -1,0 +1,203 @@
+// Shared reads: several commands that only read hold the section at once.
+//
+// The waiting order does not change: priority, then arrival. What changes is how many commands a
+// grant covers:
+//
+// - When the section is granted to a shared read, every shared read standing directly behind it
+//   in that order, up to the first exclusive command, is granted with it (`grantReaders`).
+// - A shared read that arrives while readers hold joins them only if it would stand before every
+//   waiting exclusive command: its priority is higher than that of the first waiting command,
+//   which, while readers hold, is always exclusive (`mayJoinReaders`). Otherwise it waits, so a
+//   stream of readers never starves a waiting writer.
+// - Under a bounded-overtaking policy a reader that joins, or is granted in a batch, overtakes the
+//   oldest waiting command like any other grant: once the bound is reached, nothing joins or is
+//   batched past it.
+// - When a waiting exclusive command leaves the queue, the shared reads that now stand first are
+//   granted at once (`admitWaitingReaders`).
+//
+// Every shared read keeps a record while it holds (its slot is in `readers`); the last one to
+// release hands the section on (`handOn`). The state word says `shared | slowRelease` while
+// readers hold, so both idle compare-and-swaps fail and every reader releases under the lock.
+extension EngineStateMachine {
+    // MARK: Shared reads
+
+    /// A record for a shared read about to be granted at once.
+    mutating func allocateReader(_ waiter: Handle, kind: CommandKind) -> UInt32 {
+        let ticket = allocate(waiter, kind: kind, state: .waiting)
+        records[Int(ticket.slot)].shared = true
+        return ticket.slot
+    }
+
+    /// Makes the shared read in `slot` a holder. Its record keeps its handle until it releases
+    /// (the release hands it back), so a helper can still find a dispatched read whose block has
+    /// not started.
+    /// - Returns: its ticket, for its release.
+    mutating func grantReader(_ slot: UInt32) -> Ticket {
+        if readers.isEmpty {
+            (holderSince, holderSinceIsExact) = (readersSince, true)
+        }
+        records[Int(slot)].state = .holding
+        readers.append(slot)
+        return Ticket(slot: slot, generation: records[Int(slot)].generation)
+    }
+
+    /// Whether a shared read of `priority` that arrives while readers hold may join them now: it
+    /// would stand before every waiting command (while readers hold, the first waiting command is
+    /// exclusive), and a bounded-overtaking policy allows one more overtake. Counts the overtake
+    /// if it may.
+    mutating func mayJoinReaders(priority: CommandPriority) -> Bool {
+        if let limit = maxOvertakes, oldestWaiting() != nil {
+            // mutant(reader-joins-past-bound): if oldestOvertakes >= limit && false { return false }
+            if oldestOvertakes >= limit { return false }
+        }
+        if let first = firstWaitingEntry() {
+            // mutant(reader-joins-past-writer): if priority.rawValue < CommandHeap.priority(of: first.key).rawValue { return false }
+            if priority.rawValue <= CommandHeap.priority(of: first.key).rawValue { return false }
+        }
+        if maxOvertakes != nil, oldestWaiting() != nil { oldestOvertakes += 1 }
+        return true
+    }
+
+    /// The heap's first entry of a command that still waits; drops the entries before it of
+    /// commands that left.
+    mutating func firstWaitingEntry() -> CommandHeap.Entry? {
+        while let entry = heap.first {
+            if records[Int(entry.slot)].state == .waiting { return entry }
+            _ = heap.popFirst()
+            records[Int(entry.slot)].inHeap = false
+            deadEntries -= 1
+            freeIfUnused(entry.slot)
+        }
+        return nil
+    }
+
+    /// The slot of the command ``popNext()`` would grant next, without granting it.
+    mutating func peekNext() -> UInt32? {
+        if let limit = maxOvertakes, let oldest = oldestWaiting(), oldestOvertakes >= limit {
+            return oldest.ticket.slot
+        }
+        return firstWaitingEntry()?.slot
+    }
+
+    /// The handle of the shared read `slot`, granted now in a batch or by admission, as an action
+    /// beside the first grant: who starts it, and whether a helper runs it.
+    mutating func startReaderInOutbox(_ slot: UInt32, kind: CommandKind) {
+        let handle = records[Int(slot)].handle!
+        // Readers never run inline in a releasing block: their releases go by ticket.
+        let (_, helper) = starter(of: handle, kind: kind)
+        if let helper {
+            records[Int(slot)].started = true
+            outbox.others.append(.helpReader(handle, helper: helper))
+        } else {
+            outbox.others.append(.startReader(handle))
+        }
+    }
+
+    /// ``handOn(closedBit:now:releaserQueue:)`` popped a shared read: grant it, and every shared read
+    /// standing directly behind it, up to the first exclusive command.
+    /// - Returns: the word to store.
+    mutating func grantReaders(first slot: UInt32, kind: CommandKind, closedBit: Int, now: UInt64) -> Int {
+        if !urgencies.isEmpty { urgencies[slot] = nil }
+        readersSince = now
+        _ = grantReader(slot)
+        let handle = records[Int(slot)].handle!
+        let (starter, helper) = starter(of: handle, kind: kind)
+        if helper != nil { records[Int(slot)].started = true }
+        outbox.grant = handle
+        outbox.grantKind = kind
+        outbox.grantShared = true
+        outbox.starter = starter
+        outbox.helper = helper
+        admitWaitingReaders()
+        if !urgencies.isEmpty {
+            // The waiters still parked now wait for these readers: the first inherits their
+            // urgency at once, the others when a waiter parks again (see `inheritUrgency`).
+            let inherited = urgencies.values.reduce(Urgency.none) { $0.merged($1) }
+            if !inherited.isNone {
+                (holdUrgency, isHoldBoosted) = (inherited, true)
+                outbox.urgency = inherited
+            }
+        }
+        (holderSince, holderSinceIsExact) = (now, true)
+        // Readers always release under the lock: `slowRelease` stays set while they hold.
+        return closedBit | EngineWord.shared | EngineWord.slowRelease
+    }
+
+    /// While readers hold: grants every shared read that now stands first in the waiting order, up
+    /// to the first exclusive command (or the oldest command, once a bounded-overtaking policy
+    /// says it is next). Leaves the grants in ``outbox``.
+    mutating func admitWaitingReaders() {
+        // mutant(batch-stops-early): while !readers.isEmpty, readers.count < 1, let slot = peekNext(), records[Int(slot)].shared {
+        while !readers.isEmpty, let slot = peekNext(), records[Int(slot)].shared {
+            guard let (popped, kind) = popNext() else { break }
+            assert(popped == slot, "popNext() granted another command than it showed")
+            if !urgencies.isEmpty { urgencies[popped] = nil }
+            _ = grantReader(popped)
+            startReaderInOutbox(popped, kind: kind)
+        }
+    }
+
+    /// A shared read ends: it releases its share of the section. The last reader to release hands
+    /// the section on. Leaves its actions in ``outbox``.
+    /// - Parameters:
+    ///   - ticket: the reader's ticket, from its grant.
+    ///   - observed: the word (it says `shared | slowRelease`).
+    /// - Returns: the word to store.
+    mutating func releaseReaderIntoOutbox(_ ticket: Ticket, observed: Int, now: UInt64) -> Int {
+        assert(outbox.isEmpty, "the outbox of an earlier transition was not taken")
+        guard isCurrent(ticket), records[Int(ticket.slot)].shared, records[Int(ticket.slot)].state == .holding,
+            let index = readers.firstIndex(of: ticket.slot)
+        else {
+            assertionFailure("release of a shared read that does not hold")
+            return observed
+        }
+        readers.remove(at: index)
+        outbox.ended = records[Int(ticket.slot)].handle.take()
+        end(ticket.slot)
+        // Each reader ends its own thread's boost; the hold's boost ends with the last reader.
+        outbox.endBoost = isHoldBoosted
+        guard readers.isEmpty else { return observed }
+        readersSince = 0
+        return handOn(closedBit: observed & EngineWord.closed, now: now, releaserQueue: 0)
+    }
+
+    /// ``releaseReaderIntoOutbox(_:observed:now:)``, returning its actions (for the tests).
+    mutating func releaseReader(_ ticket: Ticket, observed: Int, now: UInt64 = 0) -> (Actions, word: Int) {
+        let word = releaseReaderIntoOutbox(ticket, observed: observed, now: now)
+        return (takeOutbox(), word)
+    }
+
+    /// The block of the granted dispatched shared read `ticket` is about to run it.
+    /// - Returns: `false` if a helper started it already (the block then does nothing).
+    mutating func claimReaderStart(_ ticket: Ticket) -> Bool {
+        guard isCurrent(ticket), records[Int(ticket.slot)].state == .holding, !records[Int(ticket.slot)].started
+        else { return false }
+        records[Int(ticket.slot)].started = true
+        return true
+    }
+
+    /// The granted dispatched shared reads for these queues whose blocks have not started: a
+    /// waiting thread that runs on one of the queues (where the blocks cannot run while it waits)
+    /// starts them itself.
+    mutating func takeUnstartedReaders(forQueues queues: [Int]) -> [Handle] {
+        var taken: [Handle] = []
+        for slot in readers where records[Int(slot)].kind == .dispatched && !records[Int(slot)].started {
+            guard let handle = records[Int(slot)].handle, queues.contains(handle.targetQueueID) else { continue }
+            records[Int(slot)].started = true
+            taken.append(handle)
+        }
+        return taken
+    }
+
+    /// Whether `ticket` is a shared read that holds the section now.
+    func isHoldingReader(_ ticket: Ticket) -> Bool {
+        isCurrent(ticket) && records[Int(ticket.slot)].shared && records[Int(ticket.slot)].state == .holding
+    }
+
+    /// A shared read that holds the section starts a manual completion: it keeps its share until
+    /// both its closure has returned and its completion arrived (see `EngineStateMachine+Manual`).
+    mutating func beginReaderManual(_ ticket: Ticket) {
+        guard isHoldingReader(ticket) else { return }
+        records[Int(ticket.slot)].manual = .running
+    }
+}

@@ -1,0 +1,242 @@
+import Dispatch
+
+// Shared reads: the storage half (the machine's half, and the order, are in
+// `EngineStateMachine+Shared.swift`). A shared read always goes through the lock: to take its
+// share, and to give it back by its ticket. While it runs its closure it is listed as a *reader
+// party* under the boost lock, which is what deadlock detection, priority inheritance and
+// reentrancy checks read: the words that name a single holder (`ownerThread`, `ownerTask`) stay 0
+// while readers hold.
+
+/// One shared read running its closure: its thread (a blocking read, or a dispatched read's
+/// block or helper), or its task (an awaiting read), and its token (see
+/// ``CommandEngine/readerToken(_:)``).
+struct ReaderParty: Hashable {
+    let thread: Int
+    let task: Int
+    let token: Int
+}
+
+extension CommandEngine {
+    /// The token of the shared read `ticket`: a negative number that no exclusive task section's
+    /// generation can equal, which the inlinable command layer holds in place of the ticket (an
+    /// internal type) and which the task-local stack of sections records (see `Reentrancy.swift`).
+    static func readerToken(_ ticket: Ticket) -> Int {
+        Int.min + (Int(ticket.slot) << 32) + Int(ticket.generation)
+    }
+
+    /// The ticket of the shared read with this token.
+    static func readerTicket(_ token: Int) -> Ticket {
+        let bits = token &- Int.min
+        return Ticket(slot: UInt32(truncatingIfNeeded: bits >> 32), generation: UInt32(truncatingIfNeeded: bits))
+    }
+
+    // MARK: Taking and giving back a share
+
+    /// Asks the machine for a shared read on behalf of `waiter` (its ticket is stored in the
+    /// waiter under the lock, before any release can grant it).
+    final func enqueueReader(
+        _ waiter: Contender,
+        kind: CommandKind,
+        priority: CommandPriority,
+        reentrant: Bool
+    ) -> Machine.Admission {
+        machine.withLock { machine in
+            transition(announcing: EngineWord.slowRelease, &machine) { machine, observed in
+                let (admission, word) = machine.enqueue(
+                    waiter, kind: kind, priority: priority, reentrant: reentrant, observed: observed, now: coarseNow(),
+                    shared: true)
+                switch admission {
+                case .granted(let ticket?), .queued(let ticket): waiter.readerTicket = ticket
+                case .granted(nil), .refused: break
+                }
+                return (admission, word)
+            }
+        }
+    }
+
+    /// The shared read `ticket` ends: it gives its share back; the last reader hands the section
+    /// on (the actions are performed after unlocking).
+    final func releaseReader(_ ticket: Ticket) {
+        var deferred: [Deferred] = []
+        let taken = machine.withLock { machine in
+            // The word says `shared | slowRelease`: only locked transitions change it now.
+            transitionWhileHeld(&machine) { machine, observed in
+                ((), machine.releaseReaderIntoOutbox(ticket, observed: observed, now: coarseNow()))
+            }
+            return take(&machine, &deferred)
+        }
+        _ = perform(taken, deferred)
+    }
+
+    /// The block of a granted dispatched shared read claims it: `false` if a helper runs it.
+    final func claimReaderStart(_ ticket: Ticket) -> Bool {
+        machine.withLock { $0.claimReaderStart(ticket) }
+    }
+
+    /// A shared read holding the section starts a manual completion.
+    final func beginReaderManual(_ ticket: Ticket) {
+        machine.withLock { $0.beginReaderManual(ticket) }
+    }
+
+    /// The closure of the manual-completion shared read `ticket` returned: `.release` if its
+    /// completion arrived already, `.waitForCompletion` if not (its arrival finishes the read).
+    final func readerManualClosureReturned(_ ticket: Ticket) -> Machine.ManualStep {
+        machine.withLock { $0.manualClosureReturned(ticket) }
+    }
+
+    // MARK: Reader parties
+
+    /// Lists the shared read `ticket`, about to run its closure on this thread or in this task.
+    final func enterReader(_ ticket: Ticket, thread: Int, task: Int) {
+        let party = ReaderParty(thread: thread, task: task, token: Self.readerToken(ticket))
+        boosts.withLock { $0.readers.append(party) }
+    }
+
+    /// The shared read `ticket` no longer runs its closure (it is about to release, or it waits for
+    /// its manual completion with no party of its own).
+    final func exitReader(_ ticket: Ticket) {
+        let token = Self.readerToken(ticket)
+        boosts.withLock { record in
+            if let index = record.readers.firstIndex(where: { $0.token == token }) { record.readers.remove(at: index) }
+        }
+    }
+
+    /// Whether the calling thread, or the current task, runs a shared read of this engine now.
+    final func isInsideSharedRead(thread: Int) -> Bool {
+        guard state.loadAcquire() & EngineWord.shared != 0 else { return false }
+        let tokens = CriticalSectionContext.sections.get().readerTokens(of: ObjectIdentifier(self))
+        return boosts.withLock { record in
+            record.readers.contains { party in
+                (thread != 0 && party.thread == thread) || tokens.contains(party.token)
+            }
+        }
+    }
+
+    /// The parties of the shared reads running their closures now.
+    final var readerParties: [ReaderParty] {
+        boosts.withLock { $0.readers }
+    }
+
+    // MARK: Blocking shared reads
+
+    /// Waits until the calling thread holds a share of the section (see ``acquireBlocking(priority:timeout:)``
+    /// for the errors).
+    /// - Returns: the read's token (see ``readerToken(_:)``), for ``releaseReaderBlocking(_:)``, or
+    ///   why it does not run.
+    @usableFromInline
+    final func acquireReaderBlocking(
+        priority: CommandPriority,
+        timeout: DispatchTimeInterval?
+    ) -> Result<Int, QueueSafeValueError> {
+        let deadline: DispatchTime?
+        do { deadline = try commandDeadline(after: timeout) } catch { return .failure(error) }
+        let thread = currentThreadID()
+        let waiter = BlockingWaiter.forCurrentThread()
+        let reentrant =
+            ownerThread.loadRelaxed() == thread || isInsideRunningSection() || isInsideSharedRead(thread: thread)
+        let ticket: Ticket
+        switch enqueueReader(waiter, kind: .blocking, priority: priority, reentrant: reentrant) {
+        case .granted(let granted?):
+            ticket = granted
+        case .granted(nil):
+            preconditionFailure("a shared read is granted with a ticket")
+        case .refused(let error):
+            return .failure(error)
+        case .queued(let queued):
+            if let error = waiter.waitForGrant(engine: self, ticket: queued, deadline: deadline) {
+                return .failure(error)
+            }
+            ticket = queued
+        }
+        enterReader(ticket, thread: thread, task: 0)
+        return .success(Self.readerToken(ticket))
+    }
+
+    /// Ends the blocking shared read with this token, begun by
+    /// ``acquireReaderBlocking(priority:timeout:)``.
+    @usableFromInline
+    final func releaseReaderBlocking(_ token: Int) {
+        let ticket = Self.readerTicket(token)
+        exitReader(ticket)
+        releaseReader(ticket)
+    }
+
+    /// Runs `body` with a completion closure while the calling thread holds the shared read
+    /// `ticket`, then blocks until the completion is called (from any thread) or dropped.
+    @usableFromInline
+    final func holdReaderUntilCompleted(_ token: Int, _ body: (@escaping CommandCompletionClosure) -> Void) {
+        let ticket = Self.readerTicket(token)
+        beginReaderManual(ticket)
+        CompletionToken.withCompletion(engine: self, ticket: ticket, body)
+        if case .waitForCompletion = readerManualClosureReturned(ticket) {
+            // The record's handle is this thread's waiter: the completion's arrival unparks it.
+            BlockingWaiter.forCurrentThread().waitForManualCompletion()
+        }
+    }
+
+    // MARK: Awaiting shared reads
+
+    /// Lists the current task as the shared read with this token.
+    @usableFromInline
+    final func enterTaskReader(_ token: Int) {
+        enterReader(Self.readerTicket(token), thread: 0, task: currentTaskID())
+    }
+
+    /// The part of an awaiting shared read's acquisition that waits: joins the queue (or the
+    /// readers) and suspends until its turn. Errors as ``acquireAwaitingSlow(priority:deadline:isolation:)``.
+    /// - Returns: the read's token (see ``readerToken(_:)``).
+    @usableFromInline
+    final func acquireReaderAwaiting(
+        priority: CommandPriority,
+        deadline: DispatchTime?,
+        isolation: isolated (any Actor)?
+    ) async throws(QueueSafeValueError) -> Int {
+        let waiter = AwaitingWaiter()
+        let reentrant = isInsideRunningSection() || isInsideSharedRead(thread: 0)
+        switch enqueueReader(waiter, kind: .awaiting, priority: priority, reentrant: reentrant) {
+        case .granted(let ticket?):
+            return Self.readerToken(ticket)
+        case .granted(nil):
+            preconditionFailure("a shared read is granted with a ticket")
+        case .refused(let error):
+            throw error
+        case .queued(let ticket):
+            waiter.ticket = ticket
+            try await waitForTurn(waiter, deadline: deadline, isolation: isolation)
+            if Task.isCancelled {
+                // Granted, but the task was cancelled before its closure began: it never starts.
+                releaseReader(ticket)
+                throw .cancelled
+            }
+            return Self.readerToken(ticket)
+        }
+    }
+
+    /// Runs `body` as the shared read (with this token) that the current task holds, in the
+    /// caller's isolation, then gives its share back, whether `body` returns or throws.
+    @inlinable
+    final func runHeldReaderSection<R>(
+        _ token: Int,
+        isolation: isolated (any Actor)?,
+        _ body: nonisolated(nonsending) () async throws -> R
+    ) async rethrows -> R {
+        let entry = SectionEntry(engine: ObjectIdentifier(self), generation: token)
+        let sections = CriticalSectionContext.sections.get().pushing(entry)
+        enterTaskReader(token)
+        defer { releaseReaderBlocking(token) }
+        guard sections.overflows else {
+            return try await CriticalSectionContext.sections.withValue(sections) {
+                _ = isolation
+                return try await body()
+            }
+        }
+        let deeper = CriticalSectionContext.deeper.get() + [entry]
+        return try await CriticalSectionContext.sections.withValue(sections) {
+            _ = isolation
+            return try await CriticalSectionContext.deeper.withValue(deeper) {
+                _ = isolation
+                return try await body()
+            }
+        }
+    }
+}
