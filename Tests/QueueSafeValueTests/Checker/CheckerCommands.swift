@@ -163,6 +163,87 @@ extension CheckerRun {
             })
     }
 
+    // MARK: Shared reads and writers that can be seen to overlap
+
+    // A closure without a sync point runs atomically in the world, so these hold the section across
+    // one (a turn of a bounded busy-wait, a plain sync point): a command that ran beside them is seen.
+
+    /// A shared `read` on the blocking schedule.
+    func readBlocking(_ name: String, _ value: WaitSchedule<Int>, _ priority: CommandPriority) {
+        let result = value.priority(priority).read { [self] _ in
+            enterShared(name)
+            SyncPoints.relax()
+            exitShared(name)
+        }
+        end(name, Self.describe(result))
+    }
+
+    /// A manual-completion shared `read` on the blocking schedule; `done` as in
+    /// ``blockingManual(_:_:_:done:later:)``.
+    func readBlockingManual(
+        _ name: String, _ value: WaitSchedule<Int>, _ priority: CommandPriority, done: ManualDone,
+        later: Mailbox<HeldCompletion>? = nil
+    ) {
+        let result = value.priority(priority).read(manualCompletion: { [self] _, completion in
+            enterShared(name)
+            let held = HeldCompletion(completion) { [self] in exitShared(name) }
+            switch done {
+            case .inside: held.call()
+            case .droppedInside: held.drop()
+            case .later: later!.value = held
+            }
+        })
+        end(name, Self.describe(result))
+    }
+
+    /// A shared `read` on the dispatch schedule; checks that it runs on its queue.
+    func readDispatch(
+        _ name: String, _ value: QueueSafeValue<Int>, _ priority: CommandPriority, on queue: DispatchQueue
+    ) {
+        value.async(performIn: queue).priority(priority).read { [self] result in
+            if case .success = result {
+                enterShared(name)
+                if QueueTag.current?.label != queue.label { report("\(name) ran off its queue") }
+                SyncPoints.relax()
+                exitShared(name)
+            }
+            end(name, Self.describe(result))
+        }
+    }
+
+    /// A shared `read` on the awaiting schedule, in a task of the world.
+    @discardableResult
+    func readAwaiting(
+        _ name: String, _ value: AwaitSchedule<Int>, _ priority: CommandPriority,
+        tasks: Mailbox<Task<Void, Never>>? = nil
+    ) -> Task<Void, Never> {
+        let task = Task(executorPreference: world) { [self] in
+            do {
+                try await value.priority(priority).read { _ in
+                    enterShared(name)
+                    SyncPoints.relax()
+                    exitShared(name)
+                }
+                end(name, "ran")
+            } catch {
+                end(name, Self.describe(error))
+            }
+        }
+        tasks?.value = task
+        return task
+    }
+
+    /// A blocking `set` that holds the section across a sync point.
+    func writeBlocking(_ name: String, _ value: WaitSchedule<Int>, _ priority: CommandPriority) {
+        let result = value.priority(priority).set { [self] count in
+            enter(name)
+            count += 1
+            SyncPoints.relax()
+            exit(name)
+        }
+        end(name, Self.describe(result))
+    }
+
     /// `set` on the awaiting schedule, in a task of the world; returns the task.
     @discardableResult
     func awaiting(

@@ -11,6 +11,8 @@ final class CheckerRun: @unchecked Sendable {  // @unchecked Sendable: every acc
     private let lock = NSLock()
     private var violation: String?
     private var holders = 0
+    /// Shared reads inside their closures now.
+    private var readers = 0
     private(set) var ran: [String] = []
     private var outcomes: [String: String] = [:]
     private var deliveries: [String: Int] = [:]
@@ -35,6 +37,9 @@ final class CheckerRun: @unchecked Sendable {  // @unchecked Sendable: every acc
     func enter(_ name: String) {
         lock.withLock {
             if holders > 0 { record("\(name) began while another command held the section: two holders at once") }
+            if readers > 0 {
+                record("\(name), an exclusive command, began while \(readers) shared reads held the section")
+            }
             if ran.contains(name) { record("\(name) ran twice") }
             holders += 1
             ran.append(name)
@@ -44,6 +49,21 @@ final class CheckerRun: @unchecked Sendable {  // @unchecked Sendable: every acc
     /// A command's closure ends.
     func exit(_ name: String) {
         lock.withLock { holders -= 1 }
+    }
+
+    /// A shared read's closure begins: no exclusive command may hold the section.
+    func enterShared(_ name: String) {
+        lock.withLock {
+            if holders > 0 { record("\(name), a shared read, began while an exclusive command held the section") }
+            if ran.contains(name) { record("\(name) ran twice") }
+            readers += 1
+            ran.append(name)
+        }
+    }
+
+    /// A shared read's closure ends.
+    func exitShared(_ name: String) {
+        lock.withLock { readers -= 1 }
     }
 
     /// A command ended, with `outcome` (its result, or how it failed).

@@ -28,10 +28,12 @@ final class ContainerBox: @unchecked Sendable {  // @unchecked Sendable: release
 extension CheckerRun {
     /// The final checks every value scenario makes: each command ended once; the value counts the
     /// commands that ran; each dispatch command with a completion delivered it once.
+    /// `reads` are shared reads: they must end too, but add nothing to the value.
     func finalCheck(
-        _ value: ValueEngine<Int>, commands: [String], delivering: [String] = [], freed: Bool = false
+        _ value: ValueEngine<Int>, commands: [String], reads: [String] = [], delivering: [String] = [],
+        freed: Bool = false
     ) -> String? {
-        if let problem = expectEnded(commands) { return problem }
+        if let problem = expectEnded(commands + reads) { return problem }
         let ran = commands.filter { didRun($0) }.count
         let count: Int
         if freed {
@@ -511,6 +513,143 @@ enum CheckerScenarios {
             }
             let refused = ["inner 0", "inner 1", "inner 2"].filter { run.outcome(of: $0) == "deadlock" }
             return refused.isEmpty ? nil : "\(refused) refused a wait that closed no cycle"
+        }
+    }
+
+    // MARK: Shared reads
+
+    static let sharedReads = CheckerScenario(
+        name: "shared reads of every schedule beside a writer", preemptionBound: 2
+    ) { world in
+        let run = CheckerRun(world)
+        let value = QueueSafeValue(value: 0, label: "shared")
+        let queue = DispatchQueue(label: "readers")
+        world.quiescentCheck = run.quiescentCheck([value.engine])
+        world.spawn("A") {
+            run.readBlocking("r0", value.wait, .medium)
+            run.readDispatch("r1", value, .medium, on: queue)
+        }
+        world.spawn("B") { run.writeBlocking("w0", value.wait, .medium) }
+        world.spawn("C") { run.readAwaiting("r2", value.async, .high) }
+        return { run.finalCheck(value.engine, commands: ["w0"], reads: ["r0", "r1", "r2"]) }
+    }
+
+    /// Issued in one order while a read holds the value: a read of higher priority than the waiting
+    /// writer joins at once, a read of the writer's priority never overtakes it, and a late reader
+    /// keeps the rules too.
+    static let readsAndTheWaitingOrder = CheckerScenario(
+        name: "reads never overtake a writer waiting ahead of them", preemptionBound: 2
+    ) { world in
+        let run = CheckerRun(world)
+        let value = QueueSafeValue(value: 0, label: "ordered reads")
+        let (writes, early, late) = (DispatchQueue(label: "W"), DispatchQueue(label: "R1"), DispatchQueue(label: "R2"))
+        world.quiescentCheck = run.quiescentCheck([value.engine])
+        world.spawn("issuer") {
+            value.wait.highestPriority.read { _ in
+                run.dispatch("w1", value, .medium, on: writes, completion: false)
+                run.readDispatch("r1", value, .medium, on: early)
+                run.readDispatch("r2", value, .high, on: late)
+            }
+        }
+        world.spawn("late reader") { run.readBlocking("r3", value.wait, .medium) }
+        return {
+            if let problem = run.finalCheck(value.engine, commands: ["w1"], reads: ["r1", "r2", "r3"]) {
+                return problem
+            }
+            let order = run.runOrder
+            guard let w1 = order.firstIndex(of: "w1"), let r1 = order.firstIndex(of: "r1"),
+                let r2 = order.firstIndex(of: "r2")
+            else { return "\(order): a command did not run" }
+            if r2 > w1 { return "\(order): the high-priority read ran after the medium writer" }
+            if r1 < w1 { return "\(order): a read overtook the writer waiting ahead of it at its priority" }
+            return nil
+        }
+    }
+
+    /// A writer with a deadline waits between a manual read and a read behind it; the deadline, the
+    /// completion and the grants race.
+    static let readersAndADeadline = CheckerScenario(
+        name: "a timed writer between readers leaves while they race", preemptionBound: 2
+    ) { world in
+        let run = CheckerRun(world)
+        let value = QueueSafeValue(value: 0, label: "timed between reads")
+        let handedOut = Parker()
+        let later = Mailbox<HeldCompletion>(handedOut)
+        world.quiescentCheck = run.quiescentCheck([value.engine])
+        world.spawn("A") { run.readBlockingManual("r0", value.wait, .medium, done: .later, later: later) }
+        world.spawn("B") { run.blocking("t1", value.wait(timeout: .seconds(60)), .medium) }
+        world.spawn("C") { run.readBlocking("r2", value.wait, .medium) }
+        world.spawn("completer") {
+            handedOut.park()
+            later.take()?.call()
+        }
+        return { run.finalCheck(value.engine, commands: ["t1"], reads: ["r0", "r2"]) }
+    }
+
+    /// Two dispatch reads for the queue a waiting thread blocks: the thread runs both.
+    static let readsForTheWaitersQueue = CheckerScenario(
+        name: "a waiter on the queue behind two dispatch reads for it", preemptionBound: 2
+    ) { world in
+        let run = CheckerRun(world)
+        let value = QueueSafeValue(value: 0, label: "helped reads")
+        let queue = DispatchQueue(label: "Q")
+        world.quiescentCheck = run.quiescentCheck([value.engine])
+        world.spawn("off") { run.writeBlocking("c0", value.wait, .highest) }
+        world.submit(
+            {
+                run.readDispatch("r1", value, .high, on: queue)
+                run.readDispatch("r2", value, .high, on: queue)
+                run.blocking("c3", value.wait, .low)
+            }, to: queue)
+        return { run.finalCheck(value.engine, commands: ["c0", "c3"], reads: ["r1", "r2"]) }
+    }
+
+    static let readersAndContainerRelease = CheckerScenario(
+        name: "the container is released while reads hold and wait", preemptionBound: 2
+    ) { world in
+        let run = CheckerRun(world)
+        let box = ContainerBox(QueueSafeValue(value: 0, label: "released reads"))
+        let (wait, async) = (box.value!.wait, box.value!.async)
+        let queue = DispatchQueue(label: "released readers")
+        world.quiescentCheck = run.quiescentCheck([box.engine])
+        world.spawn("A") {
+            if let value = box.value {
+                run.readDispatch("r0", value, .low, on: queue)
+            } else {
+                run.end("r0", "not issued")
+            }
+            run.readBlocking("r1", wait, .low)
+        }
+        world.spawn("B") {
+            run.readBlocking("r2", wait, .high)
+            box.value = nil
+        }
+        world.spawn("C") { run.awaiting("a3", async, .medium) }
+        return { run.finalCheck(box.engine, commands: ["a3"], reads: ["r0", "r1", "r2"], freed: true) }
+    }
+
+    static let lockOrderCycleThroughReads = CheckerScenario(
+        name: "two threads read one value and write the other", preemptionBound: 2
+    ) {
+        world in
+        let run = CheckerRun(world)
+        let first = QueueSafeValue(value: 0, label: "first")
+        let second = QueueSafeValue(value: 0, label: "second")
+        world.quiescentCheck = run.quiescentCheck([first.engine, second.engine])
+        world.spawn("A") {
+            let outer = first.wait.highestPriority.read { _ in run.blocking("A inner", second.wait, .highest) }
+            run.end("A outer", CheckerRun.describe(outer))
+        }
+        world.spawn("B") {
+            let outer = second.wait.highestPriority.read { _ in run.blocking("B inner", first.wait, .highest) }
+            run.end("B outer", CheckerRun.describe(outer))
+        }
+        return {
+            if let problem = run.expectEnded(["A outer", "B outer", "A inner", "B inner"]) { return problem }
+            for inner in ["A inner", "B inner"] where run.outcome(of: inner) == "deadlock" && run.didRun(inner) {
+                return "\(inner) ran although it was refused"
+            }
+            return nil
         }
     }
 }

@@ -18,6 +18,9 @@ extension Explorers {
             CheckerScenarios.silentCommandsOfTwoQueues,
             CheckerScenarios.waiterOnAnotherQueue, CheckerScenarios.queueTaggedAfterTheWaiterParked,
             CheckerScenarios.boostAndCancellation, CheckerScenarios.lockOrderCycle, CheckerScenarios.lockOrderChain,
+            CheckerScenarios.sharedReads, CheckerScenarios.readsAndTheWaitingOrder,
+            CheckerScenarios.readersAndADeadline, CheckerScenarios.readsForTheWaitersQueue,
+            CheckerScenarios.readersAndContainerRelease, CheckerScenarios.lockOrderCycleThroughReads,
         ]
 
         @Test(

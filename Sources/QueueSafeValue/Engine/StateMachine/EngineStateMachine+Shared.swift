@@ -47,7 +47,6 @@ extension EngineStateMachine {
     /// if it may.
     mutating func mayJoinReaders(priority: CommandPriority) -> Bool {
         if let limit = maxOvertakes, oldestWaiting() != nil {
-            // mutant(reader-joins-past-bound): if oldestOvertakes >= limit && false { return false }
             if oldestOvertakes >= limit { return false }
         }
         if let first = firstWaitingEntry() {
@@ -156,6 +155,7 @@ extension EngineStateMachine {
         end(ticket.slot)
         // Each reader ends its own thread's boost; the hold's boost ends with the last reader.
         outbox.endBoost = isHoldBoosted
+        // mutant(writer-beside-reader): guard readers.isEmpty || waitingCount > 0 else { return observed }
         guard readers.isEmpty else { return observed }
         readersSince = 0
         return handOn(closedBit: observed & EngineWord.closed, now: now, releaserQueue: 0)

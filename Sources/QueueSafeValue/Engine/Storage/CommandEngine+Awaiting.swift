@@ -29,7 +29,8 @@ extension CommandEngine {
         isolation: isolated (any Actor)?
     ) async throws(QueueSafeValueError) {
         let waiter = AwaitingWaiter()
-        switch enqueue(waiter, kind: .awaiting, priority: priority, reentrant: isInsideRunningSection()) {
+        let reentrant = isInsideRunningSection() || isInsideSharedRead(thread: 0)
+        switch enqueue(waiter, kind: .awaiting, priority: priority, reentrant: reentrant) {
         case .granted:
             return
         case .refused(let error):

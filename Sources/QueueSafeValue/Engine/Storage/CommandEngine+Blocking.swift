@@ -43,7 +43,8 @@ extension CommandEngine {
         thread: Int
     ) -> QueueSafeValueError? {
         let waiter = BlockingWaiter.forCurrentThread()
-        let reentrant = ownerThread.loadRelaxed() == thread || isInsideRunningSection()
+        let reentrant =
+            ownerThread.loadRelaxed() == thread || isInsideRunningSection() || isInsideSharedRead(thread: thread)
         switch enqueue(waiter, kind: .blocking, priority: priority, reentrant: reentrant) {
         case .granted:
             break

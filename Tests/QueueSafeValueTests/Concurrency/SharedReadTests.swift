@@ -1,0 +1,363 @@
+import Dispatch
+import Foundation
+import Testing
+
+@testable import QueueSafeValue
+
+/// Shared reads through the public API, on real threads, queues and tasks: several reads hold the
+/// value at once (each waits, bounded, until the others are inside too, which would never happen
+/// if reads excluded each other), writers hold it alone, and the order is kept.
+@Suite(.runsAlongsideOthers) struct SharedReadTests {
+    /// Counts parties inside their closures; each waits until `count` are inside at once.
+    final class Rendezvous: Sendable {
+        let inside = Locked(0)
+        let count: Int
+
+        init(_ count: Int) { self.count = count }
+
+        /// Arrives and waits (bounded) until every party is inside.
+        @discardableResult
+        func meet(sourceLocation: SourceLocation = #_sourceLocation) -> Bool {
+            inside.increment()
+            return waitUntil("\(count) readers inside at once", sourceLocation: sourceLocation) {
+                self.inside.value >= self.count
+            }
+        }
+
+        func meet(isolation: isolated (any Actor)? = #isolation, sourceLocation: SourceLocation = #_sourceLocation)
+            async throws
+        {
+            inside.increment()
+            try await waitUntil("\(count) readers inside at once", sourceLocation: sourceLocation) {
+                self.inside.value >= self.count
+            }
+        }
+    }
+
+    // MARK: Reads share the value
+
+    @Test func blockingReads_holdTheValueAtOnce() {
+        let value = QueueSafeValue(value: 7)
+        let rendezvous = Rendezvous(3)
+        let threads = ThreadGroup()
+        let results = Locked<[Result<Int, QueueSafeValueError>]>([])
+        for _ in 0..<3 {
+            threads.spawn {
+                let result = value.waitBounded.highestPriority.read { number -> Int in
+                    rendezvous.meet()
+                    return number
+                }
+                results.withLock { $0.append(result) }
+            }
+        }
+        threads.join()
+        #expect(results.value == [.success(7), .success(7), .success(7)])
+        #expect(value.waitBounded.highestPriority.get() == .success(7))
+    }
+
+    @Test func everySchedule_readsAtTheSameTime() async throws {
+        let value = QueueSafeValue(value: "shared")
+        let rendezvous = Rendezvous(4)
+        let threads = ThreadGroup()
+        threads.spawn { _ = value.waitBounded.priority(.medium).read { _ in rendezvous.meet() } }
+        threads.spawn { _ = value.wait(timeout: .seconds(30)).priority(.low).read { _ in rendezvous.meet() } }
+        let dispatched = DispatchSemaphore(value: 0)
+        value.async(performIn: DispatchQueue(label: "reader")).highestPriority.read { result in
+            #expect(result == .success("shared"))
+            rendezvous.meet()
+            dispatched.signal()
+        }
+        let read = try await withHangTimeout {
+            try await value.async.highestPriority.read { text in
+                try? await rendezvous.meet()
+                return text.count
+            }
+        }
+        #expect(read == 6)
+        #expect(waitOrFail(dispatched, "the dispatch read"))
+        try await threads.join()
+        #expect(rendezvous.inside.value == 4)
+    }
+
+    @Test func dispatchReads_onAConcurrentQueue_runTogether() {
+        let value = QueueSafeValue(value: [1, 2, 3])
+        let queue = DispatchQueue(label: "readers", attributes: .concurrent)
+        let rendezvous = Rendezvous(3)
+        let group = DispatchGroup()
+        let sums = Locked<[Int]>([])
+        for _ in 0..<3 {
+            group.enter()
+            value.async(performIn: queue).priority(.medium).read { result in
+                rendezvous.meet()
+                sums.withLock { $0.append((try? result.get())?.reduce(0, +) ?? -1) }
+                group.leave()
+            }
+        }
+        #expect(waitOrFail(group, "three dispatch reads"))
+        #expect(sums.value == [6, 6, 6])
+    }
+
+    // MARK: Writers hold the value alone
+
+    @Test func aWriterWaitsForEveryReader_andNoReaderRunsBesideIt() {
+        let value = QueueSafeValue(value: 0)
+        let inRead = DispatchSemaphore(value: 0)
+        let finishRead = DispatchSemaphore(value: 0)
+        let threads = ThreadGroup()
+        let events = Locked<[String]>([])
+        threads.spawn {
+            _ = value.waitBounded.highestPriority.read { _ in
+                events.withLock { $0.append("read begins") }
+                inRead.signal()
+                waitOrFail(finishRead, "the test to end the read")
+                events.withLock { $0.append("read ends") }
+            }
+        }
+        #expect(waitOrFail(inRead))
+        threads.spawn {
+            _ = value.waitBounded.highestPriority.set { number in
+                events.withLock { $0.append("write") }
+                number += 1
+            }
+        }
+        waitForPending(value.engine, count: 1)
+        threads.spawn {
+            // Same priority as the waiting writer: it waits behind it instead of joining.
+            _ = value.waitBounded.highestPriority.read { number in events.withLock { $0.append("late read \(number)") }
+            }
+        }
+        waitForPending(value.engine, count: 2)
+        #expect(value.diagnostics.holder?.sharedReads == 1)
+        sleepBriefly()
+        #expect(events.value == ["read begins"], "a writer or a late read ran beside the read")
+        finishRead.signal()
+        threads.join()
+        #expect(events.value == ["read begins", "read ends", "write", "late read 1"])
+    }
+
+    @Test func aReadOfHigherPriorityThanEveryWaitingWriter_joinsTheReaders() {
+        let value = QueueSafeValue(value: 0)
+        let inRead = DispatchSemaphore(value: 0)
+        let finishRead = DispatchSemaphore(value: 0)
+        let threads = ThreadGroup()
+        threads.spawn {
+            _ = value.waitBounded.priority(.medium).read { _ in
+                inRead.signal()
+                waitOrFail(finishRead, "the test to end the read")
+            }
+        }
+        #expect(waitOrFail(inRead))
+        threads.spawn { _ = value.waitBounded.priority(.medium).set { $0 += 1 } }
+        waitForPending(value.engine, count: 1)
+        // Joins while the first read and the writer wait: it must not wait for either.
+        #expect(value.waitBounded.priority(.high).read { $0 } == .success(0))
+        #expect(value.diagnostics.holder?.sharedReads == 1)
+        finishRead.signal()
+        threads.join()
+        #expect(value.waitBounded.highestPriority.get() == .success(1))
+    }
+
+    @Test func aWriterIsNeverStarved_byFourThreadsReadingInALoop() {
+        let value = QueueSafeValue(value: 0)
+        let stop = Locked(false)
+        let reads = Locked(0)
+        let threads = ThreadGroup()
+        for _ in 0..<4 {
+            threads.spawn {
+                while !stop.value {
+                    _ = value.waitBounded.priority(.medium).read { _ in usleep(200) }
+                    reads.increment()
+                }
+            }
+        }
+        waitUntil("the readers to get going") { reads.value >= 8 }
+        for expected in 1...5 {
+            // Bounded: a starved writer fails here instead of hanging.
+            #expect(value.waitBounded.priority(.medium).set { $0 += 1 } == .success(expected))
+        }
+        stop.set(true)
+        threads.join()
+    }
+
+    // MARK: Manual completion
+
+    @Test func aManualRead_keepsItsShareUntilDone() {
+        let value = QueueSafeValue(value: 1)
+        let done = Locked<CommandCompletionClosure?>(nil)
+        let threads = ThreadGroup()
+        let readEnded = Locked(false)
+        threads.spawn {
+            value.waitBounded.highestPriority.read { _, completion in done.set(completion) }
+            readEnded.set(true)
+        }
+        waitUntil("the manual read to hold") { done.value != nil }
+        let wrote = Locked(false)
+        threads.spawn {
+            _ = value.waitBounded.highestPriority.set { $0 += 1 }
+            wrote.set(true)
+        }
+        waitForPending(value.engine, count: 1)
+        sleepBriefly()
+        #expect(!wrote.value && !readEnded.value, "the read ended before done()")
+        done.value?()
+        threads.join()
+        #expect(wrote.value && readEnded.value)
+        #expect(value.waitBounded.highestPriority.get() == .success(2))
+    }
+
+    @Test func aManualDispatchRead_keepsItsShareUntilDone_thenTheWriterRuns() {
+        let value = QueueSafeValue(value: 1)
+        let done = Locked<CommandCompletionClosure?>(nil)
+        value.async(performIn: DispatchQueue(label: "manual reader")).highestPriority.read { result, completion in
+            #expect(result == .success(1))
+            done.set(completion)
+        }
+        waitUntil("the manual read to hold") { done.value != nil }
+        let wrote = DispatchSemaphore(value: 0)
+        value.async(performIn: .global()).highestPriority.set {
+            $0 += 1
+        } completion: { _ in
+            wrote.signal()
+        }
+        sleepBriefly()
+        #expect(wrote.wait(timeout: .now()) == .timedOut, "the writer ran before done()")
+        done.value?()
+        #expect(waitOrFail(wrote, "the writer after done()"))
+    }
+
+    // MARK: Failures
+
+    @Test func anyCommandFromInsideARead_isReentrant() async throws {
+        let value = QueueSafeValue(value: 0)
+        let inner = value.waitBounded.highestPriority.read { _ in
+            (value.waitBounded.lowestPriority.get(), value.waitBounded.lowestPriority.read { $0 })
+        }
+        #expect(try inner.get().0 == .failure(.reentrantAccess))
+        #expect(try inner.get().1 == .failure(.reentrantAccess))
+        let nested = try await withHangTimeout {
+            try await value.async.highestPriority.read { _ in
+                async let child = thrownError { try await value.async.lowestPriority.read { $0 } }
+                let direct = await thrownError { try await value.async.lowestPriority.set(newValue: 1) }
+                return (direct, await child)
+            }
+        }
+        #expect(nested.0 == .reentrantAccess)
+        #expect(nested.1 == .reentrantAccess, "a child task of a reader is inside the read too")
+        #expect(value.waitBounded.highestPriority.get() == .success(0))
+    }
+
+    @Test func aReadThatTimesOut_neverRunsLater() {
+        let value = QueueSafeValue(value: 0)
+        let holder = SectionHolder(value)
+        let ran = Locked(false)
+        #expect(
+            value.wait(timeout: .milliseconds(30)).highestPriority.read { _ -> Int in
+                ran.set(true)
+                return 1
+            } == .failure(.anyTimedOut))
+        #expect(value.engine.pendingCount == 0)
+        holder.release()
+        #expect(value.waitBounded.lowestPriority.read { $0 } == .success(0))
+        sleepBriefly(milliseconds: 20)
+        #expect(!ran.value)
+    }
+
+    @Test func aCancelledAwaitingRead_leavesTheQueue_andNeverRuns() async throws {
+        let value = QueueSafeValue(value: 0)
+        let holder = SectionHolder(value)
+        let ran = Locked(false)
+        let task = Task { try await value.async.highestPriority.read { _ in ran.set(true) } }
+        try await waitUntil("the read to wait") { value.engine.pendingCount == 1 }
+        task.cancel()
+        let error = await thrownError { try await task.value }
+        #expect(error == .cancelled)
+        #expect(value.engine.pendingCount == 0)
+        holder.release()
+        #expect(value.waitBounded.lowestPriority.get() == .success(0))
+        #expect(!ran.value)
+    }
+
+    @Test func aReleasedContainer_freesItsValueAfterTheLastReader() {
+        final class Tracked: Sendable {
+            let freed: Locked<Bool>
+            init(_ freed: Locked<Bool>) { self.freed = freed }
+            deinit { freed.set(true) }
+        }
+        let freed = Locked(false)
+        var value: QueueSafeValue<Tracked>? = QueueSafeValue(value: Tracked(freed))
+        let reads = value!.waitBounded.highestPriority
+        let inRead = DispatchSemaphore(value: 0)
+        let finishRead = DispatchSemaphore(value: 0)
+        let threads = ThreadGroup()
+        threads.spawn {
+            _ = reads.read { _ in
+                inRead.signal()
+                waitOrFail(finishRead, "the test to end the read")
+            }
+        }
+        #expect(waitOrFail(inRead))
+        value = nil
+        #expect(reads.read { _ in 0 } == .failure(.valueContainerDeinited))
+        sleepBriefly(milliseconds: 20)
+        #expect(!freed.value, "the value was freed while a reader held it")
+        finishRead.signal()
+        threads.join()
+        #expect(freed.value)
+    }
+
+    @Test func aDispatchReadAfterTheContainerWasReleased_getsTheError() {
+        var value: QueueSafeValue<Int>? = QueueSafeValue(value: 1)
+        let reads = value!.async(performIn: .global()).highestPriority
+        value = nil
+        let received = Locked<Result<Int, QueueSafeValueError>?>(nil)
+        reads.read { received.set($0) }
+        waitUntil("the failure to arrive") { received.value != nil }
+        #expect(received.value == .failure(.valueContainerDeinited))
+    }
+
+    // MARK: Deadlocks and helping
+
+    @Test func aCycleThroughAReader_isRefused() {
+        let first = QueueSafeValue(value: 0, label: "first")
+        let second = QueueSafeValue(value: 0, label: "second")
+        let bothHold = Rendezvous(2)
+        let threads = ThreadGroup()
+        let outcomes = Locked<[Result<Int, QueueSafeValueError>]>([])
+        threads.spawn {
+            let outcome = first.waitBounded.highestPriority.read { _ -> Result<Int, QueueSafeValueError> in
+                bothHold.meet()
+                return second.waitBounded.highestPriority.set { $0 += 1 }
+            }
+            outcomes.withLock { $0.append((try? outcome.get()) ?? .failure(.anyTimedOut)) }
+        }
+        threads.spawn {
+            let outcome = second.waitBounded.highestPriority.map { _ -> Result<Int, QueueSafeValueError> in
+                bothHold.meet()
+                return first.waitBounded.highestPriority.set { $0 += 1 }
+            }
+            outcomes.withLock { $0.append((try? outcome.get()) ?? .failure(.anyTimedOut)) }
+        }
+        threads.join()
+        let refused = outcomes.value.filter { $0 == .failure(.anyDeadlock) }.count
+        let succeeded = outcomes.value.filter { $0 == .success(1) }.count
+        #expect(refused == 1 && succeeded == 1, "outcomes: \(outcomes.value)")
+    }
+
+    @Test func aThreadWaitingOnASerialQueue_runsTheDispatchReadForThatQueue() {
+        let value = QueueSafeValue(value: 0)
+        let queue = DispatchQueue(label: "serial reader queue")
+        let holder = SectionHolder(value)
+        let readRan = Locked(false)
+        value.async(performIn: queue).priority(.high).read { _ in readRan.set(true) }
+        let wrote = DispatchSemaphore(value: 0)
+        queue.async {
+            // Waits behind the read, on the queue that the read needs: the thread runs it itself.
+            _ = value.waitBounded.priority(.low).set { $0 += 1 }
+            wrote.signal()
+        }
+        waitForPending(value.engine, count: 2)
+        holder.release()
+        #expect(waitOrFail(wrote, "the write behind the read"))
+        #expect(readRan.value)
+    }
+}
