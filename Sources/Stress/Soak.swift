@@ -99,6 +99,9 @@ final class Soak: @unchecked Sendable {
     let cancelAlls = AtomicCounter()
     private let cancelAllsEnded = AtomicCounter()
     let inconsistent = AtomicCounter()
+    /// Shared reads that saw a half-applied write.
+    let tornReads = AtomicCounter()
+    let sharedReads = AtomicCounter()
     /// Operations whose task was cancelled after they had ended.
     let cancelledAfterEnd = AtomicCounter()
 
@@ -245,8 +248,27 @@ final class Soak: @unchecked Sendable {
                 let result = generation.wait.priority(priority).set { ledger, _ in increment(&ledger) }
                 if case .success = result { droppedCompletions.add() }
                 report(result, command, generation)
-            case 46..<50:
-                // A read inside the section audits the counter without changing it.
+            case 48..<52:
+                // A shared read, beside other reads, of any blocking schedule.
+                let schedule =
+                    random.next() % 2 == 0
+                    ? generation.wait : generation.timed[Int.random(in: 0..<generation.timed.count, using: &random)]
+                let result = schedule.priority(priority).read { ledger -> Bool in
+                    record.markRan(command)
+                    return ledger.isWhole
+                }
+                reportShared(result, command, generation)
+            case 52..<54:
+                // A manual-completion shared read: done inside, or late from another thread.
+                let inside = random.next() % 2 == 0
+                let result = generation.wait.priority(priority).read { ledger, done in
+                    record.markRan(command)
+                    if !ledger.isWhole { self.tornReads.add() }
+                    if inside { done() } else { self.late.add(done) }
+                }
+                reportShared(result.map { true }, command, generation)
+            case 46..<48:
+                // An exclusive read inside the section audits the counter without changing it.
                 let result = generation.wait.priority(priority).map { ledger -> Bool in
                     record.markRan(command)
                     ledger.book.observe(issuer: issuer, level: level, sequence: sequence)
@@ -262,6 +284,16 @@ final class Soak: @unchecked Sendable {
                     inFlight.signal()
                 }
                 switch style {
+                case 5..<12:
+                    schedule.priority(priority).read { result in
+                        if case .success(let ledger) = result {
+                            record.markRan(command)
+                            self.reportShared(.success(ledger.isWhole), command, generation)
+                        } else {
+                            self.reportShared(result.map { _ in true }, command, generation)
+                        }
+                        inFlight.signal()
+                    }
                 case 0:
                     lateCompletions.add()
                     schedule.priority(priority).set(
@@ -312,6 +344,18 @@ final class Soak: @unchecked Sendable {
                 } catch {
                     report(Result<Void, QueueSafeValueError>.failure(error), command, generation)
                 }
+            case 45..<52:
+                // A shared read, held across a suspension now and then.
+                do {
+                    let whole = try await generation.async.priority(priority).read { ledger -> Bool in
+                        record.markRan(command)
+                        if roll < 47 { await Task.yield() }
+                        return ledger.isWhole
+                    }
+                    reportShared(.success(whole), command, generation)
+                } catch {
+                    reportShared(.failure(error), command, generation)
+                }
             case 30..<45:
                 let child = Task {
                     try await generation.async.priority(priority).set { ledger in
@@ -333,7 +377,7 @@ final class Soak: @unchecked Sendable {
                 // Command queue operations: the generation plays no part.
                 generation.finished.add()
                 let queueBook = self.queueBook
-                if roll < 47 {
+                if roll < 54 {
                     cancelAlls.add()
                     commandQueue.cancelAll()
                     cancelAllsEnded.add()
@@ -408,6 +452,20 @@ final class Soak: @unchecked Sendable {
         progress.add()
     }
 
+    /// A shared read: it counts as run (and as torn if it saw a half-applied write), not as an
+    /// increment.
+    private func reportShared(_ result: Result<Bool, QueueSafeValueError>, _ command: Int, _ generation: Generation) {
+        if case .success(let whole) = result {
+            sharedReads.add()
+            if !whole { tornReads.add() }
+            ran.add()
+            generation.finished.add()
+            progress.add()
+        } else if case .failure(let error) = result {
+            report(Result<Void, QueueSafeValueError>.failure(error), command, generation)
+        }
+    }
+
     /// A read: it counts as run, but not as an increment.
     private func reportRead(_ result: Result<Bool, QueueSafeValueError>, _ command: Int, _ generation: Generation) {
         switch result {
@@ -478,6 +536,7 @@ struct Audit {
     var ranAfterFailure = 0
     var cancelledAfterEnd = 0
     var inconsistentOutcomes: Int
+    var tornReads: Int
     var valuesOutlivingContainers = 0
     var generations = 0
     let outcomes: String
@@ -486,15 +545,17 @@ struct Audit {
         self.seconds = seconds
         operations = min(soak.tickets.value, soak.options.ops)
         inconsistentOutcomes = soak.inconsistent.value
+        tornReads = soak.tornReads.value
         outcomes =
             "ran \(soak.ran.value), timed out \(soak.timedOut.value), cancelled \(soak.cancelled.value), "
-            + "refused after release \(soak.refused.value); completions called late \(soak.lateCompletions.value), "
+            + "refused after release \(soak.refused.value); shared reads \(soak.sharedReads.value); "
+            + "completions called late \(soak.lateCompletions.value), "
             + "dropped \(soak.droppedCompletions.value); cancelAll \(soak.cancelAlls.value) times"
     }
 
     var failures: Int {
         hangs + lostUpdates + orderViolations + ranAfterFailure + cancelledAfterEnd + inconsistentOutcomes
-            + valuesOutlivingContainers
+            + valuesOutlivingContainers + tornReads
     }
 }
 

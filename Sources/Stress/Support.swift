@@ -91,17 +91,25 @@ final class LifetimeToken: Sendable {}
 /// The value under test: a plain counter next to the book that audits it.
 struct Ledger: Sendable {
     var counter = 0
+    /// Equal to `counter` except in the middle of an increment: a shared read that finds them
+    /// different saw a half-applied write.
+    var mirror = 0
     let book: Book
     let token: LifetimeToken
 
-    /// One increment in the critical section: audited, ordered, counted.
+    /// One increment in the critical section: audited, ordered, counted. The counter and its mirror
+    /// disagree while the increment runs.
     mutating func increment(issuer: Int, level: Int, sequence: Int, command: Int, record: CommandRecord) {
         record.markRan(command)
         if counter != book.count { book.lostUpdates += 1 }
-        book.observe(issuer: issuer, level: level, sequence: sequence)
         counter += 1
+        book.observe(issuer: issuer, level: level, sequence: sequence)
         book.count += 1
+        mirror = counter
     }
+
+    /// What a shared read checks: no write is half applied.
+    var isWhole: Bool { counter == mirror }
 }
 
 // MARK: - Randomness
