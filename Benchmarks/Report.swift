@@ -37,6 +37,11 @@ enum Format {
         value < 10 ? String(format: "%.2f×", value) : String(format: "%.1f×", value)
     }
 
+    /// A target ratio, with as many decimals as it has (up to three): 0.625 must not read 0.62.
+    static func limit(_ value: Double) -> String {
+        (value * 100).rounded() == value * 100 ? ratio(value) : String(format: "%.3f×", value)
+    }
+
     static func value(_ result: ScenarioResult) -> String {
         switch result.unit {
         case .bytes: return "\(number(result.median)) B"
