@@ -56,8 +56,8 @@ extension DispatchCommands where Value: Sendable {
     /// ``WaitCommands/read(_:)``. On failure (`.valueContainerDeinited`) `body` is called on the
     /// queue with the error.
     public func read(_ body: @escaping @Sendable (Result<Value, QueueSafeValueError>) -> Void) {
-        engine.dispatchedCommandType.submit(
-            engine: engine, queue: queue, priority: priority, operation: .sharedRead(body), completion: nil)
+        engine.dispatchedCommandType.submitShared(
+            engine: engine, queue: queue, priority: priority, operation: .sharedRead(body))
     }
 
     /// Like ``read(_:)``, but the shared hold lasts until both `body` has returned and `done()` was
@@ -68,8 +68,8 @@ extension DispatchCommands where Value: Sendable {
             @escaping @Sendable (Result<Value, QueueSafeValueError>, @escaping CommandCompletionClosure)
             -> Void
     ) {
-        engine.dispatchedCommandType.submit(
-            engine: engine, queue: queue, priority: priority, operation: .sharedReadManual(body), completion: nil)
+        engine.dispatchedCommandType.submitShared(
+            engine: engine, queue: queue, priority: priority, operation: .sharedReadManual(body))
     }
 }
 

@@ -31,12 +31,12 @@ extension CommandEngine {
 
     /// A transition's actions as the storage holds them between its two halves: the references
     /// apart, and the rest as plain values. (As one struct holding references, the compiler
-    /// copied and destroyed them through value witnesses, hundreds of instructions per release.)
+    /// copied and destroyed them through value witnesses, hundreds of instructions per release.
+    /// Keep it this size: with one more flag, the compiler copied it through the runtime's tuple
+    /// witnesses, +270 instructions per dispatched command; what only `take` needs stays there.)
     typealias Taken = (
         grant: Contender?, helper: Contender?, ended: Contender?,
-        flags: (
-            kind: CommandKind, shared: Bool, starter: Machine.Starter, urgency: Urgency, endBoost: Bool, freeValue: Bool
-        ),
+        flags: (kind: CommandKind, starter: Machine.Starter, urgency: Urgency, endBoost: Bool, freeValue: Bool),
         heir: Heir
     )
 
@@ -65,9 +65,11 @@ extension CommandEngine {
         let helper = machine.outbox.helper.take()
         let ended = machine.outbox.ended.take()
         let flags = (
-            kind: machine.outbox.grantKind, shared: machine.outbox.grantShared, starter: machine.outbox.starter,
-            urgency: machine.outbox.urgency, endBoost: machine.outbox.endBoost, freeValue: machine.outbox.freeValue
+            kind: machine.outbox.grantKind, starter: machine.outbox.starter, urgency: machine.outbox.urgency,
+            endBoost: machine.outbox.endBoost, freeValue: machine.outbox.freeValue
         )
+        // Needed only here, under the lock: kept out of what `perform` receives.
+        let shared = machine.outbox.grantShared
         (machine.outbox.urgency, machine.outbox.endBoost, machine.outbox.freeValue) = (.none, false, false)
         machine.outbox.grantShared = false
         if !machine.outbox.others.isEmpty {
@@ -96,7 +98,7 @@ extension CommandEngine {
         if let next = grant {
             next.isGranted = true
             if !flags.urgency.isNone { heir = (next.threadToBoost, next.taskToEscalate) }
-            if flags.shared {
+            if shared {
                 // A shared read is not published in the dispatched holder's slot: its block claims
                 // it from the machine, and a helper takes it from there too.
                 if let helper { helper.assignJob(next) }

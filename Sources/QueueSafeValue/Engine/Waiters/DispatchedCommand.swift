@@ -27,14 +27,6 @@ final class DispatchedCommand<Value>: Contender, @unchecked Sendable {
         /// `read(manualCompletion:)`.
         case sharedReadManual(
             @Sendable (Result<Value, QueueSafeValueError>, @escaping CommandCompletionClosure) -> Void)
-
-        /// Whether this is a shared read.
-        var isShared: Bool {
-            switch self {
-            case .sharedRead, .sharedReadManual: return true
-            case .read, .readManual, .access, .accessManual, .map: return false
-            }
-        }
     }
 
     /// How many granted commands for the same queue one dispatched block runs back to back.
@@ -55,13 +47,16 @@ final class DispatchedCommand<Value>: Contender, @unchecked Sendable {
         engine: ValueEngine<Value>,
         queue: DispatchQueue,
         operation: Operation,
-        completion: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)?
+        completion: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)?,
+        shared: Bool = false
     ) {
         self.engine = engine
         self.queue = queue
         self.operation = operation
         self.completion = completion
-        self.isShared = operation.isShared
+        // Passed in, not read from `operation`: switching over the generic enum in unspecialized
+        // code costs a metadata lookup per command (see `ValueEngine.dispatchedCommandType`).
+        self.isShared = shared
         // Tagged now, so that a waiter running on the queue knows it does, even if this command
         // takes a free section: that waiter may block the queue before this command's block runs.
         self.queueID = QueueTag.identity(of: queue)
@@ -77,7 +72,6 @@ final class DispatchedCommand<Value>: Contender, @unchecked Sendable {
         completion: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)?
     ) {
         let command = Self(engine: engine, queue: queue, operation: operation, completion: completion)
-        if command.isShared { return command.submitShared(priority: priority) }
         if engine.tryAcquireIdle(.dispatched) { return command.publishAndStart() }
         do {
             if try engine.enqueueDispatched(command, priority: priority) { command.publishAndStart() }
@@ -86,15 +80,23 @@ final class DispatchedCommand<Value>: Contender, @unchecked Sendable {
         }
     }
 
-    /// A shared read takes its place (or its share at once) through the lock.
-    private func submitShared(priority: CommandPriority) {
-        switch engine.enqueueReader(self, kind: .dispatched, priority: priority, reentrant: false) {
+    /// Places a shared read (`.sharedRead` or `.sharedReadManual`) in the queue now, or grants it
+    /// its share at once, through the lock, and arranges for it to run on `queue`. If the container
+    /// is gone, the failure is delivered on `queue`.
+    static func submitShared(
+        engine: ValueEngine<Value>,
+        queue: DispatchQueue,
+        priority: CommandPriority,
+        operation: Operation
+    ) {
+        let command = Self(engine: engine, queue: queue, operation: operation, completion: nil, shared: true)
+        switch engine.enqueueReader(command, kind: .dispatched, priority: priority, reentrant: false) {
         case .granted:
-            start()
+            command.start()
         case .queued:
             break
         case .refused(let error):
-            SyncPoints.async(queue) { self.deliverFailure(error) }
+            SyncPoints.async(queue) { command.deliverFailure(error) }
         }
     }
 
