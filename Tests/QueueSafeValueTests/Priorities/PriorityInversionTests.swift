@@ -110,6 +110,48 @@
             #expect(priorityAfter.value == 0, "the holder kept the waiter's priority after its release")
         }
 
+        /// Shared reads hold the value together: an urgent writer that parks raises every one of
+        /// them, and each gets its own priority back when it releases.
+        @Test(.enabled(if: Realtime.mayRun, Realtime.skipReason))
+        func everyReaderHolding_isRaised_andGetsItsOwnPriorityBack() throws {
+            try Realtime.require()
+            let value = QueueSafeValue(value: 0, label: "boosted readers")
+            let readersIn = Locked(0)
+            let waiterParked = DispatchSemaphore(value: 0)
+            let readersDone = DispatchGroup()
+            let during = Locked<[Int32]>([])
+            let after = Locked<[Int32]>([])
+            for _ in 0..<2 {
+                readersDone.enter()
+                Thread {
+                    _ = value.wait.highestPriority.read { _ in
+                        readersIn.increment()
+                        _ = waiterParked.wait(timeout: .now() + 30)
+                        waiterParked.signal()  // for the other reader
+                        during.withLock { $0.append(qsvrt_realtime_priority()) }
+                    }
+                    after.withLock { $0.append(qsvrt_realtime_priority()) }
+                    readersDone.leave()
+                }.start()
+            }
+            #expect(waitUntil("both readers to hold") { readersIn.value == 2 })
+            let writerDone = DispatchSemaphore(value: 0)
+            Thread {
+                _ = qsvrt_set_realtime(20)
+                _ = value.waitBounded.lowestPriority.set { $0 += 1 }
+                _ = qsvrt_set_realtime(0)
+                writerDone.signal()
+            }.start()
+            // The writer spins briefly, then parks and raises every reader.
+            #expect(waitUntil("the writer to wait") { value.diagnostics.waitingCount == 1 })
+            usleep(20_000)
+            waiterParked.signal()
+            #expect(waitOrFail(readersDone, "the readers"))
+            #expect(waitOrFail(writerDone, "the writer"))
+            #expect(during.value == [20, 20], "a reader was not raised while the writer was parked")
+            #expect(after.value == [0, 0], "a reader kept the writer's priority after its release")
+        }
+
         /// Runs the shape once and undoes everything it set (affinities, policies).
         static func run(holder: Holder, waiter: Contender) -> Outcome {
             let value = QueueSafeValue(value: 0, label: "pathfinder")
