@@ -5,7 +5,7 @@ import QueueSafeValue
 /// `value.wait...`: the calling thread blocks for its turn and runs the closure itself.
 enum BlockingScenarios {
     static var all: [Scenario] {
-        [getUncontended, setUncontended, setContended(threads: 2), setContended(threads: 4)]
+        [getUncontended, setUncontended, withLockUncontended, setContended(threads: 2), setContended(threads: 4)]
     }
 
     /// The priorities the contended scenarios cycle through, each thread from its own offset.
@@ -41,6 +41,28 @@ enum BlockingScenarios {
             }
             let final = try! value.wait.highestPriority.get().get()
             check(final == operations, "wait.set uncontended counted \(final) of \(operations)")
+            return Sample(measured: Double(elapsed))
+        }
+    }
+
+    /// The `Mutex`-shaped command: `try value.wait.withLock { … }` returns the closure's result and
+    /// throws instead of returning a `Result`.
+    static var withLockUncontended: Scenario {
+        Scenario(
+            name: "wait.withLock uncontended",
+            summary: "try value.wait.highestPriority.withLock { $0 += 1; return $0 }, one thread"
+        ) { operations in
+            let value = QueueSafeValue(value: 0)
+            var last = 0
+            let elapsed = Clock.time {
+                for _ in 0..<operations {
+                    last = try! value.wait.highestPriority.withLock { number in
+                        number += 1
+                        return number
+                    }
+                }
+            }
+            check(last == operations, "wait.withLock uncontended counted \(last) of \(operations)")
             return Sample(measured: Double(elapsed))
         }
     }

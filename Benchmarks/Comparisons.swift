@@ -18,6 +18,8 @@ struct Comparison: Sendable {
         Comparison(library: "wait.get uncontended", baseline: "lock uncontended", target: nil),
         Comparison(library: "wait.set uncontended", baseline: "mutex uncontended", target: .ratioAtMost(1.15)),
         Comparison(library: "wait.set uncontended", baseline: "lock uncontended", target: nil),
+        // The throwing, value-returning command against the API it is shaped after.
+        Comparison(library: "wait.withLock uncontended", baseline: "mutex uncontended", target: .ratioAtMost(1.15)),
         Comparison(
             library: "wait.set contended 2 threads", baseline: "hand-off floor 2 threads", target: .ratioAtMost(1.15)),
         Comparison(

@@ -100,3 +100,7 @@ public struct Settings: Sendable {
 
 /// The value a priority sample works on.
 public let value = QueueSafeValue(value: 0)
+
+/// The avatar a sample loads (it may throw) or downloads.
+public func loadAvatar() throws -> Data { Data() }
+public func downloadAvatar() async -> Data { Data() }

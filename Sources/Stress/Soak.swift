@@ -32,6 +32,10 @@ final class Generation: @unchecked Sendable {
     let issued = AtomicCounter()
     /// Commands that reported an outcome (or, for dispatch commands, delivered their completion).
     let finished = AtomicCounter()
+    /// What the value's observers saw: a task iterating `values`, and a handler on a queue.
+    let iterated = ObserverLog()
+    let handled = ObserverLog()
+    private let observation: ObservationToken
 
     init(index: Int, issuers: Int, queues: [DispatchQueue]) {
         self.index = index
@@ -44,6 +48,20 @@ final class Generation: @unchecked Sendable {
         timed = [.microseconds(0), .microseconds(20), .microseconds(200)].map { container.wait(timeout: $0) }
         async = container.async
         dispatch = queues.map { container.async(performIn: $0) }
+        // Observers beside everything else; audited at the end (see `ObserverLog`).
+        let values = container.values
+        let iterated = self.iterated
+        Task.detached {
+            var count = 0
+            for await ledger in values {
+                iterated.append(ledger.counter)
+                count += 1
+                if count % 4 == 0 { await Task.yield() }  // now and then a slow consumer
+            }
+            iterated.end()
+        }
+        let handled = self.handled
+        observation = container.observe(on: queues[0]) { ledger in handled.append(ledger.counter) }
     }
 
     /// Releases the container: later commands are refused, queued ones still run.
@@ -147,7 +165,7 @@ final class Soak: @unchecked Sendable {
         rotateGeneration(final: true)
         // From here on the wait below is bounded itself, and says what hangs.
         watchdog.stop()
-        let quiet = waitForQuiescence()
+        let quiet = waitForQuiescence() && waitForObservers()
         let seconds = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
         return audit(seconds: seconds, quiet: quiet)
     }
@@ -493,6 +511,18 @@ final class Soak: @unchecked Sendable {
         return false
     }
 
+    /// Waits (bounded) until every generation's observers saw its final value (and its `values`
+    /// sequence ended: the container was released).
+    private func waitForObservers() -> Bool {
+        let deadline = DispatchTime.now() + .seconds(30)
+        while DispatchTime.now() < deadline {
+            let all = lock.withLock { generations }
+            if all.allSatisfy({ $0.iterated.hasEnded && $0.handled.last == $0.book.count }) { return true }
+            usleep(1000)
+        }
+        return false
+    }
+
     /// What the watchdog prints when nothing moves.
     func dump() -> String {
         let all = lock.withLock { generations }
@@ -513,6 +543,10 @@ final class Soak: @unchecked Sendable {
             audit.lostUpdates += generation.book.lostUpdates + abs(generation.book.count - generation.successes.value)
             audit.orderViolations += generation.book.orderViolations
             if generation.token != nil { audit.valuesOutlivingContainers += 1 }
+            for log in [generation.iterated, generation.handled] {
+                audit.observations += log.count
+                audit.observerViolations += log.violations(finalValue: generation.book.count)
+            }
         }
         audit.lostUpdates += abs(queueBook.count - queueSuccesses.value)
         audit.orderViolations += queueBook.orderViolations
@@ -538,6 +572,10 @@ struct Audit {
     var inconsistentOutcomes: Int
     var tornReads: Int
     var valuesOutlivingContainers = 0
+    /// Values the observers saw, and what they saw wrong: a value out of commit order (or seen
+    /// twice), or a last value that is not the final one.
+    var observations = 0
+    var observerViolations = 0
     var generations = 0
     let outcomes: String
 
@@ -555,7 +593,7 @@ struct Audit {
 
     var failures: Int {
         hangs + lostUpdates + orderViolations + ranAfterFailure + cancelledAfterEnd + inconsistentOutcomes
-            + valuesOutlivingContainers + tornReads
+            + valuesOutlivingContainers + tornReads + observerViolations
     }
 }
 

@@ -161,3 +161,36 @@ final class LateCompletions: @unchecked Sendable {
 func printError(_ text: String) {
     FileHandle.standardError.write(Data((text + "\n").utf8))
 }
+
+// MARK: - Observers
+
+/// What one observer of a value saw: the counters of the values delivered to it. Each must be above
+/// the one before (the counter goes up by one per commit, so commit order is counter order, and a
+/// value seen twice or out of order shows), and the last must be the value's final counter.
+// @unchecked Sendable: every access takes `lock`
+final class ObserverLog: @unchecked Sendable {
+    private let lock = NSLock()
+    private var seen: [Int] = []
+    private var ended = false
+
+    func append(_ counter: Int) {
+        lock.withLock { seen.append(counter) }
+    }
+
+    func end() {
+        lock.withLock { ended = true }
+    }
+
+    var hasEnded: Bool { lock.withLock { ended } }
+    var last: Int? { lock.withLock { seen.last } }
+    var count: Int { lock.withLock { seen.count } }
+
+    /// Values out of commit order or seen twice, plus one if the last is not `finalValue`.
+    func violations(finalValue: Int) -> Int {
+        lock.withLock {
+            var violations = zip(seen, seen.dropFirst()).filter { $0.0 >= $0.1 }.count
+            if seen.last != finalValue { violations += 1 }
+            return violations
+        }
+    }
+}

@@ -85,6 +85,7 @@ print("  ran after timed out, cancelled or refused: \(audit.ranAfterFailure)")
 print("  operations cancelled after they ended: \(audit.cancelledAfterEnd)")
 print("  inconsistent outcomes: \(audit.inconsistentOutcomes)")
 print("  shared reads that saw a half-applied write: \(audit.tornReads)")
+print("  observers: \(audit.observations) values seen, \(audit.observerViolations) out of order or not ending final")
 print("  values outliving their container: \(audit.valuesOutlivingContainers)")
 print("  hangs: \(audit.hangs)")
 if let report = audit.hangReport { print(report) }

@@ -76,7 +76,9 @@ public struct AwaitCommands<Value> {
     /// Returns a copy of the value, read in its turn.
     @inlinable
     public func get(isolation: isolated (any Actor)? = #isolation) async throws(QueueSafeValueError) -> Value {
-        try await engine.withAwaitingAccess(priority: priority, timeout: timeout, isolation: isolation) { $0 }
+        try await engine.withAwaitingAccess(
+            priority: priority, timeout: timeout, mutates: false, isolation: isolation
+        ) { $0 }
     }
 
     /// Replaces the value in its turn and returns the value now stored.
@@ -113,7 +115,9 @@ public struct AwaitCommands<Value> {
         isolation: isolated (any Actor)? = #isolation,
         _ transform: nonisolated(nonsending) (Value) async -> MappedValue
     ) async throws(QueueSafeValueError) -> MappedValue {
-        try await engine.withAwaitingAccess(priority: priority, timeout: timeout, isolation: isolation) { value in
+        try await engine.withAwaitingAccess(
+            priority: priority, timeout: timeout, mutates: false, isolation: isolation
+        ) { value in
             return await transform(value)
         }
     }

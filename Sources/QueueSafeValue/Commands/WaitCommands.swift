@@ -80,7 +80,7 @@ public struct WaitCommands<Value> {
     /// Returns a copy of the value, read in its turn.
     @inlinable
     public func get() -> Result<Value, QueueSafeValueError> {
-        engine.withBlockingAccess(priority: priority, timeout: timeout) { $0 }
+        engine.withBlockingAccess(priority: priority, timeout: timeout, mutates: false) { $0 }
     }
 
     /// Runs `commandClosure` with the value as the critical section: no other command touches the
@@ -89,7 +89,7 @@ public struct WaitCommands<Value> {
     @inlinable
     public func get(completion commandClosure: ((Result<Value, QueueSafeValueError>) -> Void)?) {
         guard let commandClosure else { return }
-        let result = engine.withBlockingAccess(priority: priority, timeout: timeout) { value -> Void in
+        let result = engine.withBlockingAccess(priority: priority, timeout: timeout, mutates: false) { value -> Void in
             commandClosure(.success(value))
         }
         if case .failure(let error) = result { commandClosure(.failure(error)) }
@@ -109,7 +109,8 @@ public struct WaitCommands<Value> {
         )?
     ) {
         guard let commandClosure else { return }
-        let result = engine.withBlockingManualAccess(priority: priority, timeout: timeout) { value, done in
+        let result = engine.withBlockingManualAccess(priority: priority, timeout: timeout, mutates: false) {
+            value, done in
             commandClosure(.success(value), done)
         } result: { _ in
             ()
@@ -177,7 +178,7 @@ public struct WaitCommands<Value> {
         completion commandClosure: ((Value) -> MappedValue)?
     ) -> Result<MappedValue, QueueSafeValueError> {
         guard let commandClosure else { return .failure(.commandClosureDeallocated) }
-        return engine.withBlockingAccess(priority: priority, timeout: timeout) { commandClosure($0) }
+        return engine.withBlockingAccess(priority: priority, timeout: timeout, mutates: false) { commandClosure($0) }
     }
 }
 

@@ -19,6 +19,10 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
     /// asks the runtime for its metadata on every use (a hash-table lookup per dispatch command),
     /// while creating it through this metatype does not.
     let dispatchedCommandType = DispatchedCommand<Value>.self
+    /// How many changes were committed while observers existed: the number of the newest
+    /// (``captureChange()``). Touched only inside the critical section (or, when the value is
+    /// freed, by the last party to touch it).
+    @usableFromInline var changeSequence: UInt64 = 0
 
     @usableFromInline
     init(value: Value, label: String?, fairness: CommandFairness = .strictPriority) {
@@ -39,6 +43,7 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
     }
 
     override func freeValue() {
+        finishObservers()
         pointer.deinitialize(count: 1)
     }
 
@@ -46,17 +51,25 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
 
     /// Waits for the critical section on the calling thread, at most `timeout` (`nil`: as long as
     /// it takes), runs `body` there, and releases.
+    /// - Parameter mutates: whether `body` may change the value: observers are told of it then.
     @inlinable
     func withBlockingAccess<R>(
         priority: CommandPriority,
         timeout: DispatchTimeInterval?,
+        mutates: Bool = true,
         _ body: (inout Value) -> R
     ) -> Result<R, QueueSafeValueError> {
         if let error = acquireBlocking(priority: priority, timeout: timeout) {
             return .failure(error)
         }
         let result = body(&pointer.pointee)
-        releaseBlocking()
+        if mutates && observing.loadRelaxed() != 0 {
+            let change = captureChange()
+            releaseBlocking()
+            deliverChange(change)
+        } else {
+            releaseBlocking()
+        }
         return .success(result)
     }
 
@@ -67,6 +80,7 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
     func withBlockingManualAccess<R>(
         priority: CommandPriority,
         timeout: DispatchTimeInterval?,
+        mutates: Bool = true,
         _ body: (inout Value, @escaping CommandCompletionClosure) -> Void,
         result: (Value) -> R
     ) -> Result<R, QueueSafeValueError> {
@@ -75,7 +89,13 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
         }
         holdUntilCompleted { done in body(&pointer.pointee, done) }
         let value = result(pointer.pointee)
-        releaseBlocking()
+        if mutates && observing.loadRelaxed() != 0 {
+            let change = captureChange()
+            releaseBlocking()
+            deliverChange(change)
+        } else {
+            releaseBlocking()
+        }
         return .success(value)
     }
 
@@ -101,6 +121,7 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
     func withAwaitingAccess<R>(
         priority: CommandPriority,
         timeout: DispatchTimeInterval? = nil,
+        mutates: Bool = true,
         isolation: isolated (any Actor)?,
         _ body: nonisolated(nonsending) (inout Value) async -> R
     ) async throws(QueueSafeValueError) -> R {
@@ -109,9 +130,14 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
         if !tryAcquireIdle(.awaiting) {
             try await acquireAwaitingSlow(priority: priority, deadline: deadline, isolation: isolation)
         }
-        return await runHeldTaskSection(.awaiting, isolation: isolation) {
-            await body(&pointer.pointee)
+        var change: AnyObject?
+        let result = await runHeldTaskSection(.awaiting, isolation: isolation) {
+            let result = await body(&pointer.pointee)
+            if mutates && observing.loadRelaxed() != 0 { change = captureChange() }
+            return result
         }
+        if let change { deliverChange(change) }
+        return result
     }
 }
 

@@ -40,7 +40,7 @@ class CommandEngine: @unchecked Sendable {
     /// deadlock detection). Word 4: the dispatched holder's slot for helping (see
     /// ``publishPendingDispatch(_:)``). Word 5: the identity of the dispatched holder's queue (see
     /// `QueueTag`), for diagnostics; meaningful only while a dispatched command holds the section.
-    @usableFromInline final let words = AtomicWords.make(count: 6)
+    @usableFromInline final let words = AtomicWords.make(count: 7)
     /// The state machine behind its lock. Internal only for the engine's own extensions (`CommandEngine+…`).
     let machine: LockedState<Machine>
     /// The boost lock and what it guards (see `PriorityInheritance.swift`).
@@ -52,6 +52,9 @@ class CommandEngine: @unchecked Sendable {
     @inline(__always) final var ownerTask: AtomicWord { AtomicWord(words, index: 3) }
     @inline(__always) final var pendingDispatch: AtomicWord { AtomicWord(words, index: 4) }
     @inline(__always) final var dispatchedHolderQueue: AtomicWord { AtomicWord(words, index: 5) }
+    /// Word 6: how many observers a value has (see `Observation.swift`); 0 for a command queue.
+    /// Read relaxed by every command that may change the value, before its release.
+    @inlinable @inline(__always) final var observing: AtomicWord { AtomicWord(words, index: 6) }
 
     /// The name the user gave the container or queue, if any; see ``displayName``.
     final let label: String?

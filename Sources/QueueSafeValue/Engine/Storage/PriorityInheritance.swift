@@ -26,6 +26,9 @@ struct BoostRecord {
     /// The shared reads running their closures (see `CommandEngine+Shared.swift`): raised like a
     /// holder, and followed by deadlock detection. Kept under this lock because both read it here.
     var readers: [ReaderParty] = []
+    /// The value's observers (see `Observation.swift`), under this lock too: a leaf lock, taken
+    /// after a command's release to offer it a change.
+    var sinks: [ObservationSink] = []
 }
 
 extension Urgency {

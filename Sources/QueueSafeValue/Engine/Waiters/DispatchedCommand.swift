@@ -212,6 +212,7 @@ final class DispatchedCommand<Value>: Contender, @unchecked Sendable {
             read(body)
         case .access(let body):
             body(&engine.pointer.pointee)
+            if engine.observing.loadRelaxed() != 0 { return releaseObserved(engine.captureChange()) }
         case .map(let transform):
             let deliver = map(transform)  // inside the section: before the release
             _ = engine.releaseDispatched(inlineQueue: 0)
@@ -265,11 +266,32 @@ final class DispatchedCommand<Value>: Contender, @unchecked Sendable {
     /// Reads the result for the completion (while the section is still held), releases the section
     /// (the next holder is started) and returns the completion's delivery, if any.
     private func releaseAndPrepareDelivery() -> Delivery? {
+        if engine.observing.loadRelaxed() != 0, case .accessManual = operation {
+            return releaseObserved(engine.captureChange()).delivery
+        }
         guard let completion else {
             _ = engine.releaseDispatched(inlineQueue: 0)
             return nil
         }
         return releaseAndPrepareDelivery(completion)
+    }
+
+    /// The release of a command that may have changed the value while observers exist: `change`
+    /// was captured in the section; it is offered to them after the release (no successor runs
+    /// inline: the observers come first).
+    @inline(never)
+    private func releaseObserved(_ change: AnyObject) -> (next: DispatchedCommand?, delivery: Delivery?) {
+        let delivery: Delivery?
+        if let completion {
+            let result = engine.pointer.pointee
+            _ = engine.releaseDispatched(inlineQueue: 0)
+            delivery = { completion(.success(result)) }
+        } else {
+            _ = engine.releaseDispatched(inlineQueue: 0)
+            delivery = nil
+        }
+        engine.deliverChange(change)
+        return (nil, delivery)
     }
 
     private func releaseAndPrepareDelivery(

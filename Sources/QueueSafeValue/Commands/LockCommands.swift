@@ -1,0 +1,122 @@
+import Dispatch
+
+// Throwing, value-returning commands in the shape of `Synchronization.Mutex.withLock`, on every
+// schedule: `try value.wait.highestPriority.withLock { $0.popLast() }`.
+//
+// They run in the same order and critical section as every other command (priority, then arrival;
+// one command at a time); what differs is how they answer: the closure's result comes back as the
+// return value, and a failure is thrown — the closure's own error, or a `QueueSafeValueError` when
+// the command could not run — instead of returned as a `Result` that can be dropped unseen.
+
+extension WaitCommands {
+    /// Runs `body` with in-place access to the value, as the critical section, on the calling
+    /// thread, and returns what it returns.
+    ///
+    /// Waits its turn like every command (higher priority first, FIFO within a priority). The closure
+    /// is not escaping: it may capture `inout` state and other non-escaping closures.
+    /// - Returns: what `body` returned.
+    /// - Throws: ``QueueSafeValueError`` if the command did not run (`.valueContainerDeinited`,
+    ///   `.reentrantAccess`, `.timedOut(_:)` through `wait(timeout:)`, `.deadlock(_:)`,
+    ///   `.invalidArgument` for a negative timeout); `body` was then not called.
+    @inlinable
+    public func withLock<R>(_ body: (inout Value) -> R) throws(QueueSafeValueError) -> R {
+        try engine.withBlockingAccess(priority: priority, timeout: timeout, body).get()
+    }
+
+    /// Like `withLock(_:)`, for a closure that throws: its error is rethrown after the value
+    /// was released (changes it made before throwing stay).
+    /// - Throws: the closure's error, or a ``QueueSafeValueError`` if the command did not run.
+    @inlinable
+    public func withLock<R, E: Error>(_ body: (inout Value) throws(E) -> R) throws -> R {
+        let outcome = try engine.withBlockingAccess(priority: priority, timeout: timeout) { value in
+            Result<R, E> { () throws(E) -> R in try body(&value) }
+        }.get()
+        return try outcome.get()
+    }
+
+    /// Runs `body` with the value (read-only) as the critical section, on the calling thread, and
+    /// returns what it returns. Exclusive, like every command but ``read(_:)``, and available for
+    /// any `Value`.
+    /// - Throws: ``QueueSafeValueError`` if the command did not run, as `withLock(_:)`.
+    @inlinable
+    public func withValue<R>(_ body: (Value) -> R) throws(QueueSafeValueError) -> R {
+        try engine.withBlockingAccess(priority: priority, timeout: timeout, mutates: false) { value in body(value) }
+            .get()
+    }
+
+    /// Like `withValue(_:)`, for a closure that throws.
+    /// - Throws: the closure's error, or a ``QueueSafeValueError`` if the command did not run.
+    @inlinable
+    public func withValue<R, E: Error>(_ body: (Value) throws(E) -> R) throws -> R {
+        let outcome = try engine.withBlockingAccess(priority: priority, timeout: timeout, mutates: false) { value in
+            Result<R, E> { () throws(E) -> R in try body(value) }
+        }.get()
+        return try outcome.get()
+    }
+}
+
+extension AwaitCommands {
+    /// Runs `body` with in-place access to the value in the caller's isolation, holding the value
+    /// across every suspension point of `body`, and returns what it returns.
+    /// - Throws: ``QueueSafeValueError`` if the command did not run (`.cancelled`,
+    ///   `.reentrantAccess`, `.deadlock(_:)`, `.valueContainerDeinited`, `.timedOut(_:)`).
+    @inlinable
+    public func withLock<R>(
+        isolation: isolated (any Actor)? = #isolation,
+        _ body: nonisolated(nonsending) (inout Value) async -> R
+    ) async throws(QueueSafeValueError) -> R {
+        try await engine.withAwaitingAccess(priority: priority, timeout: timeout, isolation: isolation, body)
+    }
+
+    /// Like `withLock(isolation:_:)`, for a closure that throws: its error is rethrown after
+    /// the value was released (changes it made before throwing stay).
+    /// - Throws: the closure's error, or a ``QueueSafeValueError`` if the command did not run.
+    @inlinable
+    public func withLock<R, E: Error>(
+        isolation: isolated (any Actor)? = #isolation,
+        _ body: nonisolated(nonsending) (inout Value) async throws(E) -> R
+    ) async throws -> R {
+        let outcome = try await engine.withAwaitingAccess(priority: priority, timeout: timeout, isolation: isolation) {
+            value -> Result<R, E> in
+            do throws(E) {
+                return .success(try await body(&value))
+            } catch {
+                return .failure(error)
+            }
+        }
+        return try outcome.get()
+    }
+}
+
+extension DispatchCommands {
+    /// Runs `body` on the queue with in-place access to the value, as the critical section, then
+    /// delivers what it returned — or threw — to `completion`, on the same queue, after the value
+    /// was released.
+    ///
+    /// The command takes its place in the value's order when this method is called. If it cannot
+    /// run (`.valueContainerDeinited`), `body` is not called and `completion` receives the
+    /// ``QueueSafeValueError``.
+    public func withLock<R: Sendable>(
+        _ body: @escaping @Sendable (inout Value) throws -> R,
+        completion: @escaping @Sendable (Result<R, any Error>) -> Void
+    ) {
+        let outcome = OutcomeBox<R>()
+        engine.dispatchedCommandType.submit(
+            engine: engine, queue: queue, priority: priority,
+            operation: .access { value in outcome.result = Result { try body(&value) } },
+            completion: { command in
+                // The access closure ran in the section before this delivery: the engine's release
+                // orders its write before this read.
+                switch command {
+                case .success: completion(outcome.result ?? .failure(QueueSafeValueError.commandClosureDeallocated))
+                case .failure(let error): completion(.failure(error))
+                }
+            })
+    }
+}
+
+/// Carries a dispatched `withLock`'s outcome from its closure to its completion.
+// @unchecked Sendable: written once in the critical section, read once after the release that ends it
+final class OutcomeBox<R: Sendable>: @unchecked Sendable {
+    var result: Result<R, any Error>?
+}

@@ -1,0 +1,374 @@
+import Dispatch
+
+// Observing a value: `for await v in value.values { … }` and `value.observe(on: queue) { v in … }`.
+//
+// Every command that can change the value (`set`, `withLock`, dispatch and awaiting `set`s, manual
+// ones) takes a snapshot of it *inside* its critical section, numbered in commit order, when
+// observers exist; after its release it offers the snapshot to each observer. An observer keeps
+// only the newest snapshot it has not delivered (latest-value semantics, each observer on its
+// own) and drops any numbered at or below one it already has, so values arrive in commit order
+// and only values that were committed arrive. Nothing is delivered under a lock: a consumer is
+// resumed, or a queue's block runs, after the observer's own lock is released, and never inside a
+// critical section. When the container is released, each observer gets the value as the last
+// command left it and ends.
+
+// MARK: - Engine side
+
+/// One committed value, numbered in commit order.
+// @unchecked Sendable: immutable, and made only for Sendable values (observers require them)
+final class ObservedChange<Value>: @unchecked Sendable {
+    let value: Value
+    let sequence: UInt64
+
+    init(value: Value, sequence: UInt64) {
+        self.value = value
+        self.sequence = sequence
+    }
+}
+
+/// An observer as the engine keeps it: something to offer changes to, and to finish.
+// @unchecked Sendable: subclasses guard their state with their own lock
+class ObservationSink: @unchecked Sendable {
+    /// A committed change (an `ObservedChange` of the engine's value type), after the release.
+    func offer(_ change: AnyObject, sequence: UInt64) {}
+    /// The container was released and its last value offered: no more changes come.
+    func finish() {}
+}
+
+extension ValueEngine {
+    /// Inside the critical section of a command that may have changed the value, while observers
+    /// exist: numbers the change and snapshots the value.
+    @usableFromInline
+    @inline(never)
+    func captureChange() -> AnyObject {
+        changeSequence &+= 1
+        return ObservedChange(value: pointer.pointee, sequence: changeSequence)
+    }
+
+    /// After the release: offers a captured change to every observer.
+    @usableFromInline
+    @inline(never)
+    func deliverChange(_ change: AnyObject) {
+        let sequence = unsafeDowncast(change, to: ObservedChange<Value>.self).sequence
+        for sink in boosts.withLock({ $0.sinks }) { sink.offer(change, sequence: sequence) }
+    }
+
+    /// Registers an observer: from now on every command that may change the value captures it.
+    func addSink(_ sink: ObservationSink) {
+        boosts.withLock { record in
+            record.sinks.append(sink)
+            observing.storeRelease(record.sinks.count)
+        }
+    }
+
+    /// Forgets an observer.
+    func removeSink(_ sink: ObservationSink) {
+        boosts.withLock { record in
+            record.sinks.removeAll { $0 === sink }
+            observing.storeRelease(record.sinks.count)
+        }
+    }
+
+    /// The value is about to be freed (nothing holds or waits): every observer gets the value as
+    /// the last command left it, and ends.
+    func finishObservers() {
+        let sinks = boosts.withLock { record -> [ObservationSink] in
+            defer {
+                record.sinks = []
+                observing.storeRelease(0)
+            }
+            return record.sinks
+        }
+        guard !sinks.isEmpty else { return }
+        let last = ObservedChange(value: pointer.pointee, sequence: changeSequence)
+        for sink in sinks {
+            sink.offer(last, sequence: last.sequence)
+            sink.finish()
+        }
+    }
+}
+
+// MARK: - values
+
+/// The successive values of a container, as an `AsyncSequence`: the current value first, then the
+/// value after each command that could have changed it, in commit order (``QueueSafeValue/values``).
+///
+/// Each iterator is an observer of its own with latest-value semantics: while its consumer is busy,
+/// newer values replace the one it has not taken yet (like `AsyncStream`'s `bufferingNewest(1)`), so
+/// a slow consumer skips to the newest value and never slows down the commands. It never sees a
+/// value that was not committed, nor committed values out of order. The sequence ends (`nil`) once
+/// the container was released and its last value delivered, when the iterating task is cancelled,
+/// or at once if the container is gone when iteration starts. Values are delivered outside every
+/// lock and critical section: the loop body may issue commands on the same value.
+public struct ObservedValues<Value: Sendable>: AsyncSequence, Sendable {
+    /// The container's value.
+    public typealias Element = Value
+    /// The sequence never fails: it ends.
+    public typealias Failure = Never
+
+    @usableFromInline let engine: ValueEngine<Value>
+
+    @usableFromInline
+    init(engine: ValueEngine<Value>) {
+        self.engine = engine
+    }
+
+    /// An iterator that observes on its own, from its first `next()` until it is released.
+    public func makeAsyncIterator() -> Iterator {
+        Iterator(owner: SubscriptionOwner(ValuesSubscription(engine: engine)))
+    }
+
+    /// Iterates ``ObservedValues``; each iterator observes on its own.
+    public struct Iterator: AsyncIteratorProtocol {
+        /// The container's value.
+        public typealias Element = Value
+        /// The iterator never fails: it ends.
+        public typealias Failure = Never
+
+        let owner: SubscriptionOwner<Value>
+
+        /// The next value: the current one first, then each newer committed value.
+        /// - Returns: `nil` once the container was released (after its last value), or the task
+        ///   was cancelled.
+        public mutating func next() async -> Value? {
+            await owner.subscription.next()
+        }
+
+        /// ``next()``, from the caller's isolation.
+        public mutating func next(isolation actor: isolated (any Actor)?) async -> Value? {
+            await owner.subscription.next()
+        }
+    }
+}
+
+/// What an iterator holds: when it goes, its observer is unregistered (the engine holds the
+/// observer, not the iterator).
+// @unchecked Sendable: immutable
+final class SubscriptionOwner<Value: Sendable>: @unchecked Sendable {
+    let subscription: ValuesSubscription<Value>
+
+    init(_ subscription: ValuesSubscription<Value>) {
+        self.subscription = subscription
+    }
+
+    deinit {
+        subscription.unregister()
+    }
+}
+
+/// One iterator's observer: registered at its first `next()`, unregistered when the iterator goes.
+// @unchecked Sendable: `state` is behind its lock; `started` is touched only by the iterating task
+final class ValuesSubscription<Value: Sendable>: ObservationSink, @unchecked Sendable {
+    struct State {
+        var pending: Value?
+        var newest: UInt64 = 0
+        var hasNewest = false
+        var waiting: UnsafeContinuation<Value?, Never>?
+        var finished = false
+    }
+
+    private let engine: ValueEngine<Value>
+    private let state = LockedState.make(State())
+    private var started = false
+
+    init(engine: ValueEngine<Value>) {
+        self.engine = engine
+    }
+
+    /// The iterator went: no more changes are offered.
+    func unregister() {
+        if started { engine.removeSink(self) }
+    }
+
+    func next() async -> Value? {
+        if !started {
+            started = true
+            engine.addSink(self)
+            await readCurrentValue()
+        }
+        return await withTaskCancellationHandler {
+            await withUnsafeContinuation { (continuation: UnsafeContinuation<Value?, Never>) in
+                let now: Value?? = state.withLock { state in
+                    if let pending = state.pending {
+                        state.pending = nil
+                        return .some(pending)
+                    }
+                    if state.finished { return .some(nil) }
+                    state.waiting = continuation
+                    return nil
+                }
+                if let now { continuation.resume(returning: now) }
+            }
+        } onCancel: {
+            self.finish()
+        }
+    }
+
+    /// The current value, read in a shared read of the highest priority, with its number.
+    private func readCurrentValue() async {
+        let engine = self.engine
+        do {
+            let current = try await engine.withSharedAwaitingAccess(
+                priority: .highest, timeout: nil, isolation: nil
+            ) { value in ObservedChange(value: value, sequence: engine.changeSequence) }
+            offer(current, sequence: current.sequence)
+        } catch {
+            finish()  // the container is gone (or the task was cancelled)
+        }
+    }
+
+    override func offer(_ change: AnyObject, sequence: UInt64) {
+        let value = unsafeDowncast(change, to: ObservedChange<Value>.self).value
+        let resume = state.withLock { state -> UnsafeContinuation<Value?, Never>? in
+            guard !state.finished, !state.hasNewest || sequence > state.newest else { return nil }
+            (state.newest, state.hasNewest) = (sequence, true)
+            guard let waiting = state.waiting else {
+                state.pending = value
+                return nil
+            }
+            state.waiting = nil
+            return waiting
+        }
+        resume?.resume(returning: value)
+    }
+
+    override func finish() {
+        let resume = state.withLock { state -> UnsafeContinuation<Value?, Never>? in
+            state.finished = true
+            defer { state.waiting = nil }
+            return state.waiting
+        }
+        resume?.resume(returning: nil)
+    }
+}
+
+// MARK: - observe(on:)
+
+/// Stops the observation it was returned for (``QueueSafeValue/observe(on:_:)``): call
+/// ``cancel()``, or let the token go. A handler call already running finishes; none starts after.
+public final class ObservationToken: Sendable {
+    private let stop: @Sendable () -> Void
+
+    init(stop: @escaping @Sendable () -> Void) {
+        self.stop = stop
+    }
+
+    deinit {
+        stop()
+    }
+
+    /// Stops the observation. Calling it again does nothing.
+    public func cancel() {
+        stop()
+    }
+}
+
+/// A queue's observer: one drain block at a time on the queue delivers the newest value.
+// @unchecked Sendable: `state` is behind its lock; the rest is immutable
+final class QueueObserver<Value: Sendable>: ObservationSink, @unchecked Sendable {
+    struct State {
+        var pending: Value?
+        var newest: UInt64 = 0
+        var hasNewest = false
+        var draining = false
+        var stopped = false
+        /// The container was released: its last value still drains, nothing comes after.
+        var finished = false
+    }
+
+    private let queue: DispatchQueue
+    private let handler: @Sendable (Value) -> Void
+    private let state = LockedState.make(State())
+
+    init(queue: DispatchQueue, handler: @escaping @Sendable (Value) -> Void) {
+        self.queue = queue
+        self.handler = handler
+    }
+
+    override func offer(_ change: AnyObject, sequence: UInt64) {
+        let value = unsafeDowncast(change, to: ObservedChange<Value>.self).value
+        let startDrain = state.withLock { state -> Bool in
+            guard !state.stopped, !state.finished, !state.hasNewest || sequence > state.newest else { return false }
+            (state.newest, state.hasNewest) = (sequence, true)
+            state.pending = value
+            guard !state.draining else { return false }
+            state.draining = true
+            return true
+        }
+        if startDrain { SyncPoints.async(queue) { self.drain() } }
+    }
+
+    /// On the queue: delivers the newest value until none is pending. One drain at a time, so the
+    /// handler sees values in commit order.
+    private func drain() {
+        while true {
+            let next = state.withLock { state -> Value? in
+                guard !state.stopped, let pending = state.pending else {
+                    state.draining = false
+                    return nil
+                }
+                state.pending = nil
+                return pending
+            }
+            guard let next else { return }
+            handler(next)
+        }
+    }
+
+    override func finish() {
+        state.withLock { $0.finished = true }
+    }
+
+    /// Stops delivering (a cancelled token).
+    func stop() {
+        state.withLock { $0.stopped = true }
+    }
+}
+
+// MARK: - The containers' API
+
+extension QueueSafeValue where Value: Sendable {
+    /// The value's successive states: the current value first, then the value after each command
+    /// that could have changed it, in commit order, until the container is released.
+    ///
+    /// ```swift
+    /// let settings = QueueSafeValue(value: ["theme": "dark"])
+    /// Task {
+    ///     for await current in settings.values { print(current) }
+    /// }
+    /// ```
+    ///
+    /// Each iteration is an observer of its own. A slow consumer skips to the newest value (it never
+    /// sees a value that was not committed, nor values out of order) and never holds up a command;
+    /// values are delivered outside every lock and critical section, so the loop may issue commands
+    /// on the same value. See ``ObservedValues``.
+    public var values: ObservedValues<Value> {
+        ObservedValues(engine: engine)
+    }
+
+    /// Calls `handler` on `queue` with the current value, then with the value after each command
+    /// that could have changed it, in commit order, until the returned token is cancelled or
+    /// released, or the container is released (after its last value).
+    ///
+    /// While `handler` runs or waits for `queue`, newer values replace the one not yet delivered:
+    /// it is called with the newest, never with a value that was not committed, and never out of
+    /// order. It runs outside every lock and critical section.
+    /// - Returns: the token that stops the observation: keep it as long as you observe.
+    public func observe(on queue: DispatchQueue, _ handler: @escaping @Sendable (Value) -> Void) -> ObservationToken {
+        let observer = QueueObserver(queue: queue, handler: handler)
+        let engine = self.engine
+        engine.addSink(observer)
+        // The current value, read in its turn (a shared read, on the queue) with its number.
+        engine.dispatchedCommandType.submitShared(
+            engine: engine, queue: queue, priority: .highest,
+            operation: .sharedRead { result in
+                guard case .success(let value) = result else { return }
+                let current = ObservedChange(value: value, sequence: engine.changeSequence)
+                observer.offer(current, sequence: current.sequence)
+            })
+        return ObservationToken { [weak engine, observer] in
+            observer.stop()
+            engine?.removeSink(observer)
+        }
+    }
+}

@@ -1,0 +1,172 @@
+import Dispatch
+import Foundation
+import Testing
+
+@testable import QueueSafeValue
+
+/// The one-liners a Swift developer writes with `Mutex`, `NSLock.withLock` or an actor, each as one
+/// line here: throwing, value-returning commands on every schedule, and a default priority.
+@Suite(.runsAlongsideOthers) struct ModernSurfaceTests {
+    struct DecodeError: Error, Equatable {}
+
+    static func decode(_ text: String) throws(DecodeError) -> Int {
+        guard let number = Int(text) else { throw DecodeError() }
+        return number
+    }
+
+    // MARK: withLock
+
+    @Test func withLock_returnsWhatTheClosureReturns() throws {
+        let jobs = QueueSafeValue(value: [1, 2, 3])
+        let job = try jobs.wait.highestPriority.withLock { $0.popLast() }
+        #expect(job == 3)
+        let next = try jobs.wait.withLock { $0.popLast() }  // the default priority
+        #expect(next == 2)
+        #expect(jobs.wait.get() == .success([1]))
+    }
+
+    @Test func withLock_ofANonThrowingClosure_throwsOnlyTheLibrarysError() throws {
+        let value = QueueSafeValue(value: 0)
+        let failure = try value.wait.highestPriority.withLock { _ in
+            // Typed: `error` is a QueueSafeValueError, no cast needed.
+            do throws(QueueSafeValueError) {
+                try value.wait.lowestPriority.withLock { $0 += 1 }
+                return QueueSafeValueError?.none
+            } catch {
+                return error
+            }
+        }
+        #expect(failure == .reentrantAccess, "a reentrant withLock throws instead of deadlocking")
+    }
+
+    @Test func withLock_rethrowsTheClosuresError_afterReleasing_andKeepsItsChanges() throws {
+        let cache = QueueSafeValue(value: [Int]())
+        try cache.wait.withLock { try $0.append(Self.decode("7")) }
+        #expect(throws: DecodeError()) {
+            try cache.wait.withLock { entries in
+                entries.append(8)
+                try entries.append(Self.decode("not a number"))
+            }
+        }
+        #expect(cache.wait.get() == .success([7, 8]), "changes before the throw stay")
+        #expect(try cache.wait.highestPriority.withLock { $0.count } == 2, "the value was released")
+    }
+
+    @Test func withLock_ofAReleasedContainer_throws_andDoesNotRun() {
+        var value: QueueSafeValue<Int>? = QueueSafeValue(value: 0)
+        let commands = value!.wait.highestPriority
+        value = nil
+        let ran = Locked(false)
+        #expect(throws: QueueSafeValueError.valueContainerDeinited) {
+            try commands.withLock { _ in ran.set(true) }
+        }
+        #expect(!ran.value)
+    }
+
+    @Test func withLock_closureIsNotEscaping_soItMayCaptureInoutState() throws {
+        let value = QueueSafeValue(value: 5)
+        var total = 0
+        func add(into sum: inout Int) throws {
+            try value.wait.withLock { sum += $0 }  // captures an inout parameter: non-escaping only
+        }
+        try add(into: &total)
+        try add(into: &total)
+        #expect(total == 10)
+    }
+
+    @Test func withValue_readsWithoutChanging() throws {
+        let value = QueueSafeValue(value: "abc")
+        #expect(try value.wait.withValue { $0.count } == 3)
+        #expect(throws: DecodeError()) { try value.wait.highestPriority.withValue { try Self.decode($0) } }
+    }
+
+    @Test func timedWithLock_timesOut_andThrows() {
+        let value = QueueSafeValue(value: 0)
+        let holder = SectionHolder(value)
+        #expect(throws: QueueSafeValueError.anyTimedOut) {
+            try value.wait(timeout: .milliseconds(20)).highestPriority.withLock { $0 += 1 }
+        }
+        holder.release()
+        #expect(value.wait.get() == .success(0))
+    }
+
+    @Test func awaitingWithLock_returnsAndThrows_acrossSuspensions() async throws {
+        let value = QueueSafeValue(value: [Int]())
+        let count = try await value.async.withLock { entries -> Int in
+            entries.append(1)
+            await Task.yield()
+            entries.append(2)
+            return entries.count
+        }
+        #expect(count == 2)
+        await #expect(throws: DecodeError()) {
+            try await value.async.highestPriority.withLock { entries in
+                entries.append(3)
+                try entries.append(Self.decode("x"))
+            }
+        }
+        #expect(try await value.async.get() == [1, 2, 3])
+        do throws(QueueSafeValueError) {
+            let typed = try await value.async.withLock { $0.count }  // typed: the catch below needs no cast
+            #expect(typed == 3)
+        } catch {
+            Issue.record("withLock failed: \(error.localizedDescription)")
+        }
+    }
+
+    @Test func dispatchWithLock_deliversTheOutcomeOnTheQueue() {
+        let value = QueueSafeValue(value: [1, 2])
+        let queue = DispatchQueue(label: "withLock")
+        let outcomes = Locked<[String]>([])
+        let done = DispatchGroup()
+        done.enter()
+        value.async(performIn: queue).highestPriority.withLock(
+            { $0.removeLast() },
+            completion: { result in
+                outcomes.withLock { $0.append("popped \((try? result.get()) ?? -1)") }
+                done.leave()
+            })
+        done.enter()
+        value.async(performIn: queue).withLock(
+            { entries -> Int in
+                entries.append(9)
+                return try Self.decode("nope")
+            },
+            completion: { result in
+                if case .failure(let error) = result, error is DecodeError { outcomes.withLock { $0.append("threw") } }
+                done.leave()
+            })
+        #expect(waitOrFail(done, "both completions"))
+        #expect(outcomes.value == ["popped 2", "threw"])
+        #expect(value.wait.get() == .success([1, 9]))
+    }
+
+    // MARK: The default priority
+
+    @Test func theDefaultPriority_isMedium_betweenTheExplicitOnes() {
+        let value = QueueSafeValue(value: [String]())
+        let holder = SectionHolder(value)
+        let threads = ThreadGroup()
+        threads.spawn { _ = value.wait.lowestPriority.set { $0.append("lowest") } }
+        waitForPending(value.engine, count: 1)
+        threads.spawn { _ = try? value.wait.withLock { $0.append("default") } }
+        waitForPending(value.engine, count: 2)
+        threads.spawn { _ = value.wait.highestPriority.set { $0.append("highest") } }
+        waitForPending(value.engine, count: 3)
+        #expect(value.diagnostics.waiting[.medium] == 1)
+        holder.release()
+        threads.join()
+        #expect(value.wait.get() == .success(["highest", "default", "lowest"]))
+        #expect(CommandPriority.default == .medium)
+    }
+
+    @Test func defaultPriorityForms_onEverySchedule() async throws {
+        let counter = QueueSafeValue(value: 1)
+        #expect(counter.wait.get() == .success(1))
+        #expect(counter.wait.set(newValue: 2) == .success(2))
+        #expect(try await counter.async.get() == 2)
+        #expect(try await counter.async.set(newValue: 3) == 3)
+        #expect(counter.wait.read { $0 } == .success(3))
+        #expect(try await counter.async.read { $0 } == 3)
+    }
+}
