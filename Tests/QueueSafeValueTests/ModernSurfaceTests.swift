@@ -141,6 +141,42 @@ import Testing
         #expect(value.wait.get() == .success([1, 9]))
     }
 
+    // MARK: Any value
+
+    /// Not Sendable: a class with mutable state.
+    final class Tally {
+        var count = 0
+        var log: [String] = []
+    }
+
+    @Test func aNonSendableValue_isSharedWithTasksAndThreads_throughWithLock() async throws {
+        let tally = QueueSafeValue(value: Tally())  // the container is Sendable whatever it holds
+        let threads = ThreadGroup()
+        for _ in 0..<4 {
+            threads.spawn {
+                for _ in 0..<100 { _ = try? tally.wait.withLock { $0.count += 1 } }
+            }
+        }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for index in 0..<4 {
+                group.addTask {
+                    for _ in 0..<100 {
+                        try await tally.async.withLock { tally in
+                            tally.count += 1
+                            if tally.count % 100 == 0 { tally.log.append("task \(index)") }
+                        }
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        try await threads.join()
+        // Only a `sending` (here Sendable) result leaves the section, never the value itself.
+        let (count, entries) = try tally.wait.withLock { ($0.count, $0.log.count) }
+        #expect(count == 800)
+        #expect(entries <= 8)
+    }
+
     // MARK: The default priority
 
     @Test func theDefaultPriority_isMedium_betweenTheExplicitOnes() {

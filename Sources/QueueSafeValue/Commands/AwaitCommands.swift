@@ -37,7 +37,7 @@ public struct AwaitSchedule<Value> {
     }
 }
 
-extension AwaitSchedule: Sendable where Value: Sendable {}
+extension AwaitSchedule: Sendable {}
 
 // MARK: - AwaitCommands
 
@@ -72,7 +72,11 @@ public struct AwaitCommands<Value> {
         self.priority = priority
         self.timeout = timeout
     }
+}
 
+/// The original library's commands, which hand the value (or a copy of it) to the caller's closures
+/// and return it: they need a `Sendable` value. For any value, use `withLock`.
+extension AwaitCommands where Value: Sendable {
     /// Returns a copy of the value, read in its turn.
     @inlinable
     public func get(isolation: isolated (any Actor)? = #isolation) async throws(QueueSafeValueError) -> Value {
@@ -123,4 +127,4 @@ public struct AwaitCommands<Value> {
     }
 }
 
-extension AwaitCommands: Sendable where Value: Sendable {}
+extension AwaitCommands: Sendable {}

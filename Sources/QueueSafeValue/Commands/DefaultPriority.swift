@@ -16,6 +16,23 @@ extension WaitSchedule {
     @inlinable
     public var defaultPriority: WaitCommands<Value> { priority(.default) }
 
+    /// `withLock` at the default priority: runs `body` with in-place access to the value as the
+    /// critical section, on the calling thread, and returns what it returns.
+    /// - Throws: ``QueueSafeValueError`` if the command did not run.
+    @inlinable
+    public func withLock<R>(_ body: (inout sending Value) -> sending R) throws(QueueSafeValueError) -> sending R {
+        try defaultPriority.withLock(body)
+    }
+
+    /// `withLock` at the default priority, for a closure that throws.
+    /// - Throws: the closure's error, or a ``QueueSafeValueError`` if the command did not run.
+    @inlinable
+    public func withLock<R, E: Error>(_ body: (inout sending Value) throws(E) -> sending R) throws -> sending R {
+        try defaultPriority.withLock(body)
+    }
+}
+
+extension WaitSchedule where Value: Sendable {
     /// Returns a copy of the value, read in its turn at the default priority. See ``WaitCommands/get()``.
     @inlinable
     public func get() -> Result<Value, QueueSafeValueError> {
@@ -29,30 +46,13 @@ extension WaitSchedule {
         defaultPriority.set(newValue: newValue)
     }
 
-    /// `withLock` at the default priority: runs `body` with in-place access to the value as the
-    /// critical section, on the calling thread, and returns what it returns.
-    /// - Throws: ``QueueSafeValueError`` if the command did not run.
-    @inlinable
-    public func withLock<R>(_ body: (inout Value) -> R) throws(QueueSafeValueError) -> R {
-        try defaultPriority.withLock(body)
-    }
-
-    /// `withLock` at the default priority, for a closure that throws.
-    /// - Throws: the closure's error, or a ``QueueSafeValueError`` if the command did not run.
-    @inlinable
-    public func withLock<R, E: Error>(_ body: (inout Value) throws(E) -> R) throws -> R {
-        try defaultPriority.withLock(body)
-    }
-
     /// `withValue` at the default priority: runs `body` with the value (read-only, exclusive).
     /// - Throws: ``QueueSafeValueError`` if the command did not run.
     @inlinable
     public func withValue<R>(_ body: (Value) -> R) throws(QueueSafeValueError) -> R {
         try defaultPriority.withValue(body)
     }
-}
 
-extension WaitSchedule where Value: Sendable {
     /// A shared read at the default priority. See ``WaitCommands/read(_:)``.
     @inlinable
     public func read<R>(_ body: (Value) -> R) -> Result<R, QueueSafeValueError> {
@@ -65,6 +65,28 @@ extension AwaitSchedule {
     @inlinable
     public var defaultPriority: AwaitCommands<Value> { priority(.default) }
 
+    /// `withLock` at the default priority: in-place access across the closure's suspension points.
+    /// - Throws: ``QueueSafeValueError`` if the command did not run.
+    @inlinable
+    public func withLock<R>(
+        isolation: isolated (any Actor)? = #isolation,
+        _ body: nonisolated(nonsending) (inout sending Value) async -> sending R
+    ) async throws(QueueSafeValueError) -> R {
+        try await defaultPriority.withLock(isolation: isolation, body)
+    }
+
+    /// `withLock` at the default priority, for a closure that throws.
+    /// - Throws: the closure's error, or a ``QueueSafeValueError`` if the command did not run.
+    @inlinable
+    public func withLock<R, E: Error>(
+        isolation: isolated (any Actor)? = #isolation,
+        _ body: nonisolated(nonsending) (inout sending Value) async throws(E) -> sending R
+    ) async throws -> R {
+        try await defaultPriority.withLock(isolation: isolation, body)
+    }
+}
+
+extension AwaitSchedule where Value: Sendable {
     /// Returns a copy of the value, read in its turn at the default priority.
     /// - Throws: as ``AwaitCommands/get(isolation:)``.
     @inlinable
@@ -82,28 +104,6 @@ extension AwaitSchedule {
         try await defaultPriority.set(newValue: newValue, isolation: isolation)
     }
 
-    /// `withLock` at the default priority: in-place access across the closure's suspension points.
-    /// - Throws: ``QueueSafeValueError`` if the command did not run.
-    @inlinable
-    public func withLock<R>(
-        isolation: isolated (any Actor)? = #isolation,
-        _ body: nonisolated(nonsending) (inout Value) async -> R
-    ) async throws(QueueSafeValueError) -> R {
-        try await defaultPriority.withLock(isolation: isolation, body)
-    }
-
-    /// `withLock` at the default priority, for a closure that throws.
-    /// - Throws: the closure's error, or a ``QueueSafeValueError`` if the command did not run.
-    @inlinable
-    public func withLock<R, E: Error>(
-        isolation: isolated (any Actor)? = #isolation,
-        _ body: nonisolated(nonsending) (inout Value) async throws(E) -> R
-    ) async throws -> R {
-        try await defaultPriority.withLock(isolation: isolation, body)
-    }
-}
-
-extension AwaitSchedule where Value: Sendable {
     /// A shared read at the default priority. See ``AwaitCommands/read(isolation:_:)``.
     @inlinable
     public func read<R>(
@@ -114,7 +114,7 @@ extension AwaitSchedule where Value: Sendable {
     }
 }
 
-extension DispatchSchedule {
+extension DispatchSchedule where Value: Sendable {
     /// Commands of ``CommandPriority/default`` priority.
     @inlinable
     public var defaultPriority: DispatchCommands<Value> { priority(.default) }

@@ -36,7 +36,7 @@ public struct DispatchSchedule<Value> {
     }
 }
 
-extension DispatchSchedule: Sendable where Value: Sendable {}
+extension DispatchSchedule: Sendable {}
 
 // MARK: - DispatchCommands
 
@@ -68,7 +68,11 @@ public struct DispatchCommands<Value> {
         self.queue = queue
         self.priority = priority
     }
+}
 
+/// The original library's commands, which hand the value (or a copy of it) to the caller's closures
+/// and return it: they need a `Sendable` value. For any value, use `withLock`.
+extension DispatchCommands where Value: Sendable {
     private func submit(
         _ operation: DispatchedCommand<Value>.Operation,
         completion: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)? = nil
@@ -158,4 +162,4 @@ public struct DispatchCommands<Value> {
     }
 }
 
-extension DispatchCommands: Sendable where Value: Sendable {}
+extension DispatchCommands: Sendable {}

@@ -19,21 +19,20 @@ extension WaitCommands {
     ///   `.reentrantAccess`, `.timedOut(_:)` through `wait(timeout:)`, `.deadlock(_:)`,
     ///   `.invalidArgument` for a negative timeout); `body` was then not called.
     @inlinable
-    public func withLock<R>(_ body: (inout Value) -> R) throws(QueueSafeValueError) -> R {
-        try engine.withBlockingAccess(priority: priority, timeout: timeout, body).get()
+    public func withLock<R>(_ body: (inout sending Value) -> sending R) throws(QueueSafeValueError) -> sending R {
+        try engine.withLockedAccess(priority: priority, timeout: timeout, body)
     }
 
     /// Like `withLock(_:)`, for a closure that throws: its error is rethrown after the value
     /// was released (changes it made before throwing stay).
     /// - Throws: the closure's error, or a ``QueueSafeValueError`` if the command did not run.
     @inlinable
-    public func withLock<R, E: Error>(_ body: (inout Value) throws(E) -> R) throws -> R {
-        let outcome = try engine.withBlockingAccess(priority: priority, timeout: timeout) { value in
-            Result<R, E> { () throws(E) -> R in try body(&value) }
-        }.get()
-        return try outcome.get()
+    public func withLock<R, E: Error>(_ body: (inout sending Value) throws(E) -> sending R) throws -> sending R {
+        try engine.withLockedAccess(priority: priority, timeout: timeout, body)
     }
+}
 
+extension WaitCommands where Value: Sendable {
     /// Runs `body` with the value (read-only) as the critical section, on the calling thread, and
     /// returns what it returns. Exclusive, like every command but ``read(_:)``, and available for
     /// any `Value`.
@@ -63,9 +62,9 @@ extension AwaitCommands {
     @inlinable
     public func withLock<R>(
         isolation: isolated (any Actor)? = #isolation,
-        _ body: nonisolated(nonsending) (inout Value) async -> R
+        _ body: nonisolated(nonsending) (inout sending Value) async -> sending R
     ) async throws(QueueSafeValueError) -> R {
-        try await engine.withAwaitingAccess(priority: priority, timeout: timeout, isolation: isolation, body)
+        try await engine.withAwaitingLockedAccess(priority: priority, timeout: timeout, isolation: isolation, body)
     }
 
     /// Like `withLock(isolation:_:)`, for a closure that throws: its error is rethrown after
@@ -74,21 +73,13 @@ extension AwaitCommands {
     @inlinable
     public func withLock<R, E: Error>(
         isolation: isolated (any Actor)? = #isolation,
-        _ body: nonisolated(nonsending) (inout Value) async throws(E) -> R
+        _ body: nonisolated(nonsending) (inout sending Value) async throws(E) -> sending R
     ) async throws -> R {
-        let outcome = try await engine.withAwaitingAccess(priority: priority, timeout: timeout, isolation: isolation) {
-            value -> Result<R, E> in
-            do throws(E) {
-                return .success(try await body(&value))
-            } catch {
-                return .failure(error)
-            }
-        }
-        return try outcome.get()
+        try await engine.withAwaitingLockedAccess(priority: priority, timeout: timeout, isolation: isolation, body)
     }
 }
 
-extension DispatchCommands {
+extension DispatchCommands where Value: Sendable {
     /// Runs `body` on the queue with in-place access to the value, as the critical section, then
     /// delivers what it returned — or threw — to `completion`, on the same queue, after the value
     /// was released.

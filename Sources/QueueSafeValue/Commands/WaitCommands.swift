@@ -38,7 +38,7 @@ public struct WaitSchedule<Value> {
     }
 }
 
-extension WaitSchedule: Sendable where Value: Sendable {}
+extension WaitSchedule: Sendable {}
 
 // MARK: - WaitCommands
 
@@ -76,7 +76,11 @@ public struct WaitCommands<Value> {
         self.priority = priority
         self.timeout = timeout
     }
+}
 
+/// The original library's commands, which hand the value (or a copy of it) to the caller's closures
+/// and return it: they need a `Sendable` value. For any value, use `withLock`.
+extension WaitCommands where Value: Sendable {
     /// Returns a copy of the value, read in its turn.
     @inlinable
     public func get() -> Result<Value, QueueSafeValueError> {
@@ -182,4 +186,6 @@ public struct WaitCommands<Value> {
     }
 }
 
-extension WaitCommands: Sendable where Value: Sendable {}
+// Holds the engine (Sendable) and plain values: shareable for any value, since the commands that
+// hand the value out require a Sendable one.
+extension WaitCommands: Sendable {}

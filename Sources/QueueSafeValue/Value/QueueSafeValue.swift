@@ -9,7 +9,8 @@ import Dispatch
 ///
 /// ```swift
 /// let counter = QueueSafeValue(value: 0)
-/// counter.wait.highestPriority.set { $0 += 1 }                         // blocks this thread
+/// let next = try counter.wait.withLock { $0 += 1; return $0 }          // blocks this thread
+/// counter.wait.highestPriority.set { $0 += 1 }                         // the same, returning a Result
 /// counter.async(performIn: .main).lowestPriority.get { print($0) }     // returns at once, runs on main
 /// let now = try await counter.async.priority(.high).get()              // suspends this task
 /// ```
@@ -19,8 +20,14 @@ import Dispatch
 ///   dispatch queue; ``async`` suspends a task and runs closures in the caller's isolation.
 /// - The **priority** decides when the command runs: highest priority first, first-come-first-served
 ///   within a priority. A running command is never preempted.
-/// - The **command** decides what happens to the value: `get`, `set` or `map`, each with automatic
-///   or manual completion.
+/// - The **command** decides what happens to the value: `withLock` (returns the closure's result,
+///   throws on failure) and `withValue`; `read`, shared with other reads; or the original `get`,
+///   `set` and `map`, which return a `Result`, each with automatic or manual completion. A priority
+///   left out (`counter.wait.get()`) is ``CommandPriority/default``.
+///
+/// The container is `Sendable` whatever it holds: a value that is not `Sendable` is reached only
+/// through `withLock`, whose closure gets it as `inout sending` and returns a `sending` result; the
+/// commands that hand the value out need a `Sendable` value.
 ///
 /// All schedules share one queue: one command at a time, across every caller. Schedulers and
 /// commands do not retain the container; once it is released, new commands fail with
@@ -38,14 +45,15 @@ public final class QueueSafeValue<Value> {
     /// schedule holds the engine, which the container keeps alive while you hold the container.
     public let wait: WaitSchedule<Value>
 
-    /// Wraps `value`. The container owns it from now on; read and change it only through commands.
+    /// Wraps `value`. The container owns it from now on (`sending`: the caller gives it up); read and
+    /// change it only through commands.
     /// - Parameters:
     ///   - value: the value to guard.
     ///   - label: a name for diagnostics and deadlock reports (`"balance"`); without one they show
     ///     the value's type and a short identity.
     ///   - fairness: how priority is weighed against waiting time: ``CommandFairness/strictPriority``
     ///     (the default) or a bound on how often a waiting command is overtaken.
-    public init(value: Value, label: String? = nil, fairness: CommandFairness = .strictPriority) {
+    public init(value: sending Value, label: String? = nil, fairness: CommandFairness = .strictPriority) {
         let engine = ValueEngine(value: value, label: label, fairness: fairness)
         ownership = ContainerOwnership(engine)
         wait = WaitSchedule(engine: engine, timeout: nil)
@@ -103,5 +111,7 @@ public final class QueueSafeValue<Value> {
     }
 }
 
-// @unchecked Sendable: the value is touched only by the command holding the critical section
-extension QueueSafeValue: @unchecked Sendable where Value: Sendable {}
+// @unchecked Sendable: the value is touched only by the command holding the critical section, and
+// for a non-Sendable value only through `withLock`, whose closure gets it as `inout sending` and
+// returns a `sending` result (the commands that hand the value out require a Sendable one)
+extension QueueSafeValue: @unchecked Sendable {}

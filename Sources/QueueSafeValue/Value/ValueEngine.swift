@@ -63,14 +63,59 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
             return .failure(error)
         }
         let result = body(&pointer.pointee)
-        if mutates && observing.loadRelaxed() != 0 {
+        if mutates {
+            releaseBlockingAfterChange()
+        } else {
+            releaseBlocking()
+        }
+        return .success(result)
+    }
+
+    /// Releases the section held by a blocking command that may have changed the value: while
+    /// observers exist, the change is captured first and offered to them after the release.
+    @inlinable
+    @inline(__always)
+    func releaseBlockingAfterChange() {
+        if observing.loadRelaxed() != 0 {
             let change = captureChange()
             releaseBlocking()
             deliverChange(change)
         } else {
             releaseBlocking()
         }
-        return .success(result)
+    }
+
+    /// `withLock` on the blocking schedule: `body` gets the value as `inout sending`, so it cannot
+    /// merge the value with state the caller keeps, and returns a `sending` result, disconnected
+    /// from the value: what makes a non-Sendable value safe to share (the shape of `Mutex.withLock`).
+    @inlinable
+    func withLockedAccess<R>(
+        priority: CommandPriority,
+        timeout: DispatchTimeInterval?,
+        _ body: (inout sending Value) -> sending R
+    ) throws(QueueSafeValueError) -> sending R {
+        if let error = acquireBlocking(priority: priority, timeout: timeout) { throw error }
+        let result = body(&pointer.pointee)
+        releaseBlockingAfterChange()
+        return result
+    }
+
+    /// `withLockedAccess` for a closure that throws: its error is thrown after the release.
+    @inlinable
+    func withLockedAccess<R, E: Error>(
+        priority: CommandPriority,
+        timeout: DispatchTimeInterval?,
+        _ body: (inout sending Value) throws(E) -> sending R
+    ) throws -> sending R {
+        if let error = acquireBlocking(priority: priority, timeout: timeout) { throw error }
+        do {
+            let result = try body(&pointer.pointee)
+            releaseBlockingAfterChange()
+            return result
+        } catch {
+            releaseBlockingAfterChange()
+            throw error
+        }
     }
 
     /// Like ``withBlockingAccess(priority:timeout:_:)``, but the section stays held after `body`
@@ -138,6 +183,51 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
         }
         if let change { deliverChange(change) }
         return result
+    }
+
+    /// `withLock` on the awaiting schedule (see ``withLockedAccess(priority:timeout:_:)``): the
+    /// section is held across `body`'s suspension points; `body`'s error is thrown after the release.
+    /// `body`'s result is `sending` (disconnected from the value); it comes back to the caller in
+    /// the caller's own isolation, where `body` ran, so it needs no `sending` on the way out.
+    @inlinable
+    func withAwaitingLockedAccess<R, E: Error>(
+        priority: CommandPriority,
+        timeout: DispatchTimeInterval?,
+        isolation: isolated (any Actor)?,
+        _ body: nonisolated(nonsending) (inout sending Value) async throws(E) -> sending R
+    ) async throws -> R {
+        if Task.isCancelled { throw QueueSafeValueError.cancelled }
+        let deadline = try commandDeadline(after: timeout)
+        if !tryAcquireIdle(.awaiting) {
+            try await acquireAwaitingSlow(priority: priority, deadline: deadline, isolation: isolation)
+        }
+        var change: AnyObject?
+        defer { if let change { deliverChange(change) } }
+        return try await runHeldTaskSection(.awaiting, isolation: isolation) { () async throws -> R in
+            defer { if observing.loadRelaxed() != 0 { change = captureChange() } }
+            return try await body(&pointer.pointee)
+        }
+    }
+
+    /// The awaiting `withLock` for a closure that cannot throw: only the library's errors.
+    @inlinable
+    func withAwaitingLockedAccess<R>(
+        priority: CommandPriority,
+        timeout: DispatchTimeInterval?,
+        isolation: isolated (any Actor)?,
+        _ body: nonisolated(nonsending) (inout sending Value) async -> sending R
+    ) async throws(QueueSafeValueError) -> R {
+        if Task.isCancelled { throw .cancelled }
+        let deadline = try commandDeadline(after: timeout)
+        if !tryAcquireIdle(.awaiting) {
+            try await acquireAwaitingSlow(priority: priority, deadline: deadline, isolation: isolation)
+        }
+        var change: AnyObject?
+        defer { if let change { deliverChange(change) } }
+        return await runHeldTaskSection(.awaiting, isolation: isolation) { () async -> R in
+            defer { if observing.loadRelaxed() != 0 { change = captureChange() } }
+            return await body(&pointer.pointee)
+        }
     }
 }
 
