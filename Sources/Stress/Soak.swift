@@ -51,15 +51,21 @@ final class Generation: @unchecked Sendable {
         // Observers beside everything else; audited at the end (see `ObserverLog`).
         let values = container.values
         let iterated = self.iterated
+        let first = DispatchSemaphore(value: 0)
         Task.detached {
             var count = 0
             for await ledger in values {
                 iterated.append(ledger.counter)
+                if count == 0 { first.signal() }
                 count += 1
                 if count % 4 == 0 { await Task.yield() }  // now and then a slow consumer
             }
+            if count == 0 { first.signal() }
             iterated.end()
         }
+        // Observing from the start: a sequence whose iteration begins after the container was
+        // released ends at once, with no value, as documented.
+        _ = first.wait(timeout: .now() + 10)
         let handled = self.handled
         observation = container.observe(on: queues[0]) { ledger in handled.append(ledger.counter) }
     }

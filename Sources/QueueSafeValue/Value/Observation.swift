@@ -163,7 +163,10 @@ final class ValuesSubscription<Value: Sendable>: ObservationSink, @unchecked Sen
         var pending: Value?
         var newest: UInt64 = 0
         var hasNewest = false
-        var waiting: UnsafeContinuation<Value?, Never>?
+        /// The consumer, suspended until a value is pending or the sequence ends. It is resumed
+        /// without a payload and takes the value under the lock: what it reads is ordered by the
+        /// lock, not by the runtime's resume (see `UnsafeContinuation.resumeFromAnotherThread()`).
+        var waiting: TurnContinuation?
         var finished = false
     }
 
@@ -186,21 +189,27 @@ final class ValuesSubscription<Value: Sendable>: ObservationSink, @unchecked Sen
             engine.addSink(self)
             await readCurrentValue()
         }
-        return await withTaskCancellationHandler {
-            await withUnsafeContinuation { (continuation: UnsafeContinuation<Value?, Never>) in
-                let now: Value?? = state.withLock { state in
-                    if let pending = state.pending {
-                        state.pending = nil
-                        return .some(pending)
-                    }
-                    if state.finished { return .some(nil) }
-                    state.waiting = continuation
-                    return nil
+        while true {
+            let now: Value?? = state.withLock { state in
+                if let pending = state.pending {
+                    state.pending = nil
+                    return .some(pending)
                 }
-                if let now { continuation.resume(returning: now) }
+                return state.finished ? .some(nil) : nil
             }
-        } onCancel: {
-            self.finish()
+            if let now { return now }
+            await withTaskCancellationHandler {
+                await withUnsafeContinuation { (continuation: TurnContinuation) in
+                    let ready = state.withLock { state in
+                        guard state.pending == nil && !state.finished else { return true }
+                        state.waiting = continuation
+                        return false
+                    }
+                    if ready { continuation.resume() }
+                }
+            } onCancel: {
+                self.finish()
+            }
         }
     }
 
@@ -219,26 +228,23 @@ final class ValuesSubscription<Value: Sendable>: ObservationSink, @unchecked Sen
 
     override func offer(_ change: AnyObject, sequence: UInt64) {
         let value = unsafeDowncast(change, to: ObservedChange<Value>.self).value
-        let resume = state.withLock { state -> UnsafeContinuation<Value?, Never>? in
+        let resume = state.withLock { state -> TurnContinuation? in
             guard !state.finished, !state.hasNewest || sequence > state.newest else { return nil }
             (state.newest, state.hasNewest) = (sequence, true)
-            guard let waiting = state.waiting else {
-                state.pending = value
-                return nil
-            }
-            state.waiting = nil
-            return waiting
+            state.pending = value
+            defer { state.waiting = nil }
+            return state.waiting
         }
-        resume?.resume(returning: value)
+        resume?.resumeFromAnotherThread()
     }
 
     override func finish() {
-        let resume = state.withLock { state -> UnsafeContinuation<Value?, Never>? in
+        let resume = state.withLock { state -> TurnContinuation? in
             state.finished = true
             defer { state.waiting = nil }
             return state.waiting
         }
-        resume?.resume(returning: nil)
+        resume?.resumeFromAnotherThread()
     }
 }
 
