@@ -47,6 +47,14 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
         pointer.deinitialize(count: 1)
     }
 
+    /// A task section that may have changed the value ends while observers exist: the change is
+    /// captured before the release and offered after it (see `Observation.swift`).
+    override func releaseObservedChange(_ kind: CommandKind) {
+        let change = captureChange()
+        release(kind)
+        deliverChange(change)
+    }
+
     // MARK: Blocking access
 
     /// Waits for the critical section on the calling thread, at most `timeout` (`nil`: as long as
@@ -175,14 +183,14 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
         if !tryAcquireIdle(.awaiting) {
             try await acquireAwaitingSlow(priority: priority, deadline: deadline, isolation: isolation)
         }
-        var change: AnyObject?
-        let result = await runHeldTaskSection(.awaiting, isolation: isolation) {
-            let result = await body(&pointer.pointee)
-            if mutates && observing.loadRelaxed() != 0 { change = captureChange() }
-            return result
+        // Checked once the section is held (an observer registering now reads the value after this
+        // command); the observed path is out of line, so the common one costs a load and a branch.
+        if mutates && observing.loadRelaxed() != 0 {
+            return await runHeldObservedTaskSection(.awaiting, isolation: isolation) { await body(&pointer.pointee) }
         }
-        if let change { deliverChange(change) }
-        return result
+        return await runHeldTaskSection(.awaiting, isolation: isolation) {
+            await body(&pointer.pointee)
+        }
     }
 
     /// `withLock` on the awaiting schedule (see ``withLockedAccess(priority:timeout:_:)``): the
@@ -201,11 +209,8 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
         if !tryAcquireIdle(.awaiting) {
             try await acquireAwaitingSlow(priority: priority, deadline: deadline, isolation: isolation)
         }
-        var change: AnyObject?
-        defer { if let change { deliverChange(change) } }
-        return try await runHeldTaskSection(.awaiting, isolation: isolation) { () async throws -> R in
-            defer { if observing.loadRelaxed() != 0 { change = captureChange() } }
-            return try await body(&pointer.pointee)
+        return try await runHeldObservedTaskSection(.awaiting, isolation: isolation) {
+            try await body(&pointer.pointee)
         }
     }
 
@@ -222,11 +227,8 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
         if !tryAcquireIdle(.awaiting) {
             try await acquireAwaitingSlow(priority: priority, deadline: deadline, isolation: isolation)
         }
-        var change: AnyObject?
-        defer { if let change { deliverChange(change) } }
-        return await runHeldTaskSection(.awaiting, isolation: isolation) { () async -> R in
-            defer { if observing.loadRelaxed() != 0 { change = captureChange() } }
-            return await body(&pointer.pointee)
+        return await runHeldObservedTaskSection(.awaiting, isolation: isolation) {
+            await body(&pointer.pointee)
         }
     }
 }

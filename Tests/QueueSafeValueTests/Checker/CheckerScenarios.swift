@@ -545,7 +545,7 @@ enum CheckerScenarios {
         let (writes, early, late) = (DispatchQueue(label: "W"), DispatchQueue(label: "R1"), DispatchQueue(label: "R2"))
         world.quiescentCheck = run.quiescentCheck([value.engine])
         world.spawn("issuer") {
-            value.wait.highestPriority.read { _ in
+            _ = value.wait.highestPriority.read { _ in
                 run.dispatch("w1", value, .medium, on: writes, completion: false)
                 run.readDispatch("r1", value, .medium, on: early)
                 run.readDispatch("r2", value, .high, on: late)

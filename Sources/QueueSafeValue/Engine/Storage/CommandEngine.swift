@@ -81,6 +81,14 @@ class CommandEngine: @unchecked Sendable {
     /// ``CommandQueue`` guards no value.
     func freeValue() {}
 
+    /// Releases the section of a `kind` holder that may have changed the value while the value has
+    /// observers: captures the change first and offers it after the release. A value's engine
+    /// overrides it (see `Observation.swift`); a command queue has no value and no observers.
+    @usableFromInline
+    func releaseObservedChange(_ kind: CommandKind) {
+        release(kind)
+    }
+
     // MARK: Idle path
 
     /// Ends the running command of `kind` and starts the next one, if any.

@@ -109,6 +109,18 @@ extension CommandEngine {
         return (CriticalSectionContext.sections.get().pushing(entry), entry)
     }
 
+    /// ``runHeldTaskSection(_:mutates:isolation:_:)`` for a section that may change a value with
+    /// observers, kept out of line: the common path stays as short as it was without observers.
+    @inlinable
+    @inline(never)
+    final func runHeldObservedTaskSection<R>(
+        _ kind: CommandKind,
+        isolation: isolated (any Actor)?,
+        _ body: nonisolated(nonsending) () async throws -> R
+    ) async rethrows -> R {
+        try await runHeldTaskSection(kind, mutates: true, isolation: isolation, body)
+    }
+
     /// Ends the task section begun by ``enterTaskSection()``.
     @usableFromInline
     final func leaveTaskSection() {
@@ -119,16 +131,23 @@ extension CommandEngine {
     /// Runs `body` as the body of the section the current task holds (see ``enterTaskSection()``),
     /// in the caller's isolation, then leaves the section and releases it (as a holder of `kind`),
     /// whether `body` returns or throws. The one place where a task's section begins and ends.
+    /// - Parameter mutates: `body` may change the value: while the value has observers, the change
+    ///   is captured before the release and offered to them after it (see `Observation.swift`).
     @inlinable
     final func runHeldTaskSection<R>(
         _ kind: CommandKind,
+        mutates: Bool = false,
         isolation: isolated (any Actor)?,
         _ body: nonisolated(nonsending) () async throws -> R
     ) async rethrows -> R {
         let (sections, entry) = enterTaskSection()
         defer {
             leaveTaskSection()
-            release(kind)
+            if mutates && observing.loadRelaxed() != 0 {
+                releaseObservedChange(kind)
+            } else {
+                release(kind)
+            }
         }
         guard sections.overflows else {
             return try await CriticalSectionContext.sections.withValue(sections) {
