@@ -49,23 +49,19 @@ final class Generation: @unchecked Sendable {
         async = container.async
         dispatch = queues.map { container.async(performIn: $0) }
         // Observers beside everything else; audited at the end (see `ObserverLog`).
-        let values = container.values
+        // The iterator observes from the moment it is made (here, before the container can be
+        // released), whenever its task gets to run.
+        var iterator = container.values.makeAsyncIterator()
         let iterated = self.iterated
-        let first = DispatchSemaphore(value: 0)
         Task.detached {
             var count = 0
-            for await ledger in values {
+            while let ledger = await iterator.next() {
                 iterated.append(ledger.counter)
-                if count == 0 { first.signal() }
                 count += 1
                 if count % 4 == 0 { await Task.yield() }  // now and then a slow consumer
             }
-            if count == 0 { first.signal() }
             iterated.end()
         }
-        // Observing from the start: a sequence whose iteration begins after the container was
-        // released ends at once, with no value, as documented.
-        _ = first.wait(timeout: .now() + 10)
         let handled = self.handled
         observation = container.observe(on: queues[0]) { ledger in handled.append(ledger.counter) }
     }

@@ -98,7 +98,7 @@ extension ValueEngine {
 /// a slow consumer skips to the newest value and never slows down the commands. It never sees a
 /// value that was not committed, nor committed values out of order. The sequence ends (`nil`) once
 /// the container was released and its last value delivered, when the iterating task is cancelled,
-/// or at once if the container is gone when iteration starts. Values are delivered outside every
+/// or at once if the container was gone before the iterator was made. Values are delivered outside every
 /// lock and critical section: the loop body may issue commands on the same value.
 public struct ObservedValues<Value: Sendable>: AsyncSequence, Sendable {
     /// The container's value.
@@ -113,7 +113,9 @@ public struct ObservedValues<Value: Sendable>: AsyncSequence, Sendable {
         self.engine = engine
     }
 
-    /// An iterator that observes on its own, from its first `next()` until it is released.
+    /// An iterator that observes on its own, from now until it is released: a change committed
+    /// after this call reaches it even before its first `next()`, which returns the current value
+    /// (or a newer one).
     public func makeAsyncIterator() -> Iterator {
         Iterator(owner: SubscriptionOwner(ValuesSubscription(engine: engine)))
     }
@@ -156,7 +158,7 @@ final class SubscriptionOwner<Value: Sendable>: @unchecked Sendable {
     }
 }
 
-/// One iterator's observer: registered at its first `next()`, unregistered when the iterator goes.
+/// One iterator's observer: registered when the iterator is made, unregistered when it goes.
 // @unchecked Sendable: `state` is behind its lock; `started` is touched only by the iterating task
 final class ValuesSubscription<Value: Sendable>: ObservationSink, @unchecked Sendable {
     struct State {
@@ -172,21 +174,23 @@ final class ValuesSubscription<Value: Sendable>: ObservationSink, @unchecked Sen
 
     private let engine: ValueEngine<Value>
     private let state = LockedState.make(State())
-    private var started = false
+    /// Whether the first `next()` read the current value; touched only by the iterating task.
+    private var readFirst = false
 
     init(engine: ValueEngine<Value>) {
         self.engine = engine
+        super.init()
+        engine.addSink(self)
     }
 
     /// The iterator went: no more changes are offered.
     func unregister() {
-        if started { engine.removeSink(self) }
+        engine.removeSink(self)
     }
 
     func next() async -> Value? {
-        if !started {
-            started = true
-            engine.addSink(self)
+        if !readFirst {
+            readFirst = true
             await readCurrentValue()
         }
         while true {

@@ -151,6 +151,17 @@ import Testing
         #expect(seen.isEmpty)
     }
 
+    @Test func anIteratorObservesFromWhenItIsMade_evenIfItsFirstNextComesAfterTheRelease() async throws {
+        var value: QueueSafeValue<Int>? = QueueSafeValue(value: 0)
+        var iterator = value!.values.makeAsyncIterator()
+        value!.wait.highestPriority.set { $0 = 7 }
+        value = nil
+        let first = await iterator.next()
+        let second = await iterator.next()
+        #expect(first == 7, "the final value, committed after the iterator was made")
+        #expect(second == nil)
+    }
+
     @Test func observeOnAQueue_deliversInOrderOnThatQueue_untilCancelled() async throws {
         let value = QueueSafeValue(value: 0)
         let queue = DispatchQueue(label: "observer")
