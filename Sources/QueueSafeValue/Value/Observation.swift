@@ -54,11 +54,15 @@ extension ValueEngine {
     }
 
     /// Registers an observer: from now on every command that may change the value captures it.
+    /// If the value was freed already, the observer is finished at once instead.
     func addSink(_ sink: ObservationSink) {
-        boosts.withLock { record in
+        let added = boosts.withLock { record -> Bool in
+            guard !record.observersFinished else { return false }
             record.sinks.append(sink)
             observing.storeRelease(record.sinks.count)
+            return true
         }
+        if !added { sink.finish() }
     }
 
     /// Forgets an observer.
@@ -75,6 +79,7 @@ extension ValueEngine {
         let sinks = boosts.withLock { record -> [ObservationSink] in
             defer {
                 record.sinks = []
+                record.observersFinished = true
                 observing.storeRelease(0)
             }
             return record.sinks
@@ -225,8 +230,11 @@ final class ValuesSubscription<Value: Sendable>: ObservationSink, @unchecked Sen
                 priority: .highest, timeout: nil, isolation: nil
             ) { value in ObservedChange(value: value, sequence: engine.changeSequence) }
             offer(current, sequence: current.sequence)
+        } catch .valueContainerDeinited {
+            // Released: the commands queued before still commit, and when the value is freed this
+            // observer is offered its final value and finished (at once, if that happened already).
         } catch {
-            finish()  // the container is gone (or the task was cancelled)
+            finish()  // the task was cancelled
         }
     }
 

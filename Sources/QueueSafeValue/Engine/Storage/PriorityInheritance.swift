@@ -29,6 +29,8 @@ struct BoostRecord {
     /// The value's observers (see `Observation.swift`), under this lock too: a leaf lock, taken
     /// after a command's release to offer it a change.
     var sinks: [ObservationSink] = []
+    /// The value was freed and its observers finished: an observer added now ends at once.
+    var observersFinished = false
 }
 
 extension Urgency {
