@@ -32,37 +32,34 @@ enum SharedReadScenarios {
     }
 
     static func sharedRead(threads: Int) -> Scenario {
-        let name = "read-mostly \(threads) threads: shared read"
-        return Scenario(
-            name: name,
-            summary: "95% value.wait.highestPriority.read { hash 256 Ints, ~2 µs }, 5% set { one element += 1 }, "
-                + "from \(threads) threads at once",
-            timeWindowed: true
-        ) { window in
-            let value = QueueSafeValue(value: ReadMostly.initialValue)
-            let outcome = ReadMostly.run(
-                threads: threads, window: window,
-                read: { try! value.wait.highestPriority.read { ReadMostly.work($0) }.get() },
-                write: { slot in value.wait.highestPriority.set { $0[slot] &+= 1 } })
-            let final = try! value.wait.highestPriority.get().get()
-            return outcome.checked(final, name)
+        libraryRow(threads: threads, row: "shared read", command: "read") { value in
+            try! value.wait.highestPriority.read { ReadMostly.work($0) }.get()
         }
     }
 
     /// The same reads as exclusive commands: `map` runs its closure inside the critical section,
     /// holding the value alone.
     static func exclusiveGet(threads: Int) -> Scenario {
-        let name = "read-mostly \(threads) threads: exclusive get"
+        libraryRow(threads: threads, row: "exclusive get", command: "map") { value in
+            try! value.wait.highestPriority.map { ReadMostly.work($0) }.get()
+        }
+    }
+
+    /// A row of the library: reads with `read`, writes with `set`, on one `QueueSafeValue`.
+    private static func libraryRow(
+        threads: Int, row: String, command: String, read: @escaping @Sendable (QueueSafeValue<[Int]>) -> UInt64
+    ) -> Scenario {
+        let name = "read-mostly \(threads) threads: \(row)"
         return Scenario(
             name: name,
-            summary: "95% value.wait.highestPriority.map { hash 256 Ints, ~2 µs }, 5% set { one element += 1 }, "
-                + "from \(threads) threads at once",
+            summary: "95% value.wait.highestPriority.\(command) { hash 256 Ints, ~2 µs }, 5% set { one element "
+                + "+= 1 }, from \(threads) threads at once",
             timeWindowed: true
         ) { window in
             let value = QueueSafeValue(value: ReadMostly.initialValue)
             let outcome = ReadMostly.run(
                 threads: threads, window: window,
-                read: { try! value.wait.highestPriority.map { ReadMostly.work($0) }.get() },
+                read: { read(value) },
                 write: { slot in value.wait.highestPriority.set { $0[slot] &+= 1 } })
             let final = try! value.wait.highestPriority.get().get()
             return outcome.checked(final, name)

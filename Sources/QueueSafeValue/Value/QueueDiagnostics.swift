@@ -136,7 +136,7 @@ extension CommandEngine {
                 }
             let holder = QueueDiagnostics.Holder(
                 kind: kind, awaitsCompletion: false,
-                since: machine.readersSince == 0 ? nil : DispatchTime(uptimeNanoseconds: machine.readersSince),
+                since: machine.holderSince == 0 ? nil : DispatchTime(uptimeNanoseconds: machine.holderSince),
                 sinceIsExact: true, queue: nil, isWaitingForItsQueue: false, sharedReads: machine.readers.count)
             return QueueDiagnostics(
                 name: displayName, holder: holder, waiting: machine.waitingCountsByPriority(),

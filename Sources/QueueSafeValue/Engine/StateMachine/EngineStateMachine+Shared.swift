@@ -33,9 +33,6 @@ extension EngineStateMachine {
     /// not started.
     /// - Returns: its ticket, for its release.
     mutating func grantReader(_ slot: UInt32) -> Ticket {
-        if readers.isEmpty {
-            (holderSince, holderSinceIsExact) = (readersSince, true)
-        }
         records[Int(slot)].state = .holding
         readers.append(slot)
         return Ticket(slot: slot, generation: records[Int(slot)].generation)
@@ -97,7 +94,6 @@ extension EngineStateMachine {
     /// - Returns: the word to store.
     mutating func grantReaders(first slot: UInt32, kind: CommandKind, closedBit: Int, now: UInt64) -> Int {
         if !urgencies.isEmpty { urgencies[slot] = nil }
-        readersSince = now
         _ = grantReader(slot)
         let handle = records[Int(slot)].handle!
         let (starter, helper) = starter(of: handle, kind: kind)
@@ -157,7 +153,6 @@ extension EngineStateMachine {
         outbox.endBoost = isHoldBoosted
         // mutant(writer-beside-reader): guard readers.isEmpty || waitingCount > 0 else { return observed }
         guard readers.isEmpty else { return observed }
-        readersSince = 0
         return handOn(closedBit: observed & EngineWord.closed, now: now, releaserQueue: 0)
     }
 

@@ -168,7 +168,8 @@ struct EngineStateMachine<Handle: EngineHandle> {
     var droppedCompletions = 0
     /// When the holder got the section (`holderSinceIsExact`), or when the first command began to
     /// wait for it, on the clock the engine passes in as `now`; 0 when unknown. Kept only while
-    /// `slowRelease` is set: a holder that may release on the idle path could end unseen.
+    /// `slowRelease` is set: a holder that may release on the idle path could end unseen. While
+    /// shared reads hold: when the first of them got the section.
     var holderSince: UInt64 = 0
     var holderSinceIsExact = false
     /// The newest discardable operation (a ``CommandQueue`` policy) that has not begun, if any.
@@ -201,9 +202,6 @@ struct EngineStateMachine<Handle: EngineHandle> {
     /// The slots of the shared reads that hold the section, in grant order; empty while an
     /// exclusive command holds it or it is free.
     var readers: [UInt32] = []
-    /// When the first of the current readers got the section (on the `now` clock); 0 when no
-    /// reader holds.
-    var readersSince: UInt64 = 0
 
     /// A command in ``arrivals``.
     struct Arrival {
@@ -241,7 +239,7 @@ struct EngineStateMachine<Handle: EngineHandle> {
         guard EngineWord.isHeld(observed) else {
             assert(waitingCount == 0 && holderSlot == nil, "a free section with waiters or a holder record")
             if shared {
-                readersSince = now
+                (holderSince, holderSinceIsExact) = (now, true)
                 return (
                     .granted(grantReader(allocateReader(waiter, kind: kind))),
                     EngineWord.shared | EngineWord.slowRelease

@@ -224,19 +224,6 @@ extension CommandEngine {
         let sections = CriticalSectionContext.sections.get().pushing(entry)
         enterTaskReader(token)
         defer { releaseReaderBlocking(token) }
-        guard sections.overflows else {
-            return try await CriticalSectionContext.sections.withValue(sections) {
-                _ = isolation
-                return try await body()
-            }
-        }
-        let deeper = CriticalSectionContext.deeper.get() + [entry]
-        return try await CriticalSectionContext.sections.withValue(sections) {
-            _ = isolation
-            return try await CriticalSectionContext.deeper.withValue(deeper) {
-                _ = isolation
-                return try await body()
-            }
-        }
+        return try await withSections(sections, entry, isolation: isolation, body)
     }
 }

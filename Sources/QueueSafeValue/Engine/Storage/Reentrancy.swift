@@ -149,6 +149,19 @@ extension CommandEngine {
                 release(kind)
             }
         }
+        return try await withSections(sections, entry, isolation: isolation, body)
+    }
+
+    /// Runs `body` in the caller's isolation with `sections` (which ends with `entry`) as the
+    /// current task's stack of sections: the task-local plumbing of an exclusive task section and of
+    /// a shared read alike.
+    @inlinable
+    final func withSections<R>(
+        _ sections: SectionStack,
+        _ entry: SectionEntry,
+        isolation: isolated (any Actor)?,
+        _ body: nonisolated(nonsending) () async throws -> R
+    ) async rethrows -> R {
         guard sections.overflows else {
             return try await CriticalSectionContext.sections.withValue(sections) {
                 // Capturing the isolated parameter keeps this closure on the caller's executor
