@@ -1,0 +1,179 @@
+// One scenario per run: `InstructionCount SCENARIO N` performs N operations of SCENARIO and exits.
+// Each scenario is a row of the benchmark (same name, same shape) or the baseline it is compared
+// with. `.ci/instructions/run` runs every scenario at N and 2N under valgrind and divides the
+// difference by N: what the process does once (start-up, the first operation's metadata lookups,
+// creating queues and threads) cancels out.
+import Dispatch
+import QueueSafeValue
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// State the scenario's blocks share; they run one at a time (a serial queue, or one operation of
+/// a queue at a time), or behind a lock.
+final class Counter: @unchecked Sendable {  // Sendable: only ever touched by one block at a time
+    var value = 0
+}
+
+final class MutexCounter: Sendable {
+    let mutex = Mutex(0)
+}
+
+final class TaskCounter: Sendable {
+    let mutex = Mutex(0)
+    func increment() -> Int {
+        mutex.withLock {
+            $0 += 1
+            return $0
+        }
+    }
+}
+
+actor CountingActor {
+    var count = 0
+    func increment() { count += 1 }
+}
+
+/// Runs `body` in a detached task (not on the main actor, which this blocked thread would never
+/// drain) and waits for it.
+func blockingAwait(_ body: @escaping @Sendable () async -> Void) {
+    let done = DispatchSemaphore(value: 0)
+    Task.detached {
+        await body()
+        done.signal()
+    }
+    done.wait()
+}
+
+func check(_ condition: Bool, _ message: String) {
+    if !condition {
+        print("InstructionCount: \(message)")
+        exit(1)
+    }
+}
+
+/// Starts a second thread that stays parked, so that the process is multi-threaded from the start,
+/// as every real program is (glibc's locks skip their atomics while a process has one thread).
+/// Not isolated to the main actor: the thread's closure must not check that it runs on it.
+func startIdleThread() {
+    var thread = pthread_t()
+    pthread_create(
+        &thread, nil,
+        { _ in
+            while true { sleep(1000) }
+        }, nil)
+}
+
+/// Performs `operations` operations of `scenario`. Not isolated to the main actor (top-level code
+/// is): the tasks it starts run on the global executor, as a library user's would, while this
+/// thread waits for them.
+func run(_ scenario: String, _ operations: Int) {
+    switch scenario {
+    case "DispatchQueue.async serial":
+        let queue = DispatchQueue(label: "count.async.serial")
+        let counter = Counter()
+        let allDone = DispatchSemaphore(value: 0)
+        for _ in 0..<operations {
+            queue.async {
+                counter.value += 1
+                if counter.value == operations { allDone.signal() }
+            }
+        }
+        allDone.wait()
+
+    case "async(performIn:).set":
+        let value = QueueSafeValue(value: 0)
+        let queue = DispatchQueue(label: "count.dispatch.set")
+        let completed = Counter()
+        let allDone = DispatchSemaphore(value: 0)
+        for _ in 0..<operations {
+            value.async(performIn: queue).highestPriority.set(
+                accessClosure: { $0 += 1 },
+                completion: { _ in
+                    completed.value += 1
+                    if completed.value == operations { allDone.signal() }
+                }
+            )
+        }
+        allDone.wait()
+        check(try! value.wait.highestPriority.get().get() == operations, "async(performIn:).set lost updates")
+
+    case "mutex uncontended":
+        let shared = MutexCounter()
+        for _ in 0..<operations { shared.mutex.withLock { $0 += 1 } }
+        check(shared.mutex.withLock { $0 } == operations, "mutex lost updates")
+
+    case "wait.set uncontended":
+        let value = QueueSafeValue(value: 0)
+        for _ in 0..<operations { value.wait.highestPriority.set { $0 += 1 } }
+        check(try! value.wait.highestPriority.get().get() == operations, "wait.set lost updates")
+
+    case "actor call":
+        let actor = CountingActor()
+        blockingAwait {
+            for _ in 0..<operations { await actor.increment() }
+            let count = await actor.count
+            check(count == operations, "actor call lost updates")
+        }
+
+    case "await set uncontended":
+        let value = QueueSafeValue(value: 0)
+        blockingAwait {
+            for _ in 0..<operations { try! await value.async.highestPriority.set { $0 += 1 } }
+        }
+        check(try! value.wait.highestPriority.get().get() == operations, "await set lost updates")
+
+    case "Task {} × N":
+        let completed = TaskCounter()
+        let allDone = DispatchSemaphore(value: 0)
+        for _ in 0..<operations {
+            Task {
+                if completed.increment() == operations { allDone.signal() }
+            }
+        }
+        allDone.wait()
+
+    case "CommandQueue.enqueue":
+        let queue = CommandQueue()
+        let completed = Counter()
+        let allDone = DispatchSemaphore(value: 0)
+        for _ in 0..<operations {
+            queue.enqueue {
+                completed.value += 1
+                if completed.value == operations { allDone.signal() }
+            }
+        }
+        allDone.wait()
+
+    case "Task create+await":
+        blockingAwait {
+            var sum = 0
+            for index in 0..<operations { sum &+= await Task { index }.value }
+            check(sum == operations * (operations - 1) / 2, "Task create+await summed \(sum)")
+        }
+
+    case "CommandQueue.perform":
+        let queue = CommandQueue()
+        blockingAwait {
+            var sum = 0
+            for index in 0..<operations { sum &+= try! await queue.perform { index } }
+            check(sum == operations * (operations - 1) / 2, "CommandQueue.perform summed \(sum)")
+        }
+
+    default:
+        print("InstructionCount: unknown scenario \(scenario)")
+        exit(2)
+    }
+}
+
+let arguments = CommandLine.arguments
+guard arguments.count == 3, let operations = Int(arguments[2]), operations > 0 else {
+    print("usage: InstructionCount SCENARIO N")
+    exit(2)
+}
+startIdleThread()
+run(arguments[1], operations)
