@@ -13,12 +13,18 @@ extension EngineStateMachine {
     mutating func park(_ ticket: Ticket, urgency: Urgency, holderBits: Int) -> Urgency? {
         guard !urgency.isNone, isWaiting(ticket) else { return nil }
         // Kept whole: a later holder of the other kind inherits it (see `release`).
-        urgencies[ticket.slot] = (urgencies[ticket.slot] ?? .none).merged(urgency)
+        setUrgency(ticket.slot, to: (urgencies[ticket.slot] ?? .none).merged(urgency))
         // Shared reads may be threads and tasks at once: each axis is raised where it applies.
         let raised = holdUrgency.merged(readers.isEmpty ? urgency.inheritable(byHolder: holderBits) : urgency)
         guard raised != holdUrgency else { return nil }
         holdUrgency = raised
         return raised
+    }
+
+    /// The highest urgency of the parked waiters, on each axis.
+    /// - Complexity: O(d), d the number of distinct urgencies among them.
+    var parkedUrgency: Urgency {
+        urgencyTally.keys.reduce(Urgency.none) { $0.merged($1) }
     }
 
     /// The engine is about to raise the current holder on behalf of the waiting command

@@ -57,6 +57,9 @@ extension EngineStateMachine {
         if urgencies.keys.contains(where: { records[Int($0)].state != .waiting }) {
             return "an urgency kept for a command that no longer waits"
         }
+        if urgencyTally != Dictionary(urgencies.values.map { ($0, 1) }, uniquingKeysWith: +) {
+            return "the urgency tally disagrees with the parked waiters' urgencies"
+        }
         if !EngineWord.isHeld(word) && (isHoldBoosted || !holdUrgency.isNone) { return "a boost outlived its hold" }
         if !outbox.isEmpty { return "a transition's actions were left in the outbox: nobody performs them" }
         if let violation = sharedReadViolation(word: word) { return violation }

@@ -83,7 +83,7 @@ extension EngineStateMachine {
             records[Int(slot)].inHeap = false
             if records[Int(slot)].state == .waiting {
                 waitingCount -= 1
-                if !urgencies.isEmpty { urgencies[slot] = nil }
+                if !urgencies.isEmpty { clearUrgency(slot) }
                 if let waiter = records[Int(slot)].handle { result.others += [.left(waiter), .cancel(waiter)] }
                 records[Int(slot)].handle = nil
                 records[Int(slot)].state = .left

@@ -93,7 +93,7 @@ extension EngineStateMachine {
     /// standing directly behind it, up to the first exclusive command.
     /// - Returns: the word to store.
     mutating func grantReaders(first slot: UInt32, kind: CommandKind, closedBit: Int, now: UInt64) -> Int {
-        if !urgencies.isEmpty { urgencies[slot] = nil }
+        if !urgencies.isEmpty { clearUrgency(slot) }
         _ = grantReader(slot)
         let handle = records[Int(slot)].handle!
         let (starter, helper) = starter(of: handle, kind: kind)
@@ -107,7 +107,7 @@ extension EngineStateMachine {
         if !urgencies.isEmpty {
             // The waiters still parked now wait for these readers: the first inherits their
             // urgency at once, the others when a waiter parks again (see `inheritUrgency`).
-            let inherited = urgencies.values.reduce(Urgency.none) { $0.merged($1) }
+            let inherited = parkedUrgency
             if !inherited.isNone {
                 (holdUrgency, isHoldBoosted) = (inherited, true)
                 outbox.urgency = inherited
@@ -126,7 +126,7 @@ extension EngineStateMachine {
         while !readers.isEmpty, let slot = peekNext(), records[Int(slot)].shared {
             guard let (popped, kind) = popNext() else { break }
             assert(popped == slot, "popNext() granted another command than it showed")
-            if !urgencies.isEmpty { urgencies[popped] = nil }
+            if !urgencies.isEmpty { clearUrgency(popped) }
             _ = grantReader(popped)
             startReaderInOutbox(popped, kind: kind)
         }

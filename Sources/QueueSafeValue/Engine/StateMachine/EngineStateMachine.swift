@@ -191,7 +191,14 @@ struct EngineStateMachine<Handle: EngineHandle> {
     /// per release. Empty between transitions.
     var outbox = Actions()
     /// The urgencies of parked waiters, by slot (a side table: most waiting commands never park).
-    var urgencies: [UInt32: Urgency] = [:]
+    /// Changed only through ``setUrgency(_:to:)`` and ``clearUrgency(_:)``, which keep
+    /// ``urgencyTally`` in step.
+    private(set) var urgencies: [UInt32: Urgency] = [:]
+    /// How many parked waiters have each urgency: what a hand-on merges, so that it costs the number
+    /// of distinct urgencies (a few), not the number of parked waiters (every task waiting in a
+    /// deep `CommandQueue` parks with its priority: merging them all made draining n operations
+    /// cost n² steps).
+    private(set) var urgencyTally: [Urgency: Int] = [:]
     /// The urgency the current holder was asked to inherit during this hold (the highest of the
     /// parked waiters'), so that a waiter that asks for no more asks nothing.
     var holdUrgency = Urgency.none
@@ -321,10 +328,9 @@ struct EngineStateMachine<Handle: EngineHandle> {
         // as the holder's (an operation's, for cancelAll); the others' records go below.
         let next = kind == .operation ? records[Int(slot)].handle! : records[Int(slot)].handle.take()!
         if !urgencies.isEmpty {
-            urgencies[slot] = nil
+            clearUrgency(slot)
             // The waiters still parked are now waiting for `next`: it inherits their urgency.
-            let inherited = urgencies.values.reduce(Urgency.none) { $0.merged($1) }
-                .inheritable(byHolder: kind.wordBits)
+            let inherited = parkedUrgency.inheritable(byHolder: kind.wordBits)
             if !inherited.isNone {
                 (holdUrgency, isHoldBoosted) = (inherited, true)
                 outbox.urgency = inherited
@@ -441,8 +447,24 @@ struct EngineStateMachine<Handle: EngineHandle> {
         isCurrent(ticket) && records[Int(ticket.slot)].state == .waiting
     }
 
+    /// Records that the parked waiter in `slot` runs at `urgency` (replacing what it had).
+    mutating func setUrgency(_ slot: UInt32, to urgency: Urgency) {
+        if let old = urgencies.updateValue(urgency, forKey: slot) { untally(old) }
+        urgencyTally[urgency, default: 0] += 1
+    }
+
+    /// Forgets the urgency of the waiter in `slot`, if it had one.
+    mutating func clearUrgency(_ slot: UInt32) {
+        if let old = urgencies.removeValue(forKey: slot) { untally(old) }
+    }
+
+    private mutating func untally(_ urgency: Urgency) {
+        let remaining = urgencyTally[urgency, default: 0] - 1
+        urgencyTally[urgency] = remaining > 0 ? remaining : nil
+    }
+
     mutating func markLeft(_ slot: UInt32) -> Handle? {
-        if !urgencies.isEmpty { urgencies[slot] = nil }
+        if !urgencies.isEmpty { clearUrgency(slot) }
         let waiter = records[Int(slot)].handle
         records[Int(slot)].state = .left
         records[Int(slot)].handle = nil
