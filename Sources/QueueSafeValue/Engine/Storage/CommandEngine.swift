@@ -40,7 +40,8 @@ class CommandEngine: @unchecked Sendable {
     /// deadlock detection). Word 4: the dispatched holder's slot for helping (see
     /// ``publishPendingDispatch(_:)``). Word 5: the identity of the dispatched holder's queue (see
     /// `QueueTag`), for diagnostics; meaningful only while a dispatched command holds the section.
-    @usableFromInline final let words = AtomicWords.make(count: 7)
+    /// Words 7–10: the queue identity cache (see ``queueIdentity(of:)``).
+    @usableFromInline final let words = AtomicWords.make(count: 11)
     /// The state machine behind its lock. Internal only for the engine's own extensions (`CommandEngine+…`).
     let machine: LockedState<Machine>
     /// The boost lock and what it guards (see `PriorityInheritance.swift`).
@@ -56,6 +57,14 @@ class CommandEngine: @unchecked Sendable {
     /// Read relaxed by every command that may change the value, before its release.
     @inlinable @inline(__always) final var observing: AtomicWord { AtomicWord(words, index: 6) }
 
+    // Words 7–10, the one-entry queue identity cache (see ``queueIdentity(of:)``): a version, odd
+    // while it is written; the cached queue's address; its identity; and the cached queue itself,
+    // retained, so that no other queue can have that address while the entry names it.
+    @inline(__always) final var queueCacheVersion: AtomicWord { AtomicWord(words, index: 7) }
+    @inline(__always) final var queueCacheAddress: AtomicWord { AtomicWord(words, index: 8) }
+    @inline(__always) final var queueCacheID: AtomicWord { AtomicWord(words, index: 9) }
+    @inline(__always) final var queueCacheOwner: AtomicWord { AtomicWord(words, index: 10) }
+
     /// The name the user gave the container or queue, if any; see ``displayName``.
     final let label: String?
 
@@ -63,6 +72,10 @@ class CommandEngine: @unchecked Sendable {
     init(label: String?, fairness: CommandFairness = .strictPriority) {
         self.label = label
         machine = LockedState.make(Machine(maxOvertakes: fairness.maxOvertakes))
+    }
+
+    deinit {
+        releaseCachedQueue()
     }
 
     /// How diagnostics and deadlock reports name this engine: its label in quotes, or a short

@@ -59,7 +59,7 @@ final class DispatchedCommand<Value>: Contender, @unchecked Sendable {
         self.isShared = shared
         // Tagged now, so that a waiter running on the queue knows it does, even if this command
         // takes a free section: that waiter may block the queue before this command's block runs.
-        self.queueID = QueueTag.identity(of: queue)
+        self.queueID = engine.queueIdentity(of: queue)
     }
 
     /// Places the command in the queue now and arranges for it to run on `queue`.
@@ -159,7 +159,7 @@ final class DispatchedCommand<Value>: Contender, @unchecked Sendable {
     /// delivered in a block of its own, after the thread's current block (the waiter) ends.
     override func runOnHelper() {
         if isShared { return executeShared() }
-        if let delivery = execute(inlineQueue: 0).delivery {
+        if let delivery = execute(inlineQueue: 0, deliverHere: false).delivery {
             let box = UncheckedSendable(delivery)
             SyncPoints.async(queue) { box.value() }
         }
@@ -181,7 +181,7 @@ final class DispatchedCommand<Value>: Contender, @unchecked Sendable {
         var budget = Self.batchLimit
         while true {
             budget -= 1
-            let (next, delivery) = command.execute(inlineQueue: budget > 0 ? queueID : 0)
+            let (next, delivery) = command.execute(inlineQueue: budget > 0 ? queueID : 0, deliverHere: true)
             if let delivery {
                 delivery()
                 return
@@ -202,10 +202,13 @@ final class DispatchedCommand<Value>: Contender, @unchecked Sendable {
     ///   for that successor (a blocking command on the same value, or work on another queue), and
     ///   on a concurrent queue running the successor behind the delivery on this thread would
     ///   deadlock where a plain dispatch would not.
+    /// - Parameter deliverHere: the caller is the command's own block, which delivers right after
+    ///   the release anyway: a plain `set`'s completion is then called here, with no closure
+    ///   allocated to carry it (`nil, nil` is returned).
     /// - Returns: the successor the machine chose this block to run inline (`nil` if there is none,
     ///   it was started otherwise, or the release is left to a manual completion), and the delivery
     ///   to run after the release.
-    private func execute(inlineQueue: Int) -> (next: DispatchedCommand?, delivery: Delivery?) {
+    private func execute(inlineQueue: Int, deliverHere: Bool) -> (next: DispatchedCommand?, delivery: Delivery?) {
         engine.setOwnerThread(currentThreadID())
         switch operation {
         case .read(let body):
@@ -226,7 +229,19 @@ final class DispatchedCommand<Value>: Contender, @unchecked Sendable {
             preconditionFailure("a shared read run as an exclusive command")
         }
         guard let completion else { return (successor(engine.releaseDispatched(inlineQueue: inlineQueue)), nil) }
+        if deliverHere {
+            releaseAndDeliver(completion)
+            return (nil, nil)
+        }
         return (nil, releaseAndPrepareDelivery(completion))
+    }
+
+    /// Reads the result for the completion while the section is still held, releases the section
+    /// (the next holder is started) and calls the completion, on this block.
+    private func releaseAndDeliver(_ completion: @Sendable (Result<Value, QueueSafeValueError>) -> Void) {
+        let result = engine.pointer.pointee
+        _ = engine.releaseDispatched(inlineQueue: 0)
+        completion(.success(result))
     }
 
     /// The successor the machine chose this block to run inline: a command of this value (the engine
