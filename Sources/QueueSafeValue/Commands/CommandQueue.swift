@@ -393,7 +393,9 @@ public final class CommandQueue: Sendable {
     ) async throws -> T {
         let engine = placement.engine
         if !placement.grantedAtOnce {
-            try await engine.waitForTurn(placement.waiter, deadline: deadline, isolation: isolation)
+            // This task has run nothing of its own yet: see `waitForTurn`.
+            try await engine.waitForTurn(
+                placement.waiter, deadline: deadline, isolation: isolation, holdsNothing: placement.awaiters.isEmpty)
         }
         if Task.isCancelled || (placement.discardable && !engine.beginDiscardable(placement.waiter)) {
             // Granted, but cancelled or discarded before the operation began: it never starts.

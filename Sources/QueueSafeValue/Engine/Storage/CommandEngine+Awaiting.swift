@@ -117,19 +117,32 @@ extension CommandEngine {
     /// ordered only by the concurrency runtime's own atomics, which ThreadSanitizer does not see.
     /// The lock orders everything the task does next after the releaser's critical section, for the
     /// sanitizer as for the hardware.
+    ///
+    /// - Parameter holdsNothing: the waiting task is an operation's own task that has run none of
+    ///   its operation yet, so it holds no section. Unless other tasks await it (`perform`), its
+    ///   wait is then not registered for deadlock detection: a cycle passes only through parties
+    ///   that hold what another waits for, and a walk looks only at holders' waits, so the
+    ///   registration could never take part in a cycle. (It cost every operation that waits for its
+    ///   turn two trips through the process-wide detector lock, about 2,000 instructions.)
     @usableFromInline
     final func waitForTurn(
         _ waiter: AwaitingWaiter,
         deadline: DispatchTime? = nil,
-        isolation: isolated (any Actor)?
+        isolation: isolated (any Actor)?,
+        holdsNothing: Bool = false
     ) async throws(QueueSafeValueError) {
+        // Granted already (the task started after its predecessor released, as a backlog drained
+        // by one pool thread always does): no handlers, no suspension and no second executor trip.
+        // Under the lock, like the verdict after a resumption.
+        if machine.withLock({ _ in waiter.isGranted }) { return }
         let ticket = waiter.ticket
         let nodes = DeadlockDetector.taskNodes(currentTaskID())
+        let registers = !(holdsNothing && nodes.count == 1)
         // Armed once the task waits; cancelled when the wait is over. Like a cancellation, it leaves
         // the deadlock graph before it leaves the queue.
         let timer = deadline.map { _ in
             DispatchWorkItem { [self] in
-                DeadlockDetector.shared.unregister(nodes)
+                if registers { DeadlockDetector.shared.unregister(nodes) }
                 timeOut(waiter)
             }
         }
@@ -137,30 +150,32 @@ extension CommandEngine {
             if #available(macOS 26.0, iOS 26.0, watchOS 26.0, tvOS 26.0, visionOS 26.0, *) {
                 // A task escalated while it waits passes the escalation on to the holder.
                 await withTaskPriorityEscalationHandler {
-                    await suspendForTurn(waiter, nodes: nodes, deadline: deadline, timer: timer, isolation: isolation)
+                    await suspendForTurn(
+                        waiter, nodes: registers ? nodes : [], deadline: deadline, timer: timer, isolation: isolation)
                 } onPriorityEscalated: { [self] _, escalated in
                     SyncPoints.insideRuntimeLock { inheritUrgency(ticket, .ofTask(escalated)) }
                 }
             } else {
-                await suspendForTurn(waiter, nodes: nodes, deadline: deadline, timer: timer, isolation: isolation)
+                await suspendForTurn(
+                    waiter, nodes: registers ? nodes : [], deadline: deadline, timer: timer, isolation: isolation)
             }
         } onCancel: {
             // No longer a waiter for deadlock detection, then out of the queue; the continuation
             // was stored before `leave` (both under the lock), if the task suspended at all.
             SyncPoints.insideRuntimeLock {
-                DeadlockDetector.shared.unregister(nodes)
+                if registers { DeadlockDetector.shared.unregister(nodes) }
                 leave(ticket)
             }
         }
         timer?.cancel()
-        DeadlockDetector.shared.unregister(nodes)
+        if registers { DeadlockDetector.shared.unregister(nodes) }
         let (granted, refusal) = machine.withLock { _ in (waiter.isGranted, waiter.refusal) }
         if !granted { throw refusal ?? .cancelled }
     }
 
-    /// The suspension of ``waitForTurn(_:deadline:isolation:)``: registers for deadlock detection,
-    /// stores the continuation unless the wait is over already, raises the holder to this task's
-    /// priority and arms the deadline.
+    /// The suspension of ``waitForTurn(_:deadline:isolation:holdsNothing:)``: registers `nodes` for
+    /// deadlock detection (none: not registered), stores the continuation unless the wait is over
+    /// already, raises the holder to this task's priority and arms the deadline.
     private func suspendForTurn(
         _ waiter: AwaitingWaiter,
         nodes: [DeadlockDetector.Node],
@@ -172,7 +187,10 @@ extension CommandEngine {
         await withUnsafeContinuation(isolation: isolation) { (continuation: TurnContinuation) in
             // Registered before the continuation is stored, so that a cancellation (which
             // unregisters, then leaves) never leaves a stale registration behind.
-            let registration = DeadlockDetector.shared.register(nodes, waitingFor: self, poolThread: false)
+            let registration =
+                nodes.isEmpty
+                ? DeadlockDetector.Registration(verdict: .wait, names: [:])
+                : DeadlockDetector.shared.register(nodes, waitingFor: self, poolThread: false)
             let waiting = machine.withLock { machine in
                 guard registration.verdict == .wait, machine.isWaiting(ticket) else { return false }
                 waiter.continuation = continuation
@@ -192,7 +210,7 @@ extension CommandEngine {
                 }
                 return
             }
-            DeadlockDetector.shared.unregister(nodes)
+            if !nodes.isEmpty { DeadlockDetector.shared.unregister(nodes) }
             // Granted or left before it could suspend, or suspending would close a cycle.
             if registration.verdict != .wait, let diagnostics = leaveWithSnapshot(ticket) {
                 waiter.refusal = .deadlock(
