@@ -56,7 +56,7 @@ extension DispatchCommands where Value: Sendable {
     /// ``WaitCommands/read(_:)``. On failure (`.valueContainerDeinited`) `body` is called on the
     /// queue with the error.
     public func read(_ body: @escaping @Sendable (Result<Value, QueueSafeValueError>) -> Void) {
-        engine.dispatchedCommandType.submitShared(
+        engine.sharedReadCommandType.submitShared(
             engine: engine, queue: queue, priority: priority, operation: .sharedRead(body))
     }
 
@@ -68,7 +68,7 @@ extension DispatchCommands where Value: Sendable {
             @escaping @Sendable (Result<Value, QueueSafeValueError>, @escaping CommandCompletionClosure)
             -> Void
     ) {
-        engine.dispatchedCommandType.submitShared(
+        engine.sharedReadCommandType.submitShared(
             engine: engine, queue: queue, priority: priority, operation: .sharedReadManual(body))
     }
 }

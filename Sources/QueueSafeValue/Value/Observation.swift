@@ -377,7 +377,7 @@ extension QueueSafeValue where Value: Sendable {
         let engine = self.engine
         engine.addSink(observer)
         // The current value, read in its turn (a shared read, on the queue) with its number.
-        engine.dispatchedCommandType.submitShared(
+        engine.sharedReadCommandType.submitShared(
             engine: engine, queue: queue, priority: .highest,
             operation: .sharedRead { result in
                 guard case .success(let value) = result else { return }

@@ -19,6 +19,8 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
     /// asks the runtime for its metadata on every use (a hash-table lookup per dispatch command),
     /// while creating it through this metatype does not.
     let dispatchedCommandType = DispatchedCommand<Value>.self
+    /// `DispatchedSharedRead<Value>`, looked up once, for the same reason.
+    let sharedReadCommandType = DispatchedSharedRead<Value>.self
     /// How many changes were committed while observers existed: the number of the newest
     /// (``captureChange()``). Touched only inside the critical section (or, when the value is
     /// freed, by the last party to touch it).

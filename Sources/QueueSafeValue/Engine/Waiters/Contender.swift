@@ -24,9 +24,14 @@ class Contender: EngineHandle, @unchecked Sendable {
     final var isGranted = false
 
     /// A shared read's ticket, stored under the engine lock when it takes its place (before any
-    /// release can grant it); read by the read's own party once granted. Unused by exclusive
-    /// commands.
-    final var readerTicket = CommandEngine.Ticket.none
+    /// release can grant it); read by the read's own party once granted. Only a dispatched shared
+    /// read keeps it (``DispatchedSharedRead``): it is the one party that reads it back (blocking
+    /// and awaiting reads take theirs from the admission), and a stored ticket here cost every
+    /// command 8 bytes, a dispatch command a larger allocation (see `DispatchedCommand`).
+    var readerTicket: CommandEngine.Ticket {
+        get { .none }
+        set {}  // nothing kept: see above
+    }
 
     /// The queue a dispatched command runs on; `nil` for the other kinds.
     var targetQueue: DispatchQueue? { nil }
