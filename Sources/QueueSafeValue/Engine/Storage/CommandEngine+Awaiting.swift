@@ -136,13 +136,15 @@ extension CommandEngine {
         // Under the lock, like the verdict after a resumption.
         if machine.withLock({ _ in waiter.isGranted }) { return }
         let ticket = waiter.ticket
-        let nodes = DeadlockDetector.taskNodes(currentTaskID())
-        let registers = !(holdsNothing && nodes.count == 1)
+        // The parties this wait registers for deadlock detection: none for a task that holds
+        // nothing and that nobody awaits (see `holdsNothing`).
+        let taskNodes = DeadlockDetector.taskNodes(currentTaskID())
+        let nodes = holdsNothing && taskNodes.count == 1 ? [] : taskNodes
         // Armed once the task waits; cancelled when the wait is over. Like a cancellation, it leaves
         // the deadlock graph before it leaves the queue.
         let timer = deadline.map { _ in
             DispatchWorkItem { [self] in
-                if registers { DeadlockDetector.shared.unregister(nodes) }
+                if !nodes.isEmpty { DeadlockDetector.shared.unregister(nodes) }
                 timeOut(waiter)
             }
         }
@@ -151,24 +153,24 @@ extension CommandEngine {
                 // A task escalated while it waits passes the escalation on to the holder.
                 await withTaskPriorityEscalationHandler {
                     await suspendForTurn(
-                        waiter, nodes: registers ? nodes : [], deadline: deadline, timer: timer, isolation: isolation)
+                        waiter, nodes: nodes, deadline: deadline, timer: timer, isolation: isolation)
                 } onPriorityEscalated: { [self] _, escalated in
                     SyncPoints.insideRuntimeLock { inheritUrgency(ticket, .ofTask(escalated)) }
                 }
             } else {
                 await suspendForTurn(
-                    waiter, nodes: registers ? nodes : [], deadline: deadline, timer: timer, isolation: isolation)
+                    waiter, nodes: nodes, deadline: deadline, timer: timer, isolation: isolation)
             }
         } onCancel: {
             // No longer a waiter for deadlock detection, then out of the queue; the continuation
             // was stored before `leave` (both under the lock), if the task suspended at all.
             SyncPoints.insideRuntimeLock {
-                if registers { DeadlockDetector.shared.unregister(nodes) }
+                if !nodes.isEmpty { DeadlockDetector.shared.unregister(nodes) }
                 leave(ticket)
             }
         }
         timer?.cancel()
-        if registers { DeadlockDetector.shared.unregister(nodes) }
+        if !nodes.isEmpty { DeadlockDetector.shared.unregister(nodes) }
         let (granted, refusal) = machine.withLock { _ in (waiter.isGranted, waiter.refusal) }
         if !granted { throw refusal ?? .cancelled }
     }
