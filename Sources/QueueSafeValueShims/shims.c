@@ -94,6 +94,23 @@ void qsv_end_boost(uintptr_t thread, qsv_boost *boost) {
     boost->applied = 0;
     boost->override = NULL;
 }
+
+int qsv_set_boost(uintptr_t thread, int urgency, qsv_boost *boost) {
+    if (!boost->applied) return urgency > 0 ? qsv_boost_thread(thread, urgency, boost) : 0;
+    if (urgency <= 0) {
+        qsv_end_boost(thread, boost);
+        return 0;
+    }
+    if (urgency == boost->urgency) return 1;
+    // A new override at the new class first, then the old one ends: the thread is never unboosted.
+    pthread_override_t override =
+        pthread_override_qos_class_start_np((pthread_t)thread, (qos_class_t)urgency, 0);
+    if (override == NULL) return 1;
+    if (boost->override) pthread_override_qos_class_end_np((pthread_override_t)boost->override);
+    boost->override = override;
+    boost->urgency = urgency;
+    return 1;
+}
 #else
 int qsv_thread_urgency(void) {
     int policy;
@@ -126,6 +143,20 @@ void qsv_end_boost(uintptr_t thread, qsv_boost *boost) {
     struct sched_param saved = {.sched_priority = boost->priority};
     (void)pthread_setschedparam((pthread_t)thread, boost->policy, &saved);
     boost->applied = 0;
+}
+
+int qsv_set_boost(uintptr_t thread, int urgency, qsv_boost *boost) {
+    if (!boost->applied) return qsv_boost_thread(thread, urgency, boost);
+    int own = (boost->policy == SCHED_FIFO || boost->policy == SCHED_RR) ? boost->priority : 0;
+    if (urgency <= own) {
+        qsv_end_boost(thread, boost);
+        return 0;
+    }
+    if (urgency == boost->urgency) return 1;
+    struct sched_param moved = {.sched_priority = urgency};
+    if (pthread_setschedparam((pthread_t)thread, SCHED_FIFO, &moved) != 0) return 1;
+    boost->urgency = urgency;
+    return 1;
 }
 #endif
 

@@ -115,9 +115,15 @@ typedef struct {
 /// real-time policy): a boost is a best effort, and its failure changes nothing else.
 int qsv_boost_thread(uintptr_t thread, int urgency, qsv_boost *boost);
 
-/// Ends the boost recorded in `boost` on `thread`, which must be the calling thread: it gets back
-/// the policy and priority (or QoS) it had before the boost.
+/// Ends the boost recorded in `boost` on the live thread `thread`: it gets back the policy and
+/// priority (or QoS) it had before the boost.
 void qsv_end_boost(uintptr_t thread, qsv_boost *boost);
+
+/// Sets the boost of the live thread `thread` to exactly `urgency`, up or down: a thread not boosted
+/// yet is raised as by `qsv_boost_thread`; a boosted one is moved to `urgency`, or gets back its own
+/// policy and priority (or QoS) when `urgency` is not above them. Returns 1 if the thread runs
+/// boosted afterwards, 0 if not. A refused change leaves the boost as it was.
+int qsv_set_boost(uintptr_t thread, int urgency, qsv_boost *boost);
 
 /// Escalates the task `task` (a live task's address, see `qsv_current_task`) to run at least at
 /// `priority` (a `TaskPriority` raw value), as awaiting a task does. Escalation is not undone: a task

@@ -100,8 +100,65 @@ final class CheckerRun: @unchecked Sendable {  // @unchecked Sendable: every acc
                     return "\(engine.displayName): \(violation)"
                 }
             }
-            return nil
+            return world.isInheritanceSettled ? inheritanceViolation(engines) : nil
         }
+    }
+
+    /// Checks priority inheritance across `engines`, once no thread is passing a change along a
+    /// chain (the machines' own invariants already say that each holder inherits exactly what its
+    /// parked waiters ask for):
+    /// - every party raised by an engine runs at exactly what that engine's holder inherits now,
+    ///   and an engine's holders that it raised all are (no boost outlived its reason, none missed);
+    /// - every parked waiter that holds sections elsewhere asks its engine for exactly what it
+    ///   inherits there (a chain passes a raise on, and takes it back, link by link).
+    /// Together: every holder on a chain from a parked waiter runs at least at that waiter's urgency,
+    /// and no party runs above the most urgent party waiting for it, transitively.
+    func inheritanceViolation(_ engines: [CommandEngine]) -> String? {
+        let registry = world.boostRegistry
+        let byID = Dictionary(uniqueKeysWithValues: engines.map { (ObjectIdentifier($0), $0) })
+        for (node, sources) in registry.contributions {
+            for (source, urgency) in sources {
+                guard let engine = byID[source] else { return "\(node) is raised by an engine of no scenario" }
+                let hold = engine.withMachine { machine, _ in machine.holdUrgency }
+                if urgency != hold {
+                    return "\(node) runs at \(urgency) for \(engine.displayName), whose holder inherits \(hold)"
+                        + " (a boost outlived its reason, or a raise was missed)"
+                }
+            }
+        }
+        for engine in engines {
+            let (hold, boosted) = engine.withMachine { machine, _ in (machine.holdUrgency, machine.isHoldBoosted) }
+            let targets = engine.boosts.withLock { $0.targets }
+            if hold.isNone {
+                if !targets.isEmpty {
+                    return "\(engine.displayName) inherits nothing but still lists \(targets) raised"
+                }
+                continue
+            }
+            if !boosted { return "\(engine.displayName)'s holder inherits \(hold) but was never raised" }
+            // Each listed party runs at what the hold inherits. (A holder is listed once a raise finds
+            // which thread or task runs it: not one that took the section and has not said so yet,
+            // nor a dispatch command whose block has not started; see GettingStarted.)
+            for node in targets {
+                let got = registry.contributions[node]?[ObjectIdentifier(engine)] ?? Urgency.none
+                if got != hold { return "\(node) holds \(engine.displayName) at \(got), not at \(hold) it inherits" }
+            }
+        }
+        for (node, wait) in world.detector.registeredWaits where node == wait.party.first {
+            let engine = wait.engine.engine.takeUnretainedValue()
+            let ticket = CommandEngine.unpackedTicket(wait.ticket)
+            let inherited = registry.inherited(of: wait.party)
+            let asked = engine.withMachine { machine, _ -> Urgency? in
+                guard machine.isWaiting(ticket), machine.urgencies[ticket.slot] != nil else { return nil }
+                return machine.chained[ticket.slot]?.inherited ?? Urgency.none
+            }
+            guard let asked else { continue }  // granted, or not parked yet
+            if asked != inherited {
+                return "\(node) waits for \(engine.displayName) passing on \(asked), but inherits \(inherited)"
+                    + " from what it holds (a chain link was not followed)"
+            }
+        }
+        return nil
     }
 
     /// Expects every command of `names` to have ended (a hang shows as one that did not).

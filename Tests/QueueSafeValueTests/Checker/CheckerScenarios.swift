@@ -460,6 +460,89 @@ enum CheckerScenarios {
         return { run.finalCheck(value.engine, commands: ["b0", "a1", "b2"]) }
     }
 
+    /// Issue 28: a chain of two values. X holds B; L holds A and waits for B; a real-time H (20)
+    /// waits for A. Whenever no thread is passing a change along (see `inheritanceViolation`), L
+    /// runs at H's urgency, L's wait for B passes it on, and X runs at it too; each drops it with
+    /// the hold that needed it.
+    static let inheritanceChain = CheckerScenario(
+        name: "a real-time waiter at the end of a chain of two values", preemptionBound: 2
+    ) { world in
+        let run = CheckerRun(world)
+        let (a, b) = (QueueSafeValue(value: 0, label: "A"), QueueSafeValue(value: 0, label: "B"))
+        world.quiescentCheck = run.quiescentCheck([a.engine, b.engine])
+        world.spawn("X") { run.blocking("x", b.wait, .high) }
+        world.spawn("L") {
+            let outer = a.wait.highestPriority.set { _ in run.blocking("l inner", b.wait, .high) }
+            run.end("l outer", CheckerRun.describe(outer))
+        }
+        world.spawn("H", urgency: 20) { run.blocking("h", a.wait, .high) }
+        return {
+            if let problem = run.expectEnded(["x", "l inner", "l outer", "h"]) { return problem }
+            let raised = world.boostRegistry.contributions
+            return raised.isEmpty ? nil : "a boost outlived every hold: \(raised)"
+        }
+    }
+
+    /// Issue 28: the same chain, with a timed H that may give up at any point: its boost leaves with
+    /// it, at every link, while L and X still hold.
+    static let inheritanceChainTimedWaiter = CheckerScenario(
+        name: "a timed real-time waiter leaves a chain of two values", preemptionBound: 2
+    ) { world in
+        let run = CheckerRun(world)
+        let (a, b) = (QueueSafeValue(value: 0, label: "A"), QueueSafeValue(value: 0, label: "B"))
+        world.quiescentCheck = run.quiescentCheck([a.engine, b.engine])
+        world.spawn("X") { run.blocking("x", b.wait, .high) }
+        world.spawn("L") {
+            let outer = a.wait.highestPriority.set { _ in run.blocking("l inner", b.wait, .high) }
+            run.end("l outer", CheckerRun.describe(outer))
+        }
+        world.spawn("H", urgency: 20) { run.blocking("h", a.wait(timeout: .seconds(60)), .high) }
+        return {
+            if let problem = run.expectEnded(["x", "l inner", "l outer", "h"]) { return problem }
+            let raised = world.boostRegistry.contributions
+            return raised.isEmpty ? nil : "a boost outlived every hold: \(raised)"
+        }
+    }
+
+    /// Issue 28: a mixed chain of three values. X, a thread, holds C; a task T holds B and awaits
+    /// C; L, a thread, holds A and waits for B; a real-time H waits for A. The thread urgency
+    /// passes through the task to X.
+    static let inheritanceChainThroughATask = CheckerScenario(
+        name: "a real-time waiter, a thread, a task and a thread: a chain of three values", preemptionBound: 1
+    ) { world in
+        let run = CheckerRun(world)
+        let values = ["A", "B", "C"].map { QueueSafeValue(value: 0, label: $0) }
+        world.quiescentCheck = run.quiescentCheck(values.map(\.engine))
+        world.spawn("X") { run.blocking("x", values[2].wait, .high) }
+        world.spawn("issuer") {
+            Task(executorPreference: world) {
+                do {
+                    try await values[1].async.highestPriority.set { _ in
+                        do {
+                            try await values[2].async.highestPriority.set { $0 += 1 }
+                            run.end("t inner", "ran")
+                        } catch {
+                            run.end("t inner", CheckerRun.describe(error))
+                        }
+                    }
+                    run.end("t", "ran")
+                } catch {
+                    run.end("t", CheckerRun.describe(error))
+                }
+            }
+        }
+        world.spawn("L") {
+            let outer = values[0].wait.highestPriority.set { _ in run.blocking("l inner", values[1].wait, .high) }
+            run.end("l outer", CheckerRun.describe(outer))
+        }
+        world.spawn("H", urgency: 20) { run.blocking("h", values[0].wait, .high) }
+        return {
+            if let problem = run.expectEnded(["x", "t", "t inner", "l inner", "l outer", "h"]) { return problem }
+            let raised = world.boostRegistry.contributions
+            return raised.isEmpty ? nil : "a boost outlived every hold: \(raised)"
+        }
+    }
+
     // MARK: Deadlocks
 
     /// Two threads take two values in opposite orders: no schedule hangs, at least one of the two

@@ -102,6 +102,12 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
 
     /// The deadlock detector of this world (its tags, watchers and wait-for graph).
     let detector = DeadlockDetector()
+    /// The boost registry of this world: virtual, so raising a thread records the urgency it would
+    /// run at instead of changing a real thread's scheduling (see ``spawn(_:queue:isTask:urgency:_:)``).
+    let boostRegistry = BoostRegistry(isVirtual: true)
+    /// How many threads are passing a change of urgency along a chain now (see
+    /// `SyncPoints.inheritance`): the raised parties agree with the machines only when none is.
+    private var inheritanceInProgress = 0
     /// When set, every sync point is recorded with where it was reached (slow: for a failing run's
     /// replay).
     var isTracing = false
@@ -124,8 +130,11 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
 
     /// Starts a thread of the world running `body` (it waits for its first turn).
     @discardableResult
+    /// - Parameter urgency: the thread's own scheduling urgency, as priority inheritance reads it
+    ///   (a real-time priority on Linux); virtual, like every raise of it.
     func spawn(
-        _ name: String, queue: QueueTag? = nil, isTask: Bool = false, _ body: @escaping @Sendable () -> Void
+        _ name: String, queue: QueueTag? = nil, isTask: Bool = false, urgency: Int32 = 0,
+        _ body: @escaping @Sendable () -> Void
     ) -> VirtualThread {
         let thread = lock.withLock { () -> VirtualThread in
             let thread = VirtualThread(index: threads.count, name: name)
@@ -136,6 +145,7 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
         }
         let os = Thread { [self] in
             thread.baton.wait()
+            if urgency != 0 { boostRegistry.setOwnUrgency(ofThread: currentThreadID(), to: urgency) }
             SyncPoints.install(self)
             if !isOverLocked { body() }
             SyncPoints.install(nil)
@@ -481,6 +491,13 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
     func note(_ event: StaticString) {
         lock.withLock { noted.append("\(event)") }
     }
+
+    func inheritance(_ begins: Bool) {
+        lock.withLock { inheritanceInProgress += begins ? 1 : -1 }
+    }
+
+    /// Whether no thread is passing a change of urgency along a chain (see ``inheritance(_:)``).
+    var isInheritanceSettled: Bool { lock.withLock { inheritanceInProgress == 0 } }
 
     func willTouchTask() {
         let thread = current

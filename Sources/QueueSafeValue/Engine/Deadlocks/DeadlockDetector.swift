@@ -66,6 +66,7 @@ final class DeadlockDetector: @unchecked Sendable {
     func register(
         _ nodes: [Node],
         waitingFor engine: CommandEngine,
+        ticket: CommandEngine.Ticket = .none,
         poolThread: Bool,
         watcher: (waiter: BlockingWaiter, epoch: Int)? = nil
     ) -> Registration {
@@ -74,7 +75,8 @@ final class DeadlockDetector: @unchecked Sendable {
         if case .thread? = nodes.first { queue = QueueTag.currentLabel }
         let (registration, stale) = state.withLock { state -> (Registration, Bool) in
             let verdict = state.graph.register(
-                nodes, waitingFor: handle, poolThread: poolThread, poolWidth: poolWidth
+                nodes, waitingFor: handle, ticket: CommandEngine.packedTicket(ticket), poolThread: poolThread,
+                poolWidth: poolWidth
             ) { handle in handle.engine.takeUnretainedValue().holderNodes }
             guard verdict == .wait else {
                 // Every thread of a cycle is registered (parked, so alive) or is the caller: its
@@ -108,6 +110,21 @@ final class DeadlockDetector: @unchecked Sendable {
             }
             if let watcher { state.watchers[ObjectIdentifier(watcher)] = nil }
         }
+    }
+
+    /// What `node` waits for, if it is registered: the engine (alive while the party is registered,
+    /// and retained here, under the lock that keeps it registered), the waiting command's ticket, and
+    /// every node of the party. Priority inheritance's chain walk follows it.
+    func wait(of node: Node) -> (engine: CommandEngine, ticket: CommandEngine.Ticket, party: [Node])? {
+        state.withLock { state -> (engine: CommandEngine, ticket: CommandEngine.Ticket, party: [Node])? in
+            guard let wait = state.graph.waits[node] else { return nil }
+            return (wait.engine.engine.takeUnretainedValue(), CommandEngine.unpackedTicket(wait.ticket), wait.party)
+        }
+    }
+
+    /// Every registered wait (for the checkers).
+    var registeredWaits: [Node: Graph.Wait] {
+        state.withLock { $0.graph.waits }
     }
 
     /// The label of the queue with identity `id`, if it was tagged recently enough to be
@@ -303,5 +320,19 @@ struct OperationAwaiters: Sendable {
         let task = currentTaskID()
         guard task != 0 else { return [] }
         return [task] + ofCurrentTask(task)
+    }
+}
+
+// MARK: - Tickets in the graph
+
+extension CommandEngine {
+    /// A ticket as the wait-for graph keeps it (slot, then generation).
+    static func packedTicket(_ ticket: Ticket) -> UInt64 {
+        UInt64(ticket.slot) << 32 | UInt64(ticket.generation)
+    }
+
+    /// The ticket ``packedTicket(_:)`` packed.
+    static func unpackedTicket(_ packed: UInt64) -> Ticket {
+        Ticket(slot: UInt32(truncatingIfNeeded: packed >> 32), generation: UInt32(truncatingIfNeeded: packed))
     }
 }

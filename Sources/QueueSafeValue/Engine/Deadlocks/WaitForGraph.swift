@@ -46,6 +46,11 @@ struct WaitForGraph<Engine: Hashable> {
     struct Wait: Hashable {
         let engine: Engine
         let poolThread: Bool
+        /// The waiting command's ticket in `engine`, packed (see `CommandEngine.packedTicket`): what
+        /// priority inheritance's chain walk updates when the party is raised.
+        var ticket: UInt64 = 0
+        /// Every node of the party, the waiting one first.
+        var party: [Node] = []
     }
 
     private(set) var waits: [Node: Wait] = [:]
@@ -69,6 +74,7 @@ struct WaitForGraph<Engine: Hashable> {
     mutating func register(
         _ nodes: [Node],
         waitingFor engine: Engine,
+        ticket: UInt64 = 0,
         poolThread: Bool = false,
         poolWidth: Int = 0,
         holder: (Engine) -> [Node]
@@ -81,8 +87,8 @@ struct WaitForGraph<Engine: Hashable> {
             }
             parkedPoolThreads += 1
         }
-        // mutant(awaiters-not-registered): for node in nodes.prefix(1) { waits[node] = Wait(engine: engine, poolThread: poolThread) }
-        for node in nodes { waits[node] = Wait(engine: engine, poolThread: poolThread) }
+        // mutant(awaiters-not-registered): for node in nodes.prefix(1) { waits[node] = Wait(engine: engine, poolThread: poolThread, ticket: ticket, party: nodes) }
+        for node in nodes { waits[node] = Wait(engine: engine, poolThread: poolThread, ticket: ticket, party: nodes) }
         return .wait
     }
 

@@ -175,6 +175,25 @@ enum SyncPoints {
         #endif
         return nil
     }
+
+    /// The boost registry of the calling thread: the process's, or a controlled scheduler's own
+    /// (virtual: it changes no real thread's scheduling).
+    static var registryOverride: BoostRegistry? {
+        #if DEBUG
+            if let scheduler { return scheduler.boostRegistry }
+        #endif
+        return nil
+    }
+
+    /// The calling thread starts (`true`) or ends (`false`) passing a change of urgency along a
+    /// chain: until it ends, the raised parties may lag behind what the machines decided, so a
+    /// controlled scheduler checks the chains only while no thread is doing this.
+    @inline(__always)
+    static func inheritance(_ begins: Bool) {
+        #if DEBUG
+            scheduler?.inheritance(begins)
+        #endif
+    }
 }
 
 #if DEBUG
@@ -211,6 +230,10 @@ enum SyncPoints {
         var currentQueue: QueueTag? { get }
         /// The deadlock detector of the scheduler's world.
         var detector: DeadlockDetector { get }
+        /// The boost registry of the scheduler's world (virtual).
+        var boostRegistry: BoostRegistry { get }
+        /// See ``SyncPoints/inheritance(_:)``.
+        func inheritance(_ begins: Bool)
     }
 
     /// The thread-specific slot for ``SyncPoints/scheduler`` (unretained).

@@ -61,6 +61,12 @@ extension EngineStateMachine {
             return "the urgency tally disagrees with the parked waiters' urgencies"
         }
         if !EngineWord.isHeld(word) && (isHoldBoosted || !holdUrgency.isNone) { return "a boost outlived its hold" }
+        if EngineWord.isHeld(word) && holdUrgency != requiredHoldUrgency {
+            return "the holder inherits \(holdUrgency) but its parked waiters ask for \(requiredHoldUrgency)"
+                + " (a boost outlived its reason, or a raise was missed)"
+        }
+        if chained.keys.contains(where: { urgencies[$0] == nil }) { return "a chained urgency of a waiter that left" }
+        if boostSyncNeeded { return "a boost to bring down was left for nobody" }
         if !outbox.isEmpty { return "a transition's actions were left in the outbox: nobody performs them" }
         if let violation = sharedReadViolation(word: word) { return violation }
         if maxOvertakes != nil {

@@ -93,6 +93,8 @@ extension EngineStateMachine {
             }
             freeIfUnused(slot)
         }
+        // Nobody waits now: a boost of the holder has lost every reason.
+        lowerHoldUrgencyIfNeeded()
         assert(deadEntries == 0 && waitingCount == 0)
         (arrivals, arrivalsStart, oldestOvertakes) = ([], 0, 0)
         if let slot = holderSlot, records[Int(slot)].kind == .operation {

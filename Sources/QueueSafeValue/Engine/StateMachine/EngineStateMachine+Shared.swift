@@ -106,7 +106,7 @@ extension EngineStateMachine {
         admitWaitingReaders()
         if !urgencies.isEmpty {
             // The waiters still parked now wait for these readers: the first inherits their
-            // urgency at once, the others when a waiter parks again (see `inheritUrgency`).
+            // urgency at once, and every other one as it lists itself (see `enterReader`).
             let inherited = parkedUrgency
             if !inherited.isNone {
                 (holdUrgency, isHoldBoosted) = (inherited, true)
@@ -126,7 +126,10 @@ extension EngineStateMachine {
         while !readers.isEmpty, let slot = peekNext(), records[Int(slot)].shared {
             guard let (popped, kind) = popNext() else { break }
             assert(popped == slot, "popNext() granted another command than it showed")
-            if !urgencies.isEmpty { clearUrgency(popped) }
+            if !urgencies.isEmpty {
+                clearUrgency(popped)
+                lowerHoldUrgencyIfNeeded()
+            }
             _ = grantReader(popped)
             startReaderInOutbox(popped, kind: kind)
         }

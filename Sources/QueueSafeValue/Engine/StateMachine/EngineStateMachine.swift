@@ -199,9 +199,20 @@ struct EngineStateMachine<Handle: EngineHandle> {
     /// deep `CommandQueue` parks with its priority: merging them all made draining n operations
     /// cost n² steps).
     private(set) var urgencyTally: [Urgency: Int] = [:]
-    /// The urgency the current holder was asked to inherit during this hold (the highest of the
-    /// parked waiters'), so that a waiter that asks for no more asks nothing.
+    /// The parked waiters that inherit an urgency from a section they hold elsewhere (a link of a
+    /// chain), by slot: their own urgency and the inherited one, kept apart so that the inherited
+    /// part can go down again when its reason leaves. ``urgencies`` holds the two merged.
+    private(set) var chained: [UInt32: ChainedUrgency] = [:]
+    /// The urgency the current holder inherits now: what its parked waiters ask for
+    /// (``requiredHoldUrgency``), kept equal to it by every transition that changes them, so that
+    /// a waiter that asks for no more asks nothing, and a raise that lost its reason is seen.
     var holdUrgency = Urgency.none
+    /// The holder bits (``CommandKind/wordBits``) of the current holder, as last seen by a
+    /// transition that knew them: which axis of an urgency it inherits.
+    var holdBits = 0
+    /// A transition lowered ``holdUrgency`` while a boost may be in effect: the storage brings the
+    /// raised parties down (and clears this) in the same lock section.
+    var boostSyncNeeded = false
     /// Whether a boost may have been applied to the current holder: its release (or the end of its
     /// closure) must end it. While shared reads hold, it stays set until the last of them released
     /// (each reader's release ends its own thread's boost).
@@ -314,7 +325,7 @@ struct EngineStateMachine<Handle: EngineHandle> {
     mutating func handOn(closedBit: Int, now: UInt64, releaserQueue: Int) -> Int {
         (holderSince, holderSinceIsExact) = (0, false)
         outbox.endBoost = isHoldBoosted
-        (holdUrgency, isHoldBoosted) = (.none, false)
+        (holdUrgency, isHoldBoosted, boostSyncNeeded) = (.none, false, false)
         guard let (slot, kind) = popNext() else {
             // mutant(value-outlives-container): if isClosed && !isValueFreed && false {
             if isClosed && !isValueFreed {
@@ -330,7 +341,8 @@ struct EngineStateMachine<Handle: EngineHandle> {
         if !urgencies.isEmpty {
             clearUrgency(slot)
             // The waiters still parked are now waiting for `next`: it inherits their urgency.
-            let inherited = parkedUrgency.inheritable(byHolder: kind.wordBits)
+            holdBits = kind.wordBits
+            let inherited = requiredHoldUrgency
             if !inherited.isNone {
                 (holdUrgency, isHoldBoosted) = (inherited, true)
                 outbox.urgency = inherited
@@ -456,6 +468,15 @@ struct EngineStateMachine<Handle: EngineHandle> {
     /// Forgets the urgency of the waiter in `slot`, if it had one.
     mutating func clearUrgency(_ slot: UInt32) {
         if let old = urgencies.removeValue(forKey: slot) { untally(old) }
+        if !chained.isEmpty { chained[slot] = nil }
+    }
+
+    /// Records the own and inherited urgency of the parked waiter in `slot` (see ``chained``).
+    mutating func setChainedUrgency(_ slot: UInt32, _ urgency: ChainedUrgency) {
+        let merged = urgency.own.merged(urgency.inherited)
+        guard !merged.isNone else { return clearUrgency(slot) }
+        chained[slot] = urgency.inherited.isNone ? nil : urgency
+        setUrgency(slot, to: merged)
     }
 
     private mutating func untally(_ urgency: Urgency) {
@@ -464,7 +485,12 @@ struct EngineStateMachine<Handle: EngineHandle> {
     }
 
     mutating func markLeft(_ slot: UInt32) -> Handle? {
-        if !urgencies.isEmpty { clearUrgency(slot) }
+        if !urgencies.isEmpty {
+            clearUrgency(slot)
+            // The boost it asked for ends with it: the holder drops to what still waits.
+            // mutant(leave-keeps-boost): _ = ()
+            lowerHoldUrgencyIfNeeded()
+        }
         let waiter = records[Int(slot)].handle
         records[Int(slot)].state = .left
         records[Int(slot)].handle = nil

@@ -99,11 +99,12 @@ struct Urgency: Hashable, Sendable {
         Urgency(thread: max(thread, other.thread), task: max(task, other.task))
     }
 
-    /// The axis a holder of the kind with these word bits (``CommandKind/wordBits``) can inherit: a
-    /// thread holder (blocking, dispatched) is raised as a thread, a task holder (awaiting, an
-    /// operation) is escalated as a task. The other axis has nothing to raise: a thread holder runs
-    /// no task section, and a task holder holds across suspensions on no thread of its own.
+    /// What a holder of the kind with these word bits (``CommandKind/wordBits``) inherits: a thread
+    /// holder (blocking, dispatched) is raised as a thread, and runs no task section whose priority
+    /// could matter; a task holder (awaiting, an operation) is escalated as a task and keeps the
+    /// thread axis too, which it raises nothing with itself (it holds across suspensions on no
+    /// thread of its own) but passes on to a thread holder it waits for in turn (a chain).
     func inheritable(byHolder holderBits: Int) -> Urgency {
-        holderBits == CommandKind.awaiting.wordBits ? Urgency(task: task) : Urgency(thread: thread)
+        holderBits == CommandKind.awaiting.wordBits ? self : Urgency(thread: thread)
     }
 }

@@ -59,17 +59,21 @@ extension CommandEngine {
         discardable: Bool = false
     ) -> (waiter: AwaitingWaiter, granted: Bool) {
         let waiter = AwaitingWaiter()
+        SyncPoints.inheritance(true)
+        defer { SyncPoints.inheritance(false) }
         var deferred: [Deferred] = []
-        let (admission, taken) = machine.withLock { machine in
+        let (admission, taken, lowersBoost) = machine.withLock { machine in
             let admission = transition(announcing: EngineWord.slowRelease, &machine) { machine, observed in
                 let (admission, word) = machine.enqueueOperationIntoOutbox(
                     waiter, priority: priority, discardable: discardable, observed: observed, now: coarseNow())
                 SyncPoints.note(discardable ? "a discardable operation is enqueued" : "an operation is enqueued")
                 return (admission, word)
             }
-            return (admission, take(&machine, &deferred))
+            // A discarded operation that was parked may have been a reason for a boost.
+            return (admission, take(&machine, &deferred), machine.takeBoostSync())
         }
         _ = perform(taken, deferred)
+        if lowersBoost { lowerBoost() }
         switch admission {
         case .granted(let ticket?):
             waiter.ticket = ticket
@@ -155,7 +159,7 @@ extension CommandEngine {
                     await suspendForTurn(
                         waiter, nodes: nodes, deadline: deadline, timer: timer, isolation: isolation)
                 } onPriorityEscalated: { [self] _, escalated in
-                    SyncPoints.insideRuntimeLock { inheritUrgency(ticket, .ofTask(escalated)) }
+                    SyncPoints.insideRuntimeLock { inheritUrgency(ticket, .ofTask(escalated), party: nodes) }
                 }
             } else {
                 await suspendForTurn(
@@ -189,10 +193,13 @@ extension CommandEngine {
         await withUnsafeContinuation(isolation: isolation) { (continuation: TurnContinuation) in
             // Registered before the continuation is stored, so that a cancellation (which
             // unregisters, then leaves) never leaves a stale registration behind.
+            // From its registration until it has raised the holder, the chains it may extend lag.
+            SyncPoints.inheritance(true)
+            defer { SyncPoints.inheritance(false) }
             let registration =
                 nodes.isEmpty
                 ? DeadlockDetector.Registration(verdict: .wait, names: [:])
-                : DeadlockDetector.shared.register(nodes, waitingFor: self, poolThread: false)
+                : DeadlockDetector.shared.register(nodes, waitingFor: self, ticket: ticket, poolThread: false)
             let waiting = machine.withLock { machine in
                 guard registration.verdict == .wait, machine.isWaiting(ticket) else { return false }
                 waiter.continuation = continuation
@@ -200,8 +207,10 @@ extension CommandEngine {
                 return true
             }
             if waiting {
-                // While it waits, the holder runs at least at this task's priority.
-                inheritUrgency(ticket, .ofTask(Task.currentPriority))
+                // While it waits, the holder runs at least at this task's priority, and at what the
+                // task inherits from sections it holds (read after its registration: a raise that
+                // reached it before cannot be missed, see `passOnInherited`).
+                inheritUrgency(ticket, .ofTask(Task.currentPriority), party: nodes)
                 if let deadline, let timer {
                     // A deadline already past gives up now, like `wait(timeout:)`.
                     if deadline <= .now() {

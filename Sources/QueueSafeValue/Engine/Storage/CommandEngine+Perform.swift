@@ -26,7 +26,7 @@ extension CommandEngine {
     }
 
     /// The thread and task of a newly granted holder that inherits an urgency (see
-    /// ``raiseHeir(_:to:)``).
+    /// ``raiseHeir(_:)``).
     typealias Heir = (thread: Int, task: Int)
 
     /// A transition's actions as the storage holds them between its two halves: the references
@@ -45,12 +45,21 @@ extension CommandEngine {
     /// - Returns: what ``perform(_:_:)`` returned.
     @discardableResult
     final func apply(_ transition: (inout Machine) -> Machine.Actions?) -> Contender? {
+        SyncPoints.inheritance(true)
+        defer { SyncPoints.inheritance(false) }
         var deferred: [Deferred] = []
+        var lowersBoost = false
         let taken = machine.withLock { machine -> Taken? in
-            guard let actions = transition(&machine) else { return nil }
+            guard let actions = transition(&machine) else {
+                lowersBoost = machine.takeBoostSync()
+                return nil
+            }
             machine.outbox = actions
+            lowersBoost = machine.takeBoostSync()
             return take(&machine, &deferred)
         }
+        // A waiter left: the boost it asked for ends with it (see `PriorityInheritance.swift`).
+        defer { if lowersBoost { lowerBoost() } }
         guard let taken else { return nil }
         return perform(taken, deferred)
     }
@@ -131,7 +140,7 @@ extension CommandEngine {
         var inline: Contender?
         if let grant {
             // The new holder inherits the urgency of the waiters still parked before it starts.
-            if !flags.urgency.isNone { raiseHeir(heir, to: flags.urgency) }
+            if !flags.urgency.isNone { raiseHeir(heir) }
             switch flags.starter {
             case .itself:
                 grant.start()

@@ -57,6 +57,8 @@ extension CommandEngine {
     /// The shared read `ticket` ends: it gives its share back; the last reader hands the section
     /// on (the actions are performed after unlocking).
     final func releaseReader(_ ticket: Ticket) {
+        SyncPoints.inheritance(true)
+        defer { SyncPoints.inheritance(false) }
         var deferred: [Deferred] = []
         let taken = machine.withLock { machine in
             // The word says `shared | slowRelease`: only locked transitions change it now.
@@ -89,7 +91,10 @@ extension CommandEngine {
     /// Lists the shared read `ticket`, about to run its closure on this thread or in this task.
     final func enterReader(_ ticket: Ticket, thread: Int, task: Int) {
         let party = ReaderParty(thread: thread, task: task, token: Self.readerToken(ticket))
-        boosts.withLock { $0.readers.append(party) }
+        boosts.withLock { record in
+            record.readers.append(party)
+            raiseJoiningReader(party, record: &record)
+        }
     }
 
     /// The shared read `ticket` no longer runs its closure (it is about to release, or it waits for

@@ -166,6 +166,9 @@ class CommandEngine: @unchecked Sendable {
     @usableFromInline
     @discardableResult
     final func releaseSlow(releaserQueue: Int = 0) -> Contender? {
+        // The release may hand a raise on to the heir, and ends the releaser's own.
+        SyncPoints.inheritance(true)
+        defer { SyncPoints.inheritance(false) }
         var deferred: [Deferred] = []
         let taken = machine.withLock { machine in
             transitionWhileHeld(&machine) { machine, observed in

@@ -1,28 +1,38 @@
 import QueueSafeValueShims
 
 // Priority inheritance: while a party of higher urgency waits for the section, the holder runs at
-// least that urgently, and no longer than it holds.
+// least that urgently, for as long as that party waits and no longer than it holds; and if the
+// holder waits for another section in turn, so does that section's holder, down the chain.
 //
-// The state machine decides (``EngineStateMachine/park(_:urgency:holderBits:)``, `beginBoost(for:)`, and what
-// a release returns: `endBoost`, `nextUrgency`); this file performs it, after the engine lock is
-// released, under the engine's boost lock, which serializes raising a holder with ending that
-// raise. A boost is applied only while the waiter that asked for it still waits (checked under the
-// engine lock, inside the boost lock): the section cannot change hands then without a release that
-// sees the hold was boosted and takes the boost lock too. So the holder is alive while it is raised,
-// and every raise is undone by the raised thread itself before it leaves the holder's code — at its
-// release, or, for a dispatch command with a manual completion, when its closure returns.
+// The state machine decides (`park`, `setInherited`, what a leave or a release changes in
+// `holdUrgency`); this file performs it after the engine lock is released: `syncBoost` brings the
+// parties raised for the current hold (the engine's targets) to what the machine says now, under the
+// engine's boost lock, reading the decision under the engine lock inside it; the process-wide
+// `BoostRegistry` keeps each party's contributions, one per engine, and applies the highest; and
+// `walkChain` passes a change on through the deadlock detector's wait-for graph. While the hold
+// inherits anything, parked waiters keep the holder from releasing on the idle path, and its release
+// takes the boost lock to end what it got: a target is alive while it is listed. Every raise of a
+// thread is undone by the thread itself before it leaves the holder's code (at its release, or, for
+// a dispatch command with a manual completion, when its closure returns), or brought down earlier by
+// whoever removed its reason.
 //
 // A task holder is escalated instead (Swift's runtime keeps a task's escalation until the task
 // ends: that is what awaiting a task does too). On Linux a thread's urgency is its real-time
 // priority (SCHED_FIFO, SCHED_RR), and raising another thread needs CAP_SYS_NICE or an
 // RLIMIT_RTPRIO: without it the boost quietly does not happen. On Apple platforms it is a QoS
 // override of the holder thread.
+//
+// Locks: boost lock, then engine lock or registry; engine lock, then registry; the walk takes the
+// detector's lock alone, between links.
 
-/// What the engine's boost lock guards: the boosted threads of the engine, and what each boost
-/// changed. At most two at once: the holder, and for a moment the releaser that hands the section
-/// to it.
+/// What the engine's boost lock guards: the parties raised for the current hold, the shared reads
+/// running their closures, and the value's observers.
 struct BoostRecord {
-    var boosted: [Int: qsv_boost] = [:]
+    /// The parties this engine raised during the current hold (its holder, a granted heir, the
+    /// shared reads): each keeps this engine's contribution in the ``BoostRegistry`` until it ends it
+    /// itself, under this lock, before it leaves the holder's code (so each is alive while it is
+    /// listed here), or until the hold's urgency falls to none.
+    var targets: Set<DeadlockDetector.Node> = []
     /// The shared reads running their closures (see `CommandEngine+Shared.swift`): raised like a
     /// holder, and followed by deadlock detection. Kept under this lock because both read it here.
     var readers: [ReaderParty] = []
@@ -38,7 +48,8 @@ extension Urgency {
     /// the task priority a thread of it stands for (on Apple platforms its QoS class, which is the
     /// same scale; on Linux `.high` for a real-time thread, `.medium` for any other).
     static func ofCurrentThread() -> Urgency {
-        let thread = qsv_thread_urgency()
+        // Its own, without a boost it runs under now: what it inherits is passed on apart.
+        let thread = BoostRegistry.shared.ownUrgencyOfCurrentThread()
         #if canImport(Darwin)
             return Urgency(thread: thread, task: UInt8(clamping: thread))
         #else
@@ -59,59 +70,160 @@ extension Urgency {
 }
 
 extension CommandEngine {
-    /// The waiting command `ticket` is about to park or suspend at `urgency`: raise the holder if it
-    /// runs less urgently. Costs nothing more when the holder already inherits at least as much.
-    final func inheritUrgency(_ ticket: Ticket, _ urgency: Urgency) {
+    typealias Node = DeadlockDetector.Node
+
+    /// How many links a chain walk follows at most, as the kernel's priority-inheriting futex does:
+    /// a longer chain is left unraised past that point rather than walked without end.
+    static let maxChainLinks = 1024
+
+    /// The waiting command `ticket` is about to park or suspend at `urgency`, on behalf of `party`
+    /// (its thread and task nodes, registered for deadlock detection or about to be), which may
+    /// inherit an urgency from sections it holds: raise the holder if it runs less urgently, and
+    /// pass the raise down the chain if the holder waits in turn. Costs one locked step when the
+    /// holder already inherits at least as much.
+    final func inheritUrgency(_ ticket: Ticket, _ urgency: Urgency, party: [Node] = []) {
+        SyncPoints.inheritance(true)
+        defer { SyncPoints.inheritance(false) }
+        let registry = BoostRegistry.shared
         let raised = withMachineLocked { machine in
-            machine.park(ticket, urgency: urgency, holderBits: state.loadAcquire() & EngineWord.holderMask)
+            let inherited = party.isEmpty || registry.isEmpty ? Urgency.none : registry.inherited(of: party)
+            return machine.park(
+                ticket, urgency: urgency, inherited: inherited, holderBits: state.loadAcquire() & EngineWord.holderMask)
         }
-        guard let raised else { return }
-        boosts.withLock { record in
-            let holder = withMachineLocked { machine -> (thread: Int, task: Int)? in
-                guard machine.beginBoost(for: ticket) else { return nil }
-                return (ownerThread.loadAcquire(), ownerTask.loadAcquire())
+        guard raised else { return }
+        Self.walkChain(from: syncBoost())
+    }
+
+    /// The waiting command `ticket` has registered `party` for deadlock detection: a raise that
+    /// reached the party before the chain walk could see where it waits is passed on now.
+    final func passOnInherited(_ ticket: Ticket, party: [Node]) {
+        guard !BoostRegistry.shared.isEmpty else { return }
+        Self.walkChain(from: refreshInherited(ticket, party: party))
+    }
+
+    /// The waiting command `ticket` of `party` inherits something else now: the machine re-reads
+    /// it (under the engine lock, so the newest value wins) and the holder follows.
+    /// - Returns: the raised parties whose inherited urgency changed.
+    final func refreshInherited(_ ticket: Ticket, party: [Node]) -> [Node] {
+        let registry = BoostRegistry.shared
+        let changed = withMachineLocked { machine in
+            machine.setInherited(
+                ticket, registry.inherited(of: party), holderBits: state.loadAcquire() & EngineWord.holderMask)
+        }
+        return changed ? syncBoost() : []
+    }
+
+    /// A transition lowered what the holder inherits (a waiter left): the raised parties come down,
+    /// along their chains. Call after unlocking.
+    final func lowerBoost() {
+        SyncPoints.inheritance(true)
+        defer { SyncPoints.inheritance(false) }
+        Self.walkChain(from: syncBoost())
+    }
+
+    /// Passes a change of what `changed` parties inherit on to the holders of the values they wait
+    /// for, and so on down each chain, through the deadlock detector's wait-for graph. Stops after
+    /// ``maxChainLinks`` links, and at a party met before (a cycle: a deadlock, which the detector
+    /// reports to the party that closes it).
+    static func walkChain(from changed: [Node]) {
+        guard !changed.isEmpty else { return }
+        var frontier = changed
+        var visited = Set(changed)
+        var links = 0
+        // mutant(chain-stops-at-first-link): while links < 0, let node = frontier.popLast() {
+        while links < maxChainLinks, let node = frontier.popLast() {
+            guard let wait = DeadlockDetector.shared.wait(of: node) else { continue }
+            links += 1
+            for next in wait.engine.refreshInherited(wait.ticket, party: wait.party) where visited.insert(next).inserted
+            {
+                frontier.append(next)
             }
-            guard let holder else { return }
-            raise(thread: holder.thread, task: holder.task, to: raised, record: &record)
-            // Every shared read holding runs at least as urgently too. A reader listed here has not
-            // released yet: its release ends its thread's boost under this lock, after this raise.
-            for reader in record.readers {
-                raise(thread: reader.thread, task: reader.task, to: raised, record: &record)
+        }
+    }
+
+    /// Brings every party raised for the current hold to what the machine says the holder inherits
+    /// now (``EngineStateMachine/beginBoost()``), raising the holder (or `heir`, granted and not
+    /// started yet) and the shared reads, or bringing them down when a reason left. Under the boost
+    /// lock, which serializes it with the raised parties' own ends; the urgency is read under the
+    /// engine lock inside it, so whichever call comes last applies the newest decision.
+    /// - Returns: the parties whose inherited urgency changed (for the chain walk).
+    @discardableResult
+    final func syncBoost(heir: Heir? = nil) -> [Node] {
+        let registry = BoostRegistry.shared
+        let source = ObjectIdentifier(self)
+        return boosts.withLock { record -> [Node] in
+            let (urgency, thread, task) = withMachineLocked { machine in
+                (machine.beginBoost(), ownerThread.loadAcquire(), ownerTask.loadAcquire())
             }
+            if !urgency.isNone {
+                // The holder is alive: waiters keep it from releasing without the lock, and its
+                // release takes this lock to end what it got, after this.
+                if let heir {
+                    if heir.thread != 0 { record.targets.insert(.thread(heir.thread)) }
+                    if heir.task != 0 { record.targets.insert(.task(heir.task)) }
+                }
+                if thread != 0 { record.targets.insert(.thread(thread)) }
+                if task != 0 { record.targets.insert(.task(task)) }
+                for reader in record.readers { record.targets.formUnion(reader.nodes) }
+            }
+            var changed: [Node] = []
+            for node in record.targets {
+                if apply(urgency, to: node, registry: registry, source: source) { changed.append(node) }
+            }
+            if urgency.isNone { record.targets = [] }
+            return changed
+        }
+    }
+
+    /// Under the boost lock: sets this engine's contribution to `node` and escalates its task if
+    /// that raised it. - Returns: whether what the node inherits changed.
+    private func apply(_ urgency: Urgency, to node: Node, registry: BoostRegistry, source: ObjectIdentifier) -> Bool {
+        let (old, new, escalate) = registry.set(node, source: source, to: urgency)
+        if let escalate, case .task(let task) = node {
+            SyncPoints.willTouchTask()  // the runtime takes the task's lock, as a resume does
+            qsv_escalate_task(UnsafeMutableRawPointer(bitPattern: task), Int(escalate))
+        }
+        return old != new
+    }
+
+    /// A shared read lists itself as running its closure: if the holders are raised, it is raised at
+    /// once too. Under the boost lock.
+    final func raiseJoiningReader(_ party: ReaderParty, record: inout BoostRecord) {
+        let urgency = withMachineLocked { $0.isHoldBoosted ? $0.holdUrgency : .none }
+        guard !urgency.isNone else { return }
+        for node in party.nodes {
+            record.targets.insert(node)
+            _ = apply(urgency, to: node, registry: BoostRegistry.shared, source: ObjectIdentifier(self))
         }
     }
 
     /// A release returned `nextUrgency`: the new holder (its thread and task, read under the engine
     /// lock) inherits the urgency of the waiters still parked. Call after unlocking, before starting
-    /// it.
-    final func raiseHeir(_ heir: (thread: Int, task: Int), to urgency: Urgency) {
-        boosts.withLock { record in raise(thread: heir.thread, task: heir.task, to: urgency, record: &record) }
+    /// it. (What it inherits is read again here: a waiter may have left since.)
+    final func raiseHeir(_ heir: Heir) {
+        syncBoost(heir: heir)
     }
 
     /// The calling thread stops running the holder's code: it released the section (and started
     /// the next holder), or the hold goes on without it (a dispatch command's closure returned
-    /// before its manual completion). It ends its boost, if it has one.
+    /// before its manual completion). It ends what this engine raised it (and its task) by.
     final func endBoostOfCurrentThread() {
-        boosts.withLock { record in endBoost(of: currentThreadID(), record: &record) }
-    }
-
-    /// Under the boost lock: raises the holder's thread (if one runs the holder's code) and task.
-    private func raise(thread: Int, task: Int, to urgency: Urgency, record: inout BoostRecord) {
-        if thread != 0 && urgency.thread > 0 {
-            var boost = record.boosted[thread] ?? qsv_boost()
-            if qsv_boost_thread(UInt(bitPattern: thread), urgency.thread, &boost) != 0 {
-                record.boosted[thread] = boost
+        let task = currentTaskID()
+        let source = ObjectIdentifier(self)
+        boosts.withLock { record in
+            for node in [Node.thread(currentThreadID()), .task(task)] where record.targets.remove(node) != nil {
+                _ = BoostRegistry.shared.set(node, source: source, to: nil)
             }
         }
-        if task != 0 && urgency.task > 0 {
-            SyncPoints.willTouchTask()  // the runtime takes the task's lock, as a resume does
-            qsv_escalate_task(UnsafeMutableRawPointer(bitPattern: task), Int(urgency.task))
-        }
     }
+}
 
-    /// Under the boost lock: ends the boost of `thread` (the calling thread), if it has one.
-    private func endBoost(of thread: Int, record: inout BoostRecord) {
-        guard var boost = record.boosted.removeValue(forKey: thread) else { return }
-        qsv_end_boost(UInt(bitPattern: thread), &boost)
+extension ReaderParty {
+    /// The nodes a raise of this read reaches: its thread, or its task.
+    var nodes: [DeadlockDetector.Node] {
+        var nodes: [DeadlockDetector.Node] = []
+        if thread != 0 { nodes.append(.thread(thread)) }
+        if task != 0 { nodes.append(.task(task)) }
+        return nodes
     }
 }

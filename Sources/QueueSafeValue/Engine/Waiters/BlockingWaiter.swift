@@ -135,14 +135,24 @@ final class BlockingWaiter: Contender, @unchecked Sendable {
     ) -> QueueSafeValueError? {
         // Before it blocks its queue for longer than a spin: see *helping*.
         var tagEpoch = engine.becomeHelper(ticket)
-        // While it is parked, the holder runs at least as urgently as this thread.
-        engine.inheritUrgency(ticket, .ofCurrentThread())
         let nodes = DeadlockDetector.currentNodes()
         let poolThread = nodes.count > 1 && qsv_is_main_thread() == 0
+        // While it is parked, the holder runs at least as urgently as this thread, and as what this
+        // thread inherits from sections it holds (a chain). From here until it is registered and
+        // has passed that on, the chains it may extend lag.
+        SyncPoints.inheritance(true)
+        var inheritancePending = true
+        engine.inheritUrgency(ticket, .ofCurrentThread(), party: nodes)
         while true {
             // About to park: would that close a cycle, or starve the cooperative pool?
             let registration = DeadlockDetector.shared.register(
-                nodes, waitingFor: engine, poolThread: poolThread, watcher: tagEpoch.map { (self, $0) })
+                nodes, waitingFor: engine, ticket: ticket, poolThread: poolThread, watcher: tagEpoch.map { (self, $0) })
+            if inheritancePending {
+                // A raise that reached this thread before the chain walk could see where it waits.
+                if registration.verdict == .wait { engine.passOnInherited(ticket, party: nodes) }
+                SyncPoints.inheritance(false)
+                inheritancePending = false
+            }
             guard registration.verdict == .wait else { return refuse(registration, engine: engine, ticket: ticket) }
             let outcome = parkOnce(deadline: deadline)
             // Unregistered before anything else, and before leaving the queue: a party that gave
