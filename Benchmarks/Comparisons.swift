@@ -71,6 +71,11 @@ struct Comparison: Sendable {
         Comparison(library: "priority inversion: wait", baseline: "priority inversion: Mutex", target: .ratioAtMost(2)),
         Comparison(library: "priority inversion: wait", baseline: nil, target: .valueAtMost(200)),
         Comparison(library: "priority inversion: wait", baseline: "priority inversion: NSLock", target: nil),
+        // The same through a chain of two values: the urgent waiter waits for A, whose holder waits
+        // for B, which the starved thread holds; the priority has to pass along the chain to reach it.
+        Comparison(library: "priority chain: wait", baseline: "priority chain: Mutex", target: .ratioAtMost(2)),
+        Comparison(library: "priority chain: wait", baseline: nil, target: .valueAtMost(200)),
+        Comparison(library: "priority chain: wait", baseline: "priority chain: NSLock", target: nil),
     ]
 
     /// The scenarios to run for `filter`: those whose name contains it, plus the baseline of every
