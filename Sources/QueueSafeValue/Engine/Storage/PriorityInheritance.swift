@@ -160,11 +160,14 @@ extension CommandEngine {
                 // release takes this lock to end what it got, after this.
                 if let heir {
                     if heir.thread != 0 { record.targets.insert(.thread(heir.thread)) }
-                    if heir.task != 0 { record.targets.insert(.task(heir.task)) }
+                    if heir.task != 0 { target(task: heir.task, urgency, &record) }
                 }
                 if thread != 0 { record.targets.insert(.thread(thread)) }
-                if task != 0 { record.targets.insert(.task(task)) }
-                for reader in record.readers { record.targets.formUnion(reader.nodes) }
+                if task != 0 { target(task: task, urgency, &record) }
+                for reader in record.readers {
+                    if reader.thread != 0 { record.targets.insert(.thread(reader.thread)) }
+                    if reader.task != 0 { target(task: reader.task, urgency, &record) }
+                }
             }
             var changed: [Node] = []
             for node in record.targets {
@@ -172,6 +175,23 @@ extension CommandEngine {
             }
             if urgency.isNone { record.targets = [] }
             return changed
+        }
+    }
+
+    /// Under the boost lock: lists the holding task `task` as a target if what it inherits has a
+    /// thread axis to pass on (a real-time thread waits, and the task may wait for a thread holder in
+    /// turn) or it is listed already; otherwise only escalates it. An escalation needs no undoing
+    /// (Swift keeps it for the task's life), and a task that awaits passes it on through its
+    /// escalation handler (see `CommandEngine+Awaiting.swift`), so the common case, tasks waiting
+    /// for a task (a deep `CommandQueue`), stays off the registry's lock: one call into the runtime,
+    /// as before chains.
+    private func target(task: Int, _ urgency: Urgency, _ record: inout BoostRecord) {
+        let node = Node.task(task)
+        if urgency.thread != 0 || record.targets.contains(node) {
+            record.targets.insert(node)
+        } else if urgency.task > 0 {
+            SyncPoints.willTouchTask()  // the runtime takes the task's lock, as a resume does
+            qsv_escalate_task(UnsafeMutableRawPointer(bitPattern: task), Int(urgency.task))
         }
     }
 
@@ -191,9 +211,17 @@ extension CommandEngine {
     final func raiseJoiningReader(_ party: ReaderParty, record: inout BoostRecord) {
         let urgency = withMachineLocked { $0.isHoldBoosted ? $0.holdUrgency : .none }
         guard !urgency.isNone else { return }
-        for node in party.nodes {
-            record.targets.insert(node)
-            _ = apply(urgency, to: node, registry: BoostRegistry.shared, source: ObjectIdentifier(self))
+        if party.thread != 0 {
+            record.targets.insert(.thread(party.thread))
+            _ = apply(
+                urgency, to: .thread(party.thread), registry: BoostRegistry.shared, source: ObjectIdentifier(self))
+        }
+        if party.task != 0 {
+            target(task: party.task, urgency, &record)
+            if record.targets.contains(.task(party.task)) {
+                _ = apply(
+                    urgency, to: .task(party.task), registry: BoostRegistry.shared, source: ObjectIdentifier(self))
+            }
         }
     }
 
@@ -215,15 +243,5 @@ extension CommandEngine {
                 _ = BoostRegistry.shared.set(node, source: source, to: nil)
             }
         }
-    }
-}
-
-extension ReaderParty {
-    /// The nodes a raise of this read reaches: its thread, or its task.
-    var nodes: [DeadlockDetector.Node] {
-        var nodes: [DeadlockDetector.Node] = []
-        if thread != 0 { nodes.append(.thread(thread)) }
-        if task != 0 { nodes.append(.task(task)) }
-        return nodes
     }
 }
