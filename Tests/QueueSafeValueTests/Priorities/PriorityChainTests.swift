@@ -148,6 +148,56 @@
             #expect(lPriorityAfter.value == 0, "L had a real-time priority after its release")
         }
 
+        /// One thread holds two values, each raised by a timed real-time waiter of its own (20 for A,
+        /// 10 for B): it runs at the higher while both wait, at the other's once the first gives up,
+        /// and at its own once both have: each boost is a contribution of its own, ended by its own
+        /// reason.
+        @Test(.enabled(if: Realtime.mayRun, Realtime.skipReason))
+        func holderOfTwoValues_runsAtTheHighestBoostLeft() throws {
+            try Realtime.require()
+            let valueA = QueueSafeValue(value: 0, label: "A")
+            let valueB = QueueSafeValue(value: 0, label: "B")
+            let holding = DispatchSemaphore(value: 0)
+            let holderDone = DispatchSemaphore(value: 0)
+            let stop = Locked(false)
+            let samples = Locked<[Sample]>([])
+            Thread {
+                valueA.wait.highestPriority.set { _ in
+                    valueB.wait.highestPriority.set { _ in
+                        holding.signal()
+                        samples.set(Self.samplesOfOwnPriority(until: stop))
+                    }
+                }
+                holderDone.signal()
+            }.start()
+            #expect(waitOrFail(holding, "the holder to hold A and B"))
+            let waits = Locked<[Double]>([0, 0])
+            let waitersDone = DispatchGroup()
+            for (index, (value, priority, timeout)) in [(valueA, Int32(20), 200), (valueB, 10, 400)].enumerated() {
+                waitersDone.enter()
+                Thread {
+                    _ = qsvrt_set_realtime(priority)
+                    _ = value.wait(timeout: .milliseconds(timeout)).lowestPriority.get()
+                    let returnedAt = qsvrt_now()
+                    _ = qsvrt_set_realtime(0)
+                    waits.withLock { $0[index] = returnedAt }
+                    waitersDone.leave()
+                }.start()
+            }
+            #expect(waitOrFail(waitersDone, "both waiters to time out"))
+            usleep(50_000)
+            stop.set(true)
+            #expect(waitOrFail(holderDone, "the holder to release"))
+            let (firstLeft, secondLeft) = (waits.value[0], waits.value[1])
+            let all = samples.value
+            let bothWaiting = all.filter { $0.time < firstLeft - 0.010 }.map(\.priority)
+            let oneWaiting = all.filter { $0.time > firstLeft + 0.010 && $0.time < secondLeft - 0.010 }.map(\.priority)
+            let noneWaiting = all.filter { $0.time > secondLeft + 0.010 }.map(\.priority)
+            #expect(bothWaiting.contains(20), "the holder never ran at 20 while both waited: \(Set(bothWaiting))")
+            #expect(!oneWaiting.isEmpty && oneWaiting.allSatisfy { $0 == 10 }, "after 20 left: \(Set(oneWaiting))")
+            #expect(!noneWaiting.isEmpty && noneWaiting.allSatisfy { $0 == 0 }, "after both left: \(Set(noneWaiting))")
+        }
+
         /// Builds a chain of `length` values (2: A, B; 3: A, B, C) on processor 0 and measures how
         /// long an urgent waiter waits for A, then undoes everything it set (affinities, policies).
         /// X, a normal thread, holds the last value and needs 20 ms of processor time; each other
