@@ -464,43 +464,33 @@ enum CheckerScenarios {
     /// waits for A. Whenever no thread is passing a change along (see `inheritanceViolation`), L
     /// runs at H's urgency, L's wait for B passes it on, and X runs at it too; each drops it with
     /// the hold that needed it.
-    static let inheritanceChain = CheckerScenario(
-        name: "a real-time waiter at the end of a chain of two values", preemptionBound: 2
-    ) { world in
-        let run = CheckerRun(world)
-        let (a, b) = (QueueSafeValue(value: 0, label: "A"), QueueSafeValue(value: 0, label: "B"))
-        world.quiescentCheck = run.quiescentCheck([a.engine, b.engine])
-        world.spawn("X") { run.blocking("x", b.wait, .high) }
-        world.spawn("L") {
-            let outer = a.wait.highestPriority.set { _ in run.blocking("l inner", b.wait, .high) }
-            run.end("l outer", CheckerRun.describe(outer))
-        }
-        world.spawn("H", urgency: 20) { run.blocking("h", a.wait, .high) }
-        return {
-            if let problem = run.expectEnded(["x", "l inner", "l outer", "h"]) { return problem }
-            let raised = world.boostRegistry.contributions
-            return raised.isEmpty ? nil : "a boost outlived every hold: \(raised)"
-        }
-    }
+    static let inheritanceChain = chainOfTwo(
+        name: "a real-time waiter at the end of a chain of two values", timedWaiter: false)
 
     /// Issue 28: the same chain, with a timed H that may give up at any point: its boost leaves with
     /// it, at every link, while L and X still hold.
-    static let inheritanceChainTimedWaiter = CheckerScenario(
-        name: "a timed real-time waiter leaves a chain of two values", preemptionBound: 2
-    ) { world in
-        let run = CheckerRun(world)
-        let (a, b) = (QueueSafeValue(value: 0, label: "A"), QueueSafeValue(value: 0, label: "B"))
-        world.quiescentCheck = run.quiescentCheck([a.engine, b.engine])
-        world.spawn("X") { run.blocking("x", b.wait, .high) }
-        world.spawn("L") {
-            let outer = a.wait.highestPriority.set { _ in run.blocking("l inner", b.wait, .high) }
-            run.end("l outer", CheckerRun.describe(outer))
-        }
-        world.spawn("H", urgency: 20) { run.blocking("h", a.wait(timeout: .seconds(60)), .high) }
-        return {
-            if let problem = run.expectEnded(["x", "l inner", "l outer", "h"]) { return problem }
-            let raised = world.boostRegistry.contributions
-            return raised.isEmpty ? nil : "a boost outlived every hold: \(raised)"
+    static let inheritanceChainTimedWaiter = chainOfTwo(
+        name: "a timed real-time waiter leaves a chain of two values", timedWaiter: true)
+
+    /// The chain of two values of ``inheritanceChain``, with H waiting without or with a deadline.
+    private static func chainOfTwo(name: String, timedWaiter: Bool) -> CheckerScenario {
+        CheckerScenario(name: name, preemptionBound: 2) { world in
+            let run = CheckerRun(world)
+            let (a, b) = (QueueSafeValue(value: 0, label: "A"), QueueSafeValue(value: 0, label: "B"))
+            world.quiescentCheck = run.quiescentCheck([a.engine, b.engine])
+            world.spawn("X") { run.blocking("x", b.wait, .high) }
+            world.spawn("L") {
+                let outer = a.wait.highestPriority.set { _ in run.blocking("l inner", b.wait, .high) }
+                run.end("l outer", CheckerRun.describe(outer))
+            }
+            world.spawn("H", urgency: 20) {
+                run.blocking("h", timedWaiter ? a.wait(timeout: .seconds(60)) : a.wait, .high)
+            }
+            return {
+                if let problem = run.expectEnded(["x", "l inner", "l outer", "h"]) { return problem }
+                let raised = world.boostRegistry.contributions
+                return raised.isEmpty ? nil : "a boost outlived every hold: \(raised)"
+            }
         }
     }
 
