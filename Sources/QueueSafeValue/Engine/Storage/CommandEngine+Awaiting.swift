@@ -159,7 +159,10 @@ extension CommandEngine {
                     await suspendForTurn(
                         waiter, nodes: nodes, deadline: deadline, timer: timer, isolation: isolation)
                 } onPriorityEscalated: { [self] _, escalated in
-                    SyncPoints.insideRuntimeLock { inheritUrgency(ticket, .ofTask(escalated), party: nodes) }
+                    // No chain walk under the runtime's lock (see `inheritUrgency`).
+                    SyncPoints.insideRuntimeLock {
+                        inheritUrgency(ticket, .ofTask(escalated), party: nodes, walks: false)
+                    }
                 }
             } else {
                 await suspendForTurn(

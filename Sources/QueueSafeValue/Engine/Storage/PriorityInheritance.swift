@@ -81,7 +81,12 @@ extension CommandEngine {
     /// inherit an urgency from sections it holds: raise the holder if it runs less urgently, and
     /// pass the raise down the chain if the holder waits in turn. Costs one locked step when the
     /// holder already inherits at least as much.
-    final func inheritUrgency(_ ticket: Ticket, _ urgency: Urgency, party: [Node] = []) {
+    /// - Parameter walks: whether to pass a raise down the chain: not from a task's escalation
+    ///   handler, which runs under the task's lock in the runtime (the walk takes the deadlock
+    ///   detector's lock, under which shared reads' parties are read under boost locks, under which
+    ///   tasks are escalated: a cycle). An escalated task that waits passes the escalation on
+    ///   through the runtime instead, task to task.
+    final func inheritUrgency(_ ticket: Ticket, _ urgency: Urgency, party: [Node] = [], walks: Bool = true) {
         SyncPoints.inheritance(true)
         defer { SyncPoints.inheritance(false) }
         let registry = BoostRegistry.shared
@@ -91,7 +96,8 @@ extension CommandEngine {
                 ticket, urgency: urgency, inherited: inherited, holderBits: state.loadAcquire() & EngineWord.holderMask)
         }
         guard raised else { return }
-        Self.walkChain(from: syncBoost())
+        let changed = syncBoost()
+        if walks { Self.walkChain(from: changed) }
     }
 
     /// The waiting command `ticket` has registered `party` for deadlock detection: a raise that
