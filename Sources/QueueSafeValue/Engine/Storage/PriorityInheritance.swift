@@ -217,17 +217,12 @@ extension CommandEngine {
     final func raiseJoiningReader(_ party: ReaderParty, record: inout BoostRecord) {
         let urgency = withMachineLocked { $0.isHoldBoosted ? $0.holdUrgency : .none }
         guard !urgency.isNone else { return }
-        if party.thread != 0 {
-            record.targets.insert(.thread(party.thread))
-            _ = apply(
-                urgency, to: .thread(party.thread), registry: BoostRegistry.shared, source: ObjectIdentifier(self))
-        }
-        if party.task != 0 {
-            target(task: party.task, urgency, &record)
-            if record.targets.contains(.task(party.task)) {
-                _ = apply(
-                    urgency, to: .task(party.task), registry: BoostRegistry.shared, source: ObjectIdentifier(self))
-            }
+        // Listed as `syncBoost` lists a holder, then brought to the hold's urgency.
+        if party.thread != 0 { record.targets.insert(.thread(party.thread)) }
+        if party.task != 0 { target(task: party.task, urgency, &record) }
+        let source = ObjectIdentifier(self)
+        for node in [Node.thread(party.thread), .task(party.task)] where record.targets.contains(node) {
+            _ = apply(urgency, to: node, registry: BoostRegistry.shared, source: source)
         }
     }
 
