@@ -168,3 +168,15 @@ extern size_t swift_task_escalate(void *task, size_t priority) __attribute__((sw
 void qsv_escalate_task(void *task, size_t priority) {
     (void)swift_task_escalate(task, priority);
 }
+
+// The runtime's reference counting of heap objects, which a task is (as a `Task` handle keeps it).
+extern void *swift_retain(void *object);
+extern void swift_release(void *object);
+
+void qsv_retain_task(void *task) {
+    (void)swift_retain(task);
+}
+
+void qsv_release_task(void *task) {
+    swift_release(task);
+}

@@ -47,6 +47,9 @@ public struct QueueDiagnostics: Sendable, CustomStringConvertible {
         /// command holds it. For shared reads, ``kind`` is the first reader's, ``since`` is when
         /// the first of them got the value, and ``awaitsCompletion`` is `false`.
         public let sharedReads: Int
+        /// For a ``HolderKind/dispatch`` command taken under the engine lock: the identity of its
+        /// queue, named in ``queue`` once the lock is released (see ``QueueDiagnostics/namingQueue()``).
+        let queueIdentity: Int?
 
         /// "a blocking command for at least 2.5 s", "a dispatch command waiting to run on queue
         /// 'db' for 0.1 s", "a dispatch command on queue 'db' waiting for done() for 3.00 s",
@@ -71,7 +74,7 @@ public struct QueueDiagnostics: Sendable, CustomStringConvertible {
 
         init(
             kind: HolderKind, awaitsCompletion: Bool, since: DispatchTime?, sinceIsExact: Bool, queue: String?,
-            isWaitingForItsQueue: Bool, sharedReads: Int = 0
+            isWaitingForItsQueue: Bool, sharedReads: Int = 0, queueIdentity: Int? = nil
         ) {
             self.kind = kind
             self.awaitsCompletion = awaitsCompletion
@@ -80,6 +83,7 @@ public struct QueueDiagnostics: Sendable, CustomStringConvertible {
             self.queue = queue
             self.isWaitingForItsQueue = isWaitingForItsQueue
             self.sharedReads = sharedReads
+            self.queueIdentity = queueIdentity
         }
 
         private static func format(_ seconds: Double) -> String {
@@ -122,10 +126,13 @@ extension CommandEngine {
     /// The section's holder and waiters now, read under the lock.
     @usableFromInline
     final var diagnostics: QueueDiagnostics {
-        withMachine { machine, word in snapshot(machine, word: word) }
+        withMachine { machine, word in snapshot(machine, word: word) }.namingQueue()
     }
 
-    /// The snapshot of `machine` and `word`, taken by a caller that holds the lock.
+    /// The snapshot of `machine` and `word`, taken by a caller that holds the lock. A dispatch
+    /// holder's queue is known by its identity only: call ``QueueDiagnostics/namingQueue()`` after
+    /// unlocking (the labels are the deadlock detector's, under its lock, which is taken before an
+    /// engine's, never inside it).
     final func snapshot(_ machine: Machine, word: Int) -> QueueDiagnostics {
         if word & EngineWord.shared != 0, let first = machine.firstReaderKind {
             let kind: QueueDiagnostics.HolderKind =
@@ -149,21 +156,44 @@ extension CommandEngine {
         case CommandKind.dispatched.wordBits: kind = .dispatch
         default: kind = machine.trackedHolderKind == .operation ? .operation : .awaiting
         }
-        var queue: String?
-        if kind == .dispatch {
-            let id = dispatchedHolderQueue.loadRelaxed()
-            queue = DeadlockDetector.shared.label(ofQueue: id) ?? "queue #\(id)"
-        }
+        let queueIdentity = kind == .dispatch ? dispatchedHolderQueue.loadRelaxed() : nil
+        // mutant(lock-order-inversion): let queue = queueIdentity.flatMap { DeadlockDetector.shared.label(ofQueue: $0) }
+        let queue: String? = nil
         // A retained address: published and not claimed by its block (or a helper) yet.
         let waitingForQueue = kind == .dispatch && pendingDispatch.loadAcquire() > Self.dispatchStarted
         let holder = kind.map { kind in
             QueueDiagnostics.Holder(
                 kind: kind, awaitsCompletion: machine.holderAwaitsCompletion,
                 since: machine.holderSince == 0 ? nil : DispatchTime(uptimeNanoseconds: machine.holderSince),
-                sinceIsExact: machine.holderSinceIsExact, queue: queue, isWaitingForItsQueue: waitingForQueue)
+                sinceIsExact: machine.holderSinceIsExact, queue: queue, isWaitingForItsQueue: waitingForQueue,
+                queueIdentity: queueIdentity)
         }
         return QueueDiagnostics(
             name: displayName, holder: holder, waiting: machine.waitingCountsByPriority(),
             isContainerReleased: machine.isClosed)
+    }
+}
+
+extension QueueDiagnostics {
+    /// The snapshot with a dispatch holder's queue named by its label (`queue #7` for a queue whose
+    /// label the library no longer remembers). Takes the deadlock detector's lock: call it with no
+    /// engine lock held.
+    func namingQueue() -> QueueDiagnostics {
+        guard let holder, let id = holder.queueIdentity, holder.queue == nil else { return self }
+        let named = Holder(
+            kind: holder.kind, awaitsCompletion: holder.awaitsCompletion, since: holder.since,
+            sinceIsExact: holder.sinceIsExact, queue: DeadlockDetector.shared.label(ofQueue: id) ?? "queue #\(id)",
+            isWaitingForItsQueue: holder.isWaitingForItsQueue, sharedReads: holder.sharedReads, queueIdentity: id)
+        return QueueDiagnostics(name: name, holder: named, waiting: waiting, isContainerReleased: isContainerReleased)
+    }
+}
+
+extension QueueSafeValueError {
+    /// The error with the queue in its diagnostics named (see ``QueueDiagnostics/namingQueue()``).
+    func namingQueue() -> QueueSafeValueError {
+        switch self {
+        case .timedOut(let diagnostics): .timedOut(diagnostics.namingQueue())
+        default: self
+        }
     }
 }

@@ -130,6 +130,14 @@ int qsv_set_boost(uintptr_t thread, int urgency, qsv_boost *boost);
 /// keeps its escalated priority until it ends, as Swift's runtime defines it.
 void qsv_escalate_task(void *task, size_t priority);
 
+/// Keeps the live task `task` alive (a task is a reference-counted object of the runtime) until the
+/// matching `qsv_release_task`: the engine escalates a holder task after releasing the lock that
+/// kept it alive.
+void qsv_retain_task(void *task);
+
+/// Lets go of a task `qsv_retain_task` kept alive.
+void qsv_release_task(void *task);
+
 /// An identifier of the calling thread that is never 0. On Linux it is the thread pointer, read
 /// from its register: what `pthread_self()` reads too, without the call through the PLT (on the
 /// uncontended blocking path that call was a sixth of the time). The x86-64 and AArch64 ABIs put

@@ -533,6 +533,30 @@ enum CheckerScenarios {
         }
     }
 
+    // MARK: The engine's own locks
+
+    /// Issue 29: the three shapes that once closed a cycle of the engine's own locks, on one value.
+    /// A waiter registers for deadlock detection behind a shared read (the detector reads the
+    /// readers under the boost lock); a dispatch command holds next, and a timed real-time waiter
+    /// raises it (the boost lock, then the engine lock) and may give up meanwhile (its snapshot,
+    /// under the engine lock, names the dispatch holder's queue). The lock-order check (see
+    /// `LockOrder`) sees every nesting these take.
+    static let engineLockOrder = CheckerScenario(
+        name: "the engine's locks: a waiter behind reads, a timed waiter raising a dispatch holder", preemptionBound: 1
+    ) { world in
+        let run = CheckerRun(world)
+        let value = QueueSafeValue(value: 0, label: "lock order")
+        let queue = DispatchQueue(label: "holder's queue")
+        world.quiescentCheck = run.quiescentCheck([value.engine])
+        world.spawn("reader") {
+            run.readBlocking("r0", value.wait, .highest)
+            run.dispatch("d1", value, .high, on: queue)
+        }
+        world.spawn("behind the reads") { run.blocking("w2", value.wait, .medium) }
+        world.spawn("timed", urgency: 20) { run.blocking("t3", value.wait(timeout: .seconds(60)), .low) }
+        return { run.finalCheck(value.engine, commands: ["d1", "w2", "t3"], reads: ["r0"], delivering: ["d1"]) }
+    }
+
     // MARK: Deadlocks
 
     /// Two threads take two values in opposite orders: no schedule hangs, at least one of the two

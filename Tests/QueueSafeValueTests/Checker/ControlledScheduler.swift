@@ -71,6 +71,9 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
         /// then.
         var lastStep = 0
         var heldLocks: Set<ObjectIdentifier> = []
+        /// The locks it holds, innermost last, each with its role and where it was taken (the
+        /// runtime's lock, while it runs code the runtime called under it, among them).
+        var heldRoles: [(lock: ObjectIdentifier, role: HeldLock)] = []
 
         init(index: Int, name: String) {
             self.index = index
@@ -145,8 +148,10 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
         }
         let os = Thread { [self] in
             thread.baton.wait()
-            if urgency != 0 { boostRegistry.setOwnUrgency(ofThread: currentThreadID(), to: urgency) }
+            // Installed first: the registry's lock is the world's to grant (taken before, a thread
+            // could block on it outside the world while a paused thread held it).
             SyncPoints.install(self)
+            if urgency != 0 { boostRegistry.setOwnUrgency(ofThread: currentThreadID(), to: urgency) }
             if !isOverLocked { body() }
             SyncPoints.install(nil)
             finish(thread)
@@ -332,15 +337,18 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
         reschedule(current)
     }
 
-    func willLock(_ id: ObjectIdentifier) {
+    func willLock(_ id: ObjectIdentifier, role: Any.Type, site: LockSite) {
         traceHere("lock")
         let thread = current
+        let taken = HeldLock(role: LockRole(role), site: site)
+        lock.withLock { noteNestings(of: thread, taking: taken) }
         reschedule(thread)  // another thread may take it first
         while true {
             let free = lock.withLock { () -> Bool in
                 if lockOwners[id] == nil {
                     lockOwners[id] = thread.index
                     thread.heldLocks.insert(id)
+                    thread.heldRoles.append((id, taken))
                     return true
                 }
                 thread.state = .blockedOnLock(id)
@@ -357,6 +365,7 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
         lock.withLock {
             lockOwners[id] = nil
             thread.heldLocks.remove(id)
+            if let index = thread.heldRoles.lastIndex(where: { $0.lock == id }) { thread.heldRoles.remove(at: index) }
         }
         checkIfQuiescent()
         reschedule(thread)
@@ -502,6 +511,7 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
     func willTouchTask() {
         let thread = current
         lock.withLock {
+            noteNestings(of: thread, taking: HeldLock(role: .taskRuntime, site: LockSite(file: "the runtime", line: 0)))
             if thread.insideRuntimeLock == 0 && threads.contains(where: { $0.insideRuntimeLock > 0 }) {
                 thread.state = .waitingForRuntime
             }
@@ -520,12 +530,39 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
 
     func enterRuntimeLock() {
         let thread = current
-        lock.withLock { thread.insideRuntimeLock += 1 }
+        lock.withLock {
+            thread.insideRuntimeLock += 1
+            thread.heldRoles.append(
+                (Self.runtimeLock, HeldLock(role: .taskRuntime, site: LockSite(file: "a task handler", line: 0))))
+        }
     }
 
     func leaveRuntimeLock() {
         let thread = current
-        lock.withLock { thread.insideRuntimeLock -= 1 }
+        lock.withLock {
+            thread.insideRuntimeLock -= 1
+            if let index = thread.heldRoles.lastIndex(where: { $0.lock == Self.runtimeLock }) {
+                thread.heldRoles.remove(at: index)
+            }
+        }
+    }
+
+    // MARK: Lock order
+
+    /// Every nesting of a lock inside another that the run took, by role (see ``LockOrder``).
+    private(set) var nestings: [LockNesting: LockNesting.Witness] = [:]
+    /// The runtime's lock, as a held lock's identity.
+    private static let runtimeLock = ObjectIdentifier(LockRole.self)
+
+    /// Under the world's lock: `thread` takes `taken` while it holds what it holds.
+    private func noteNestings(of thread: VirtualThread, taking taken: HeldLock) {
+        for (_, held) in thread.heldRoles {
+            let nesting = LockNesting(outer: held.role, inner: taken.role)
+            if nestings[nesting] == nil {
+                nestings[nesting] = LockNesting.Witness(
+                    outerSite: held.site, innerSite: taken.site, thread: thread.name)
+            }
+        }
     }
 
     // MARK: TaskExecutor
@@ -553,6 +590,8 @@ struct ScheduleExplorer {
         /// Whether every schedule within the bound was run (not cut by the run budget).
         var isComplete = true
         var violation: (message: String, trace: [String])?
+        /// Every nesting of locks the runs took (see ``LockOrder``).
+        var nestings: [LockNesting: LockNesting.Witness] = [:]
     }
 
     var preemptionBound = 2
@@ -571,6 +610,7 @@ struct ScheduleExplorer {
             report.runs += 1
             report.steps += outcome.steps
             report.decisions += world.decisions.count
+            report.nestings.merge(world.nestings) { first, _ in first }
             if let violation = outcome.violation {
                 // Replayed with every sync point traced, for the report.
                 let replay = ControlledWorld(replaying: world.decisions.map(\.chosen))

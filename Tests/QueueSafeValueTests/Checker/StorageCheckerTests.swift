@@ -19,6 +19,7 @@ extension Explorers {
             CheckerScenarios.waiterOnAnotherQueue, CheckerScenarios.queueTaggedAfterTheWaiterParked,
             CheckerScenarios.boostAndCancellation, CheckerScenarios.inheritanceChain,
             CheckerScenarios.inheritanceChainTimedWaiter, CheckerScenarios.inheritanceChainThroughATask,
+            CheckerScenarios.engineLockOrder,
             CheckerScenarios.lockOrderCycle, CheckerScenarios.lockOrderChain,
             CheckerScenarios.sharedReads, CheckerScenarios.readsAndTheWaitingOrder,
             CheckerScenarios.readersAndADeadline, CheckerScenarios.readsForTheWaitersQueue,
@@ -39,12 +40,21 @@ enum StorageChecker {
     /// `CHECKER_STOP_AT_FIRST_FAILURE=1` (the mutant runs): skip the scenarios after a failing one.
     static let stopsAtFirstFailure = ProcessInfo.processInfo.environment["CHECKER_STOP_AT_FIRST_FAILURE"] == "1"
     static let failed = Locked(false)
+    /// `CHECKER_SCENARIOS="part of a name;another"` (a mutant's row in `.ci/mutants/run`): only the
+    /// scenarios whose names contain one of the parts run.
+    static let selected: [Substring]? = ProcessInfo.processInfo.environment["CHECKER_SCENARIOS"].flatMap {
+        $0.isEmpty ? nil : $0.split(separator: ";")
+    }
 
     /// Explores `scenario` on a thread of its own, prints what it explored, and records the first
     /// violation, with the decisions that led to it, as a test issue.
     static func expectEveryScheduleHolds(_ scenario: CheckerScenario, sourceLocation: SourceLocation = #_sourceLocation)
         async
     {
+        if let selected, !selected.contains(where: { scenario.name.contains($0) }) {
+            print("Checker: \(scenario.name): not selected (CHECKER_SCENARIOS)")
+            return
+        }
         // For the mutant runs: once one scenario has failed, the others need not run.
         if stopsAtFirstFailure && failed.value {
             print("Checker: \(scenario.name): skipped (an earlier scenario failed)")
@@ -70,6 +80,11 @@ enum StorageChecker {
                 + "\(report.isComplete ? "" : ", cut by the budget")), \(report.steps) steps, "
                 + String(format: "%.1f s", seconds))
         if report.violation != nil { failed.set(true) }
+        // Across every scenario run so far: the last one to end sees every nesting.
+        if let cycle = LockOrder.add(report.nestings, scenario: scenario.name) {
+            failed.set(true)
+            Issue.record(Comment(rawValue: cycle), sourceLocation: sourceLocation)
+        }
         if let (message, trace) = report.violation {
             Issue.record(
                 "\(scenario.name): \(message)\n  decisions: \(trace.joined(separator: "\n             "))",

@@ -12,8 +12,9 @@ import QueueSafeValueShims
 // MARK: - DeadlockDetector
 
 /// The process-wide storage of the ``WaitForGraph``: one lock, taken only by threads about to park
-/// and tasks about to suspend (never on the idle path, never while an engine lock is held by the
-/// same call), and the reading of who holds an engine.
+/// and tasks about to suspend, by the chain walk and by diagnostics (never on the idle path, never
+/// while an engine's lock or boost lock is held: see the lock order in ``CommandEngine``), and the
+/// reading of who holds an engine.
 ///
 /// Engines are identified by their address; an engine stays alive while anything waits for it (the
 /// waiter's frame holds it), and a party always unregisters before its wait returns.

@@ -56,10 +56,15 @@ final class LockedState<State>: ManagedBuffer<State, PlatformMutex> {
     }
 
     /// Runs `body` with the lock held and the state passed `inout`.
+    ///
+    /// `file` and `line` name the call site for a controlled scheduler's lock-order check (debug
+    /// builds; inlined away otherwise). The lock's *role* there is the type of what it guards.
     @inline(__always)
-    func withLock<R>(_ body: (inout State) throws -> R) rethrows -> R {
+    func withLock<R>(
+        file: StaticString = #fileID, line: UInt = #line, _ body: (inout State) throws -> R
+    ) rethrows -> R {
         try withUnsafeMutablePointers { state, mutex in
-            lock(mutex)
+            lock(mutex, file: file, line: line)
             defer { unlock(mutex) }
             return try body(&state.pointee)
         }
@@ -68,9 +73,10 @@ final class LockedState<State>: ManagedBuffer<State, PlatformMutex> {
     /// Takes the mutex; under a controlled scheduler, only once the scheduler lets this thread
     /// have it (see `SyncPoints`).
     @inline(__always)
-    private func lock(_ mutex: UnsafeMutablePointer<PlatformMutex>) {
+    private func lock(_ mutex: UnsafeMutablePointer<PlatformMutex>, file: StaticString, line: UInt) {
         #if DEBUG
-            SyncPoints.scheduler?.willLock(ObjectIdentifier(self))
+            SyncPoints.scheduler?.willLock(
+                ObjectIdentifier(self), role: State.self, site: LockSite(file: file, line: line))
         #endif
         Self.lock(mutex)
     }

@@ -202,8 +202,9 @@ enum SyncPoints {
     protocol ControlledScheduler: AnyObject {
         /// Before an atomic operation on a shared word.
         func atomicPoint()
-        /// Before taking `lock`: returns once the calling thread may take it without blocking.
-        func willLock(_ lock: ObjectIdentifier)
+        /// Before taking `lock`, whose role is the type of what it guards, at `site`: returns once
+        /// the calling thread may take it without blocking.
+        func willLock(_ lock: ObjectIdentifier, role: Any.Type, site: LockSite)
         /// After giving up `lock`.
         func didUnlock(_ lock: ObjectIdentifier)
         /// Parks the calling thread on `parker` until a `unpark` (returns `true`) or, if `timed`,
@@ -234,6 +235,16 @@ enum SyncPoints {
         var boostRegistry: BoostRegistry { get }
         /// See ``SyncPoints/inheritance(_:)``.
         func inheritance(_ begins: Bool)
+    }
+
+    /// Where a lock is taken (the caller of `LockedState.withLock`), for the lock-order check.
+    struct LockSite: Hashable, CustomStringConvertible {
+        let file: StaticString
+        let line: UInt
+
+        static func == (lhs: LockSite, rhs: LockSite) -> Bool { lhs.description == rhs.description }
+        func hash(into hasher: inout Hasher) { hasher.combine(description) }
+        var description: String { "\(file):\(line)" }
     }
 
     /// The thread-specific slot for ``SyncPoints/scheduler`` (unretained).

@@ -179,7 +179,7 @@ extension CommandEngine {
         timer?.cancel()
         if !nodes.isEmpty { DeadlockDetector.shared.unregister(nodes) }
         let (granted, refusal) = machine.withLock { _ in (waiter.isGranted, waiter.refusal) }
-        if !granted { throw refusal ?? .cancelled }
+        if !granted { throw refusal?.namingQueue() ?? .cancelled }
     }
 
     /// The suspension of ``waitForTurn(_:deadline:isolation:holdsNothing:)``: registers `nodes` for

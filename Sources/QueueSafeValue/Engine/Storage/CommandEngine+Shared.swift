@@ -91,10 +91,12 @@ extension CommandEngine {
     /// Lists the shared read `ticket`, about to run its closure on this thread or in this task.
     final func enterReader(_ ticket: Ticket, thread: Int, task: Int) {
         let party = ReaderParty(thread: thread, task: task, token: Self.readerToken(ticket))
+        var escalations = Escalations()
         boosts.withLock { record in
             record.readers.append(party)
-            raiseJoiningReader(party, record: &record)
+            raiseJoiningReader(party, record: &record, &escalations)
         }
+        escalations.make()
     }
 
     /// The shared read `ticket` no longer runs its closure (it is about to release, or it waits for

@@ -26,6 +26,29 @@ import QueueSafeValueShims
 ///
 /// `ValueEngine` subclasses it to add the value, which the engine frees through ``freeValue()``
 /// when the state machine says so.
+///
+/// ## Lock order
+///
+/// A thread that holds one of these locks takes only locks further down the list, and never two of
+/// the same kind (no order between two engines' locks, or two tasks', is defined, so none is
+/// taken inside another). The checker (`LockOrder` in the tests) records every nesting that any
+/// run of any scenario takes, by kind, and fails on a cycle.
+///
+/// 1. **A task's lock in the concurrency runtime.** The runtime holds it while it escalates or
+///    cancels a task and while the task's escalation or cancellation handler runs; those handlers
+///    take the locks below. So no lock below is held while a task is escalated: a boost decided
+///    under a boost lock is made after releasing it (`Escalations`).
+/// 2. **The deadlock detector's lock** (one per process). Registration reads who holds an engine:
+///    its shared reads, under that engine's boost lock. The chain walk takes it alone, between links.
+///    It also keeps queue labels: a snapshot taken under an engine lock names a dispatch holder's
+///    queue after unlocking (`QueueDiagnostics.namingQueue()`).
+/// 3. **An engine's boost lock** (`boosts`): the raised parties, the running shared reads and the
+///    observers. Priority inheritance reads the machine's decision under it.
+/// 4. **An engine's lock** (`machine`): every transition.
+/// 5. **Leaves**, which take nothing inside: the boost registry's lock (one per process), a parked
+///    waiter's helper jobs, each observer's delivery lock, and the locks of `RefreshingValue`,
+///    `RecurringExecutor` and the lost-update handler. The queue-identity cache (words 7–10) takes no
+///    lock.
 // @unchecked Sendable: mutable state is the locked machine and atomic words
 @usableFromInline
 class CommandEngine: @unchecked Sendable {
@@ -199,7 +222,7 @@ class CommandEngine: @unchecked Sendable {
             diagnostics = snapshot(machine, word: state.loadAcquire())
             return actions
         }
-        return diagnostics
+        return diagnostics?.namingQueue()
     }
 
     /// Refuses every command issued from now on with `.valueContainerDeinited`, and frees the value
@@ -242,13 +265,17 @@ class CommandEngine: @unchecked Sendable {
     // MARK: Observation
 
     /// Runs `body` with the machine, under the lock: one transition or query, nothing else.
-    final func withMachineLocked<R>(_ body: (inout Machine) -> R) -> R {
-        machine.withLock(body)
+    @inline(__always)
+    final func withMachineLocked<R>(
+        file: StaticString = #fileID, line: UInt = #line, _ body: (inout Machine) -> R
+    ) -> R {
+        machine.withLock(file: file, line: line, body)
     }
 
     /// Runs `body` with the machine and the state word, under the lock (for snapshots).
-    final func withMachine<R>(_ body: (Machine, Int) -> R) -> R {
-        machine.withLock { machine in body(machine, state.loadAcquire()) }
+    @inline(__always)
+    final func withMachine<R>(file: StaticString = #fileID, line: UInt = #line, _ body: (Machine, Int) -> R) -> R {
+        machine.withLock(file: file, line: line) { machine in body(machine, state.loadAcquire()) }
     }
 
     /// How many manual completions were released without being called.

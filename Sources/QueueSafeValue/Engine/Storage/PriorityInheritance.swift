@@ -22,8 +22,38 @@ import QueueSafeValueShims
 // RLIMIT_RTPRIO: without it the boost quietly does not happen. On Apple platforms it is a QoS
 // override of the holder thread.
 //
-// Locks: boost lock, then engine lock or registry; engine lock, then registry; the walk takes the
-// detector's lock alone, between links.
+// Locks (see `CommandEngine`'s header for the whole order): boost lock, then engine lock or
+// registry; engine lock, then registry; the walk takes the detector's lock alone, between links.
+// A task is escalated after the boost lock is released (`Escalations`): the runtime takes the task's
+// lock to escalate it and runs the task's escalation handler under it, which takes boost locks.
+
+/// Task escalations decided under a boost lock, made after it is released. Each task is retained
+/// from the moment it is added (while the lock keeps it alive: it is the holder, a granted heir or a
+/// listed reader) until it has been escalated.
+struct Escalations: ~Copyable {
+    private var pending: [(task: UnsafeMutableRawPointer, priority: UInt8)] = []
+
+    /// Under the boost lock: escalate `task` to `priority` once the lock is released.
+    mutating func add(task: Int, to priority: UInt8) {
+        guard let pointer = UnsafeMutableRawPointer(bitPattern: task) else { return }
+        qsv_retain_task(pointer)
+        pending.append((pointer, priority))
+    }
+
+    /// After the boost lock is released: escalates every task added, then lets it go.
+    mutating func make() {
+        for (task, priority) in pending {
+            SyncPoints.willTouchTask()  // the runtime takes the task's lock, as a resume does
+            qsv_escalate_task(task, Int(priority))
+            qsv_release_task(task)
+        }
+        pending = []
+    }
+
+    deinit {
+        precondition(pending.isEmpty, "escalations decided but not made")
+    }
+}
 
 /// What the engine's boost lock guards: the parties raised for the current hold, the shared reads
 /// running their closures, and the value's observers.
@@ -157,6 +187,8 @@ extension CommandEngine {
     final func syncBoost(heir: Heir? = nil) -> [Node] {
         let registry = BoostRegistry.shared
         let source = ObjectIdentifier(self)
+        var escalations = Escalations()
+        defer { escalations.make() }
         return boosts.withLock { record -> [Node] in
             let (urgency, thread, task) = withMachineLocked { machine in
                 (machine.beginBoost(), ownerThread.loadAcquire(), ownerTask.loadAcquire())
@@ -166,18 +198,18 @@ extension CommandEngine {
                 // release takes this lock to end what it got, after this.
                 if let heir {
                     if heir.thread != 0 { record.targets.insert(.thread(heir.thread)) }
-                    if heir.task != 0 { target(task: heir.task, urgency, &record) }
+                    if heir.task != 0 { target(task: heir.task, urgency, &record, &escalations) }
                 }
                 if thread != 0 { record.targets.insert(.thread(thread)) }
-                if task != 0 { target(task: task, urgency, &record) }
+                if task != 0 { target(task: task, urgency, &record, &escalations) }
                 for reader in record.readers {
                     if reader.thread != 0 { record.targets.insert(.thread(reader.thread)) }
-                    if reader.task != 0 { target(task: reader.task, urgency, &record) }
+                    if reader.task != 0 { target(task: reader.task, urgency, &record, &escalations) }
                 }
             }
             var changed: [Node] = []
             for node in record.targets {
-                if apply(urgency, to: node, registry: registry, source: source) { changed.append(node) }
+                if apply(urgency, to: node, registry: registry, source: source, &escalations) { changed.append(node) }
             }
             if urgency.isNone { record.targets = [] }
             return changed
@@ -191,38 +223,39 @@ extension CommandEngine {
     /// escalation handler (see `CommandEngine+Awaiting.swift`), so the common case, tasks waiting
     /// for a task (a deep `CommandQueue`), stays off the registry's lock: one call into the runtime,
     /// as before chains.
-    private func target(task: Int, _ urgency: Urgency, _ record: inout BoostRecord) {
+    private func target(task: Int, _ urgency: Urgency, _ record: inout BoostRecord, _ escalations: inout Escalations) {
         let node = Node.task(task)
         if urgency.thread != 0 || record.targets.contains(node) {
             record.targets.insert(node)
         } else if urgency.task > 0 {
-            SyncPoints.willTouchTask()  // the runtime takes the task's lock, as a resume does
-            qsv_escalate_task(UnsafeMutableRawPointer(bitPattern: task), Int(urgency.task))
+            escalations.add(task: task, to: urgency.task)
         }
     }
 
     /// Under the boost lock: sets this engine's contribution to `node` and escalates its task if
     /// that raised it. - Returns: whether what the node inherits changed.
-    private func apply(_ urgency: Urgency, to node: Node, registry: BoostRegistry, source: ObjectIdentifier) -> Bool {
+    private func apply(
+        _ urgency: Urgency, to node: Node, registry: BoostRegistry, source: ObjectIdentifier,
+        _ escalations: inout Escalations
+    ) -> Bool {
         let (old, new, escalate) = registry.set(node, source: source, to: urgency)
-        if let escalate, case .task(let task) = node {
-            SyncPoints.willTouchTask()  // the runtime takes the task's lock, as a resume does
-            qsv_escalate_task(UnsafeMutableRawPointer(bitPattern: task), Int(escalate))
-        }
+        if let escalate, case .task(let task) = node { escalations.add(task: task, to: escalate) }
         return old != new
     }
 
     /// A shared read lists itself as running its closure: if the holders are raised, it is raised at
     /// once too. Under the boost lock.
-    final func raiseJoiningReader(_ party: ReaderParty, record: inout BoostRecord) {
+    final func raiseJoiningReader(
+        _ party: ReaderParty, record: inout BoostRecord, _ escalations: inout Escalations
+    ) {
         let urgency = withMachineLocked { $0.isHoldBoosted ? $0.holdUrgency : .none }
         guard !urgency.isNone else { return }
         // Listed as `syncBoost` lists a holder, then brought to the hold's urgency.
         if party.thread != 0 { record.targets.insert(.thread(party.thread)) }
-        if party.task != 0 { target(task: party.task, urgency, &record) }
+        if party.task != 0 { target(task: party.task, urgency, &record, &escalations) }
         let source = ObjectIdentifier(self)
         for node in [Node.thread(party.thread), .task(party.task)] where record.targets.contains(node) {
-            _ = apply(urgency, to: node, registry: BoostRegistry.shared, source: source)
+            _ = apply(urgency, to: node, registry: BoostRegistry.shared, source: source, &escalations)
         }
     }
 
