@@ -1,0 +1,57 @@
+import Dispatch
+import Testing
+
+@testable import QueueSafeValue
+
+#if canImport(Glibc)
+    // Unsafe: declared by hand (it lives in <malloc.h>, which Glibc's module does not export),
+    // with glibc's signature; it only reads the chunk header of a live allocation.
+    @_silgen_name("malloc_usable_size")
+    private func mallocUsableSize(_ pointer: UnsafeMutableRawPointer?) -> Int
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// The sizes the engine's comments promise, as checks: a size that grows fails here, in the commit
+/// that grows it, instead of as a few percent on the benchmark later.
+@Suite(.runsAlongsideOthers) struct MemoryLayoutTests {
+    typealias Machine = EngineStateMachine<Contender>
+
+    /// "16 bytes, so a waiting command costs the machine 32 (this record and its heap entry)".
+    @Test func aWaitingCommandCostsTheMachine32Bytes() {
+        #expect(MemoryLayout<Machine.Record>.size == 16)
+        #expect(MemoryLayout<Machine.Record>.stride == 16)
+        #expect(MemoryLayout<CommandHeap.Entry>.stride == 16)
+    }
+
+    /// `Taken`, the actions between a transition's two halves: three references, the flags in two
+    /// words, the heir's two words. One more flag, and the compiler copied it through the runtime's
+    /// tuple witnesses (+270 instructions per dispatched command): "keep it this size".
+    @Test func theTakenActionsStayInSevenWords() {
+        #expect(MemoryLayout<CommandEngine.Taken>.size <= 7 * MemoryLayout<Int>.size)
+    }
+
+    /// A dispatched command is one allocation of 96 bytes at most (the benchmark's memory per pending
+    /// command, 128 bytes with the machine's record and heap entry): an 88-byte object. Swift's
+    /// allocator asks `malloc` for the object's size, so what `malloc` gives back bounds it: glibc
+    /// serves 81 to 88 bytes from a 96-byte chunk with 88 usable; Apple's allocator, from its
+    /// 96-byte size class.
+    @Test func aDispatchedCommandIsOneAllocationOf96BytesAtMost() {
+        let value = QueueSafeValue(value: 0)
+        let queue = DispatchQueue(label: "layout")
+        let command = DispatchedCommand<Int>(
+            engine: value.engine, queue: queue, operation: .access { $0 += 1 }, completion: { _ in })
+        let address = UnsafeMutableRawPointer(Unmanaged.passUnretained(command).toOpaque())
+        #if canImport(Glibc)
+            #expect(mallocUsableSize(address) <= 88)
+        #elseif canImport(Darwin)
+            #expect(malloc_size(address) <= 96)
+        #endif
+        withExtendedLifetime(command) {}
+    }
+
+    /// The record keeps its waiter in one word (part of its 16 bytes).
+    @Test func aRecordKeepsTheWaiterInOneWord() {
+        #expect(MemoryLayout<Contender?>.size == MemoryLayout<Int>.size)
+    }
+}
