@@ -30,9 +30,11 @@ import QueueSafeValueShims
 /// ## Lock order
 ///
 /// A thread that holds one of these locks takes only locks further down the list, and never two of
-/// the same kind (no order between two engines' locks, or two tasks', is defined, so none is
-/// taken inside another). The checker (`LockOrder` in the tests) records every nesting that any
-/// run of any scenario takes, by kind, and fails on a cycle.
+/// the same kind (no order between two engines' locks is defined, so neither is taken inside the
+/// other). One exception: a waiting task's escalation handler escalates the holder it waits for, a
+/// task's lock inside another's along the wait-for graph, as the runtime does for a task that
+/// awaits another. The checker (`LockOrder` in the tests) records every nesting that any run of any
+/// scenario takes, by kind, and fails on a cycle.
 ///
 /// 1. **A task's lock in the concurrency runtime.** The runtime holds it while it escalates or
 ///    cancels a task and while the task's escalation or cancellation handler runs; those handlers
