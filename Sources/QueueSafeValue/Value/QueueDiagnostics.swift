@@ -38,7 +38,7 @@ public struct QueueDiagnostics: Sendable, CustomStringConvertible {
         public let sinceIsExact: Bool
         /// For a ``HolderKind/dispatch`` command: the label of the queue its closures run on
         /// (`queue #7` for a queue the library no longer remembers the label of); `nil` otherwise.
-        public let queue: String?
+        public internal(set) var queue: String?
         /// For a ``HolderKind/dispatch`` command: it was granted the value, but its queue has not
         /// run it yet, so the queue is busy or blocked (a thread waiting on that serial queue for
         /// this same value runs it itself; see <doc:GettingStarted#Deadlocks>).
@@ -96,7 +96,7 @@ public struct QueueDiagnostics: Sendable, CustomStringConvertible {
     /// How the value or queue is named: its label in quotes, or its type and a short identity.
     public let name: String
     /// The command holding the critical section, or `nil` when it is free.
-    public let holder: Holder?
+    public internal(set) var holder: Holder?
     /// How many commands wait for the critical section, per priority (priorities with none are
     /// absent).
     public let waiting: [CommandPriority: Int]
@@ -157,15 +157,15 @@ extension CommandEngine {
         default: kind = machine.trackedHolderKind == .operation ? .operation : .awaiting
         }
         let queueIdentity = kind == .dispatch ? dispatchedHolderQueue.loadRelaxed() : nil
-        // mutant(lock-order-inversion): let queue = queueIdentity.flatMap { DeadlockDetector.shared.label(ofQueue: $0) }
-        let queue: String? = nil
         // A retained address: published and not claimed by its block (or a helper) yet.
         let waitingForQueue = kind == .dispatch && pendingDispatch.loadAcquire() > Self.dispatchStarted
         let holder = kind.map { kind in
             QueueDiagnostics.Holder(
                 kind: kind, awaitsCompletion: machine.holderAwaitsCompletion,
                 since: machine.holderSince == 0 ? nil : DispatchTime(uptimeNanoseconds: machine.holderSince),
-                sinceIsExact: machine.holderSinceIsExact, queue: queue, isWaitingForItsQueue: waitingForQueue,
+                // Named after unlocking (`namingQueue()`): the detector's lock is never taken inside this one.
+                // mutant(lock-order-inversion): sinceIsExact: machine.holderSinceIsExact, queue: queueIdentity.flatMap { DeadlockDetector.shared.label(ofQueue: $0) }, isWaitingForItsQueue: waitingForQueue,
+                sinceIsExact: machine.holderSinceIsExact, queue: nil, isWaitingForItsQueue: waitingForQueue,
                 queueIdentity: queueIdentity)
         }
         return QueueDiagnostics(
@@ -179,12 +179,10 @@ extension QueueDiagnostics {
     /// label the library no longer remembers). Takes the deadlock detector's lock: call it with no
     /// engine lock held.
     func namingQueue() -> QueueDiagnostics {
-        guard let holder, let id = holder.queueIdentity, holder.queue == nil else { return self }
-        let named = Holder(
-            kind: holder.kind, awaitsCompletion: holder.awaitsCompletion, since: holder.since,
-            sinceIsExact: holder.sinceIsExact, queue: DeadlockDetector.shared.label(ofQueue: id) ?? "queue #\(id)",
-            isWaitingForItsQueue: holder.isWaitingForItsQueue, sharedReads: holder.sharedReads, queueIdentity: id)
-        return QueueDiagnostics(name: name, holder: named, waiting: waiting, isContainerReleased: isContainerReleased)
+        guard let id = holder?.queueIdentity, holder?.queue == nil else { return self }
+        var named = self
+        named.holder?.queue = DeadlockDetector.shared.label(ofQueue: id) ?? "queue #\(id)"
+        return named
     }
 }
 

@@ -70,10 +70,11 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
         /// The progress count at its last sync point (not a busy-wait turn): what it saw was read
         /// then.
         var lastStep = 0
-        var heldLocks: Set<ObjectIdentifier> = []
         /// The locks it holds, innermost last, each with its role and where it was taken (the
         /// runtime's lock, while it runs code the runtime called under it, among them).
-        var heldRoles: [(lock: ObjectIdentifier, role: HeldLock)] = []
+        var held: [(lock: ObjectIdentifier, held: HeldLock)] = []
+        /// It holds a lock of the storage (not counting the runtime's).
+        var holdsALock: Bool { held.contains { $0.held.role != .taskRuntime } }
 
         init(index: Int, name: String) {
             self.index = index
@@ -203,7 +204,7 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
         if threads.contains(where: { $0.insideRuntimeLock > 0 }) {
             let allowed = options.filter { option in
                 let thread = threads[option.thread]
-                return !thread.isTask || !thread.heldLocks.isEmpty || thread.insideRuntimeLock > 0
+                return !thread.isTask || thread.holdsALock || thread.insideRuntimeLock > 0
             }
             if !allowed.isEmpty { options = allowed }
         }
@@ -288,7 +289,7 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
             // its last write leaves a thread spinning on that write stuck.
             progress += 1
             thread.state = .finished
-            if !thread.heldLocks.isEmpty { fail("\(thread.name) ended holding a lock") }
+            if thread.holdsALock { fail("\(thread.name) ended holding a lock") }
             return chooseNext(current: nil)
         }
         next?.baton.signal()
@@ -347,8 +348,7 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
             let free = lock.withLock { () -> Bool in
                 if lockOwners[id] == nil {
                     lockOwners[id] = thread.index
-                    thread.heldLocks.insert(id)
-                    thread.heldRoles.append((id, taken))
+                    thread.held.append((id, taken))
                     return true
                 }
                 thread.state = .blockedOnLock(id)
@@ -364,8 +364,7 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
         let thread = current
         lock.withLock {
             lockOwners[id] = nil
-            thread.heldLocks.remove(id)
-            if let index = thread.heldRoles.lastIndex(where: { $0.lock == id }) { thread.heldRoles.remove(at: index) }
+            if let index = thread.held.lastIndex(where: { $0.lock == id }) { thread.held.remove(at: index) }
         }
         checkIfQuiescent()
         reschedule(thread)
@@ -391,7 +390,7 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
         traceHere("unpark")
         let thread = current
         lock.withLock {
-            if !thread.heldLocks.isEmpty { fail("\(thread.name) woke a thread while holding a lock") }
+            if thread.holdsALock { fail("\(thread.name) woke a thread while holding a lock") }
             if let parked = threads.first(where: { if case .parked(parker, _) = $0.state { true } else { false } }) {
                 parked.parkResult = true
                 parked.state = .runnable
@@ -416,7 +415,7 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
         traceHere("async")
         let thread = current
         lock.withLock {
-            if !thread.heldLocks.isEmpty { fail("\(thread.name) dispatched a block while holding a lock") }
+            if thread.holdsALock { fail("\(thread.name) dispatched a block while holding a lock") }
         }
         submit(block, to: queue)
         reschedule(thread)
@@ -474,7 +473,7 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
     func asyncAfter(_ deadline: DispatchTime, _ item: DispatchWorkItem) {
         let thread = current
         lock.withLock {
-            if !thread.heldLocks.isEmpty { fail("\(thread.name) armed a timer while holding a lock") }
+            if thread.holdsALock { fail("\(thread.name) armed a timer while holding a lock") }
         }
         let item = UncheckedSendable(item)  // performed once, on the timer's thread
         spawn("timer") { if !item.value.isCancelled { item.value.perform() } }
@@ -485,7 +484,7 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
         traceHere("resume")
         let thread = current
         lock.withLock {
-            if !thread.heldLocks.isEmpty { fail("\(thread.name) resumed a task while holding a lock") }
+            if thread.holdsALock { fail("\(thread.name) resumed a task while holding a lock") }
             if thread.insideRuntimeLock == 0 && threads.contains(where: { $0.insideRuntimeLock > 0 }) {
                 thread.state = .waitingForRuntime
             }
@@ -532,7 +531,7 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
         let thread = current
         lock.withLock {
             thread.insideRuntimeLock += 1
-            thread.heldRoles.append(
+            thread.held.append(
                 (Self.runtimeLock, HeldLock(role: .taskRuntime, site: LockSite(file: "a task handler", line: 0))))
         }
     }
@@ -541,8 +540,8 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
         let thread = current
         lock.withLock {
             thread.insideRuntimeLock -= 1
-            if let index = thread.heldRoles.lastIndex(where: { $0.lock == Self.runtimeLock }) {
-                thread.heldRoles.remove(at: index)
+            if let index = thread.held.lastIndex(where: { $0.lock == Self.runtimeLock }) {
+                thread.held.remove(at: index)
             }
         }
     }
@@ -556,7 +555,7 @@ final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Senda
 
     /// Under the world's lock: `thread` takes `taken` while it holds what it holds.
     private func noteNestings(of thread: VirtualThread, taking taken: HeldLock) {
-        for (_, held) in thread.heldRoles {
+        for (_, held) in thread.held {
             let nesting = LockNesting(outer: held.role, inner: taken.role)
             if nestings[nesting] == nil {
                 nestings[nesting] = LockNesting.Witness(

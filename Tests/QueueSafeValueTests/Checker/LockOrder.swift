@@ -6,16 +6,18 @@ import Foundation
 /// lock is one role), or the concurrency runtime's per-task lock, which a thread takes to escalate
 /// or resume a task and holds while it runs a task's cancellation or escalation handler.
 enum LockRole: Hashable, CustomStringConvertible {
-    case guarding(ObjectIdentifier, name: String)
+    /// The type of the guarded state: cheap to make and compare on every lock a run takes; named
+    /// only when a report prints it.
+    case guarding(Any.Type)
     case taskRuntime
 
     init(_ guarded: Any.Type) {
-        self = .guarding(ObjectIdentifier(guarded), name: Self.name(of: guarded))
+        self = .guarding(guarded)
     }
 
     static func == (lhs: LockRole, rhs: LockRole) -> Bool {
         switch (lhs, rhs) {
-        case (.guarding(let left, _), .guarding(let right, _)): left == right
+        case (.guarding(let left), .guarding(let right)): left == right
         case (.taskRuntime, .taskRuntime): true
         default: false
         }
@@ -23,14 +25,14 @@ enum LockRole: Hashable, CustomStringConvertible {
 
     func hash(into hasher: inout Hasher) {
         switch self {
-        case .guarding(let type, _): hasher.combine(type)
+        case .guarding(let type): hasher.combine(ObjectIdentifier(type))
         case .taskRuntime: hasher.combine(0)
         }
     }
 
     var description: String {
         switch self {
-        case .guarding(_, let name): name
+        case .guarding(let type): Self.name(of: type)
         case .taskRuntime: "task (the runtime's lock)"
         }
     }
@@ -97,9 +99,6 @@ enum LockOrder {
             + cycle.map { "\($0.outer)" }.joined(separator: " → ") + " → \(cycle[0].outer)\n    "
             + lines.joined(separator: "\n    ") + "\n  every nesting seen so far: " + all.joined(separator: "; ")
     }
-
-    /// Every nesting recorded so far (for the lock order written in `CommandEngine`'s header).
-    static var nestings: [LockNesting] { Array(graph.value.keys) }
 
     /// A cycle of `edges`, as the nestings along it, if there is one.
     static func cycle(in edges: [LockNesting]) -> [LockNesting]? {

@@ -238,12 +238,10 @@ enum SyncPoints {
     }
 
     /// Where a lock is taken (the caller of `LockedState.withLock`), for the lock-order check.
-    struct LockSite: Hashable, CustomStringConvertible {
+    struct LockSite: CustomStringConvertible {
         let file: StaticString
         let line: UInt
 
-        static func == (lhs: LockSite, rhs: LockSite) -> Bool { lhs.description == rhs.description }
-        func hash(into hasher: inout Hasher) { hasher.combine(description) }
         var description: String { "\(file):\(line)" }
     }
 
