@@ -78,7 +78,7 @@ extension CommandEngine {
 
     // MARK: Helping
 
-    /// The dispatched holder's slot (word 4): 0 while no dispatched command holds the section (or
+    /// The dispatched holder's slot (the `pendingDispatch` word): 0 while no dispatched command holds the section (or
     /// one took a free section and is about to publish itself), its retained address while it is
     /// granted and its block has not started, and `dispatchStarted` once its block or a waiter
     /// runs it (or it was handed to a waiter). A dispatched command granted by the machine is

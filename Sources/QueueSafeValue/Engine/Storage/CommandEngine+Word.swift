@@ -1,4 +1,4 @@
-// The state word's protocol (word 0, see `EngineWord` for its layout and invariant): every change
+// The state word's protocol (the `state` word, see `EngineWord` for its layout and invariant): every change
 // any code makes to the word is one of the four functions below. Two are the lock-free idle path;
 // two are the shapes of a locked transition. Elsewhere the word is only read: for diagnostics
 // snapshots, and for the holder's kind (the helping loop, and priority inheritance under the

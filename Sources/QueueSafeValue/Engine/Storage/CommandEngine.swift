@@ -49,46 +49,67 @@ import QueueSafeValueShims
 /// 4. **An engine's lock** (`machine`): every transition.
 /// 5. **Leaves**, which take nothing inside: the boost registry's lock (one per process), a parked
 ///    waiter's helper jobs, each observer's delivery lock, and the locks of `RefreshingValue`,
-///    `RecurringExecutor` and the lost-update handler. The queue-identity cache (words 7–10) takes no
-///    lock.
+///    `RecurringExecutor` and the lost-update handler. The queue-identity cache (the `queueCache…` words) takes
+///    no lock.
 // @unchecked Sendable: mutable state is the locked machine and atomic words
 @usableFromInline
 class CommandEngine: @unchecked Sendable {
     typealias Machine = EngineStateMachine<Contender>
     typealias Ticket = Machine.Ticket
 
-    /// Word 0: the state word (``EngineWord``). Word 1: the thread running a synchronous closure in
-    /// the section (or waiting for its `done()`), or 0. Word 2: the task section's generation, with
-    /// its sign saying whether a task section is held: positive `g` while the `g`th task section is
-    /// held, `-g` once it ended (so the next one is `g + 1`, and a task-local record of an ended
-    /// section never matches the word); only the holder writes it (see `Reentrancy.swift`). Word 3: the task holding the section, or 0 (for
-    /// deadlock detection). Word 4: the dispatched holder's slot for helping (see
-    /// ``publishPendingDispatch(_:)``). Word 5: the identity of the dispatched holder's queue (see
-    /// `QueueTag`), for diagnostics; meaningful only while a dispatched command holds the section.
-    /// Words 7–10: the queue identity cache (see ``queueIdentity(of:)``).
-    @usableFromInline final let words = AtomicWords.make(count: 11)
+    /// The engine's atomic words, by ``Word`` (each word's meaning is there).
+    @usableFromInline final let words = AtomicWords.make(count: Word.allCases.count)
+
+    /// The engine's atomic words, one per case, in this order in ``words``.
+    @usableFromInline
+    enum Word: Int, CaseIterable {
+        /// The state word (``EngineWord``).
+        case state
+        /// The thread running a synchronous closure in the section (or waiting for its `done()`),
+        /// or 0.
+        case ownerThread
+        /// The task section's generation, with its sign saying whether a task section is held:
+        /// positive `g` while the `g`th task section is held, `-g` once it ended (so the next one is
+        /// `g + 1`, and a task-local record of an ended section never matches the word); only the
+        /// holder writes it (see `Reentrancy.swift`).
+        case taskSection
+        /// The task holding the section, or 0 (for deadlock detection).
+        case ownerTask
+        /// The dispatched holder's slot for helping (see ``publishPendingDispatch(_:)``).
+        case pendingDispatch
+        /// The identity of the dispatched holder's queue (see `QueueTag`), for diagnostics;
+        /// meaningful only while a dispatched command holds the section.
+        case dispatchedHolderQueue
+        /// How many observers a value has (see `Observation.swift`); 0 for a command queue. Read
+        /// relaxed by every command that may change the value, before its release.
+        case observing
+        // The one-entry queue identity cache (see ``queueIdentity(of:)``): a version, odd while it
+        // is written; the cached queue's address; its identity; and the cached queue itself,
+        // retained, so that no other queue can have that address while the entry names it.
+        case queueCacheVersion
+        case queueCacheAddress
+        case queueCacheID
+        case queueCacheOwner
+    }
+
     /// The state machine behind its lock. Internal only for the engine's own extensions (`CommandEngine+…`).
     let machine: LockedState<Machine>
     /// The boost lock and what it guards (see `PriorityInheritance.swift`).
     final let boosts = LockedState.make(BoostRecord())
 
-    @inlinable @inline(__always) final var state: AtomicWord { AtomicWord(words, index: 0) }
-    @inlinable @inline(__always) final var ownerThread: AtomicWord { AtomicWord(words, index: 1) }
-    @inline(__always) final var taskSection: AtomicWord { AtomicWord(words, index: 2) }
-    @inline(__always) final var ownerTask: AtomicWord { AtomicWord(words, index: 3) }
-    @inline(__always) final var pendingDispatch: AtomicWord { AtomicWord(words, index: 4) }
-    @inline(__always) final var dispatchedHolderQueue: AtomicWord { AtomicWord(words, index: 5) }
-    /// Word 6: how many observers a value has (see `Observation.swift`); 0 for a command queue.
-    /// Read relaxed by every command that may change the value, before its release.
-    @inlinable @inline(__always) final var observing: AtomicWord { AtomicWord(words, index: 6) }
+    @inlinable @inline(__always) final func word(_ word: Word) -> AtomicWord { AtomicWord(words, index: word.rawValue) }
 
-    // Words 7–10, the one-entry queue identity cache (see ``queueIdentity(of:)``): a version, odd
-    // while it is written; the cached queue's address; its identity; and the cached queue itself,
-    // retained, so that no other queue can have that address while the entry names it.
-    @inline(__always) final var queueCacheVersion: AtomicWord { AtomicWord(words, index: 7) }
-    @inline(__always) final var queueCacheAddress: AtomicWord { AtomicWord(words, index: 8) }
-    @inline(__always) final var queueCacheID: AtomicWord { AtomicWord(words, index: 9) }
-    @inline(__always) final var queueCacheOwner: AtomicWord { AtomicWord(words, index: 10) }
+    @inlinable @inline(__always) final var state: AtomicWord { word(.state) }
+    @inlinable @inline(__always) final var ownerThread: AtomicWord { word(.ownerThread) }
+    @inline(__always) final var taskSection: AtomicWord { word(.taskSection) }
+    @inline(__always) final var ownerTask: AtomicWord { word(.ownerTask) }
+    @inline(__always) final var pendingDispatch: AtomicWord { word(.pendingDispatch) }
+    @inline(__always) final var dispatchedHolderQueue: AtomicWord { word(.dispatchedHolderQueue) }
+    @inlinable @inline(__always) final var observing: AtomicWord { word(.observing) }
+    @inline(__always) final var queueCacheVersion: AtomicWord { word(.queueCacheVersion) }
+    @inline(__always) final var queueCacheAddress: AtomicWord { word(.queueCacheAddress) }
+    @inline(__always) final var queueCacheID: AtomicWord { word(.queueCacheID) }
+    @inline(__always) final var queueCacheOwner: AtomicWord { word(.queueCacheOwner) }
 
     /// The name the user gave the container or queue, if any; see ``displayName``.
     final let label: String?
