@@ -149,8 +149,8 @@ final class CheckerRun: @unchecked Sendable {  // @unchecked Sendable: every acc
             let ticket = CommandEngine.unpackedTicket(wait.ticket)
             let inherited = registry.inherited(of: wait.party)
             let asked = engine.withMachine { machine, _ -> Urgency? in
-                guard machine.isWaiting(ticket), machine.urgencies[ticket.slot] != nil else { return nil }
-                return machine.chained[ticket.slot]?.inherited ?? Urgency.none
+                guard machine.isWaiting(ticket), machine.inheritance.urgency(of: ticket.slot) != nil else { return nil }
+                return machine.inheritance.chainedUrgency(of: ticket.slot)?.inherited ?? Urgency.none
             }
             guard let asked else { continue }  // granted, or not parked yet
             if asked != inherited {

@@ -9,7 +9,7 @@ extension Int: EngineHandle {
 
 extension EngineStateMachine.Actions {
     /// The command this release granted, if any.
-    var next: Handle? { grant }
+    var next: Handle? { grant?.handle }
 
     /// The commands that left the queue, in order.
     var left: [Handle] {

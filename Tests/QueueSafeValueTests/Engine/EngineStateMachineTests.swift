@@ -76,7 +76,7 @@ import Testing
             machine.checkInvariants(word: word)
             guard let waiter = release.next else { break }
             granted.append(waiter)
-            #expect(release.grantKind == kind && release.grant != nil)
+            #expect(release.grant?.kind == kind && release.grant != nil)
             #expect(word & EngineWord.holderMask == kind.wordBits)
         }
         #expect(granted == CommandPriority.expectedRunOrder(priorities))

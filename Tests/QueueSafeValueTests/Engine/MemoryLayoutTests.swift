@@ -24,11 +24,18 @@ import Testing
         #expect(MemoryLayout<CommandHeap.Entry>.stride == 16)
     }
 
-    /// `Taken`, the actions between a transition's two halves: three references, the flags in two
-    /// words, the heir's two words. One more flag, and the compiler copied it through the runtime's
-    /// tuple witnesses (+270 instructions per dispatched command): "keep it this size".
+    /// `Taken`, the actions between a transition's two halves: how to start the grant (two
+    /// references), the ended holder, the plain values in one word, the heir's two words. A larger
+    /// form was copied through the runtime's tuple witnesses (+270 instructions per dispatched
+    /// command): "keep it this size".
     @Test func theTakenActionsStayInSevenWords() {
         #expect(MemoryLayout<CommandEngine.Taken>.size <= 7 * MemoryLayout<Int>.size)
+    }
+
+    /// A record's role, the state only some kinds of command use, fits in the one byte the record
+    /// has left for it.
+    @Test func aRecordsRoleIsOneByte() {
+        #expect(MemoryLayout<Machine.Role>.size == 1)
     }
 
     /// A dispatched command is one allocation of 96 bytes at most (the benchmark's memory per pending

@@ -22,7 +22,7 @@ import Testing
 
         /// Every command an action granted: the first grant, then the readers granted beside it.
         static func granted(_ actions: Machine.Actions) -> [Int] {
-            var granted = actions.grant.map { [$0] } ?? []
+            var granted = actions.grant.map { [$0.handle] } ?? []
             for other in actions.others {
                 switch other {
                 case .startReader(let handle), .helpReader(let handle, _): granted.append(handle)

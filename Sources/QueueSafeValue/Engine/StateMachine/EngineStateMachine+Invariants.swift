@@ -14,21 +14,21 @@ extension EngineStateMachine {
 
     /// What the machine knows of the command with `ticket`, or `nil` once its record is gone.
     func summary(of ticket: Ticket) -> Summary? {
-        guard isCurrent(ticket) else { return nil }
-        let record = records[Int(ticket.slot)]
+        guard table.isCurrent(ticket) else { return nil }
+        let record = table[ticket.slot]
         return Summary(
             state: record.state, kind: record.kind, manual: record.manual, taskUnattached: record.taskUnattached,
-            hasTask: record.hasTask, inHeap: record.inHeap, cancelRequested: record.cancelRequested,
-            discarded: record.discarded)
+            hasTask: record.role == .operation(.attached),
+            inHeap: record.inHeap, cancelRequested: record.role == .operation(.unattachedCancelRequested),
+            discarded: discarding.discardedHolder == ticket)
     }
 
     /// The waiting commands in the order they will get the section, with their priorities.
     /// - Complexity: O(n log n)
     func waitingInOrder() -> [(waiter: Handle, priority: CommandPriority, kind: CommandKind)] {
-        heap.unordered.sorted { $0.key < $1.key }.compactMap { entry in
-            let record = records[Int(entry.slot)]
-            guard record.state == .waiting, let handle = record.handle else { return nil }
-            return (handle, CommandHeap.priority(of: entry.key), record.kind)
+        table.waitingEntries.sorted { $0.key < $1.key }.compactMap { entry in
+            guard let handle = table[entry.slot].handle else { return nil }
+            return (handle, CommandHeap.priority(of: entry.key), table[entry.slot].kind)
         }
     }
 
@@ -41,38 +41,25 @@ extension EngineStateMachine {
     /// What is wrong with the machine's bookkeeping, or with the word it left, if anything.
     /// - Complexity: O(n)
     func invariantViolation(word: Int) -> String? {
-        heap.checkInvariants()
-        let waitingInHeap = heap.unordered.filter { records[Int($0.slot)].state == .waiting }.count
-        if waitingInHeap != waitingCount { return "waiting count \(waitingCount) but \(waitingInHeap) in the heap" }
-        if heap.count - waitingInHeap != deadEntries { return "dead entry count is off" }
-        if !EngineWord.isHeld(word) {
-            if waitingCount != 0 { return "commands wait while the section is free" }
-            if holderSlot != nil { return "a holder record while the section is free" }
-        }
-        if (waitingCount > 0 || holderSlot != nil) && word & EngineWord.slowRelease == 0 {
+        if let violation = table.violation() { return violation }
+        if !EngineWord.isHeld(word) && table.waitingCount != 0 { return "commands wait while the section is free" }
+        if (table.waitingCount > 0 || hold.trackedSlot != nil) && word & EngineWord.slowRelease == 0 {
             return "the holder could release without the lock while the machine needs it to"
         }
-        if (word & EngineWord.closed != 0) != isClosed { return "closed bit and state disagree" }
-        if isValueFreed && (EngineWord.isHeld(word) || waitingCount > 0) { return "value freed while in use" }
-        if urgencies.keys.contains(where: { records[Int($0)].state != .waiting }) {
-            return "an urgency kept for a command that no longer waits"
+        if let violation = life.violation(word: word, waitingCount: table.waitingCount) { return violation }
+        if let violation = hold.violation(word: word) { return violation }
+        if let slot = hold.trackedSlot, table[slot].state != .holding {
+            return "the tracked holder's record is \(table[slot].state)"
         }
-        if urgencyTally != Dictionary(urgencies.values.map { ($0, 1) }, uniquingKeysWith: +) {
-            return "the urgency tally disagrees with the parked waiters' urgencies"
+        if let violation = inheritance.violation(
+            isWaiting: { table[$0].state == .waiting }, isHeld: EngineWord.isHeld(word), readersHold: hold.hasReaders)
+        {
+            return violation
         }
-        if !EngineWord.isHeld(word) && (isHoldBoosted || !holdUrgency.isNone) { return "a boost outlived its hold" }
-        if EngineWord.isHeld(word) && holdUrgency != requiredHoldUrgency {
-            return "the holder inherits \(holdUrgency) but its parked waiters ask for \(requiredHoldUrgency)"
-                + " (a boost outlived its reason, or a raise was missed)"
-        }
-        if chained.keys.contains(where: { urgencies[$0] == nil }) { return "a chained urgency of a waiter that left" }
-        if boostSyncNeeded { return "a boost to bring down was left for nobody" }
         if !outbox.isEmpty { return "a transition's actions were left in the outbox: nobody performs them" }
         if let violation = sharedReadViolation(word: word) { return violation }
-        if maxOvertakes != nil {
-            let live = arrivals[arrivalsStart...].filter { isWaiting($0.ticket) }.count
-            if live != waitingCount { return "\(waitingCount) commands wait but \(live) are in the arrival order" }
-        }
+        if let violation = bound.violation(table) { return violation }
+        if let violation = discarding.violation(table) { return violation }
         return nil
     }
 }
@@ -83,25 +70,14 @@ extension EngineStateMachine {
     /// holds with them (it stands first, before every exclusive command).
     /// - Complexity: O(n log n)
     func sharedReadViolation(word: Int) -> String? {
-        if (word & EngineWord.shared != 0) != !readers.isEmpty {
-            return "the word's shared bit says \(word & EngineWord.shared != 0) but \(readers.count) readers hold"
+        guard hold.hasReaders else { return nil }
+        for slot in hold.readers where !(table[slot].isShared && table[slot].state == .holding) {
+            return "slot \(slot) is listed as a reader but its record is \(table[slot].state)"
         }
-        guard !readers.isEmpty else { return nil }
-        if word & EngineWord.holderMask != 0 { return "an exclusive holder beside \(readers.count) shared reads" }
-        if holderSlot != nil { return "an exclusive holder record beside shared reads" }
-        if word & EngineWord.slowRelease == 0 { return "shared reads could release without the lock" }
-        for slot in readers where !(records[Int(slot)].shared && records[Int(slot)].state == .holding) {
-            return "slot \(slot) is listed as a reader but its record is \(records[Int(slot)].state)"
-        }
-        if Set(readers).count != readers.count { return "a reader listed twice" }
-        let firstWaiting = heap.unordered.filter { records[Int($0.slot)].state == .waiting }.min { $0.key < $1.key }
-        if let first = firstWaiting, records[Int(first.slot)].shared {
+        let firstWaiting = table.waitingEntries.min { $0.key < $1.key }
+        if let first = firstWaiting, table[first.slot].isShared {
             // A bounded-overtaking policy may hold it back behind the oldest command, once due.
-            let boundDue =
-                maxOvertakes.map { limit in
-                    arrivals[arrivalsStart...].contains { isWaiting($0.ticket) } && oldestOvertakes >= limit
-                } ?? false
-            if !boundDue { return "a shared read waits first in line while shared reads hold" }
+            if !bound.isSomeoneDue(in: table) { return "a shared read waits first in line while shared reads hold" }
         }
         return nil
     }

@@ -13,20 +13,19 @@ extension EngineStateMachine {
         observed: Int,
         now: UInt64 = 0
     ) -> (Ticket, word: Int) {
-        assert(EngineWord.isHeld(observed) && holderSlot == nil, "manual completion without a plain holder")
-        let ticket = allocate(waiter, kind: kind, state: .holding)
-        records[Int(ticket.slot)].manual = .running
-        holderSlot = ticket.slot
-        if observed & EngineWord.slowRelease == 0 { (holderSince, holderSinceIsExact) = (now, false) }
+        assert(EngineWord.isHeld(observed) && hold.trackedSlot == nil, "manual completion without a plain holder")
+        let ticket = table.allocate(waiter, kind: kind, state: .holding, role: .exclusive(.running))
+        hold.grant(tracked: ticket.slot)
+        if observed & EngineWord.slowRelease == 0 { hold.stamp(now, exact: false) }
         return (ticket, observed | EngineWord.slowRelease)
     }
 
     /// The closure of a manual-completion command returned.
     mutating func manualClosureReturned(_ ticket: Ticket) -> ManualStep {
-        guard isCurrent(ticket) else { return .none }
-        switch records[Int(ticket.slot)].manual {
+        guard table.isCurrent(ticket) else { return .none }
+        switch table[ticket.slot].manual {
         case .running:
-            records[Int(ticket.slot)].manual = .closureReturned
+            table[ticket.slot].manual = .closureReturned
             return .waitForCompletion
         case .completionArrived:
             return .release
@@ -40,14 +39,14 @@ extension EngineStateMachine {
     /// - Returns: the actions: if the closure had returned already, finish the command.
     mutating func manualCompletionArrived(_ ticket: Ticket, dropped: Bool) -> Actions {
         var actions = Actions()
-        guard isCurrent(ticket) else { return actions }
-        if dropped { droppedCompletions += 1 }
-        switch records[Int(ticket.slot)].manual {
+        guard table.isCurrent(ticket) else { return actions }
+        if dropped { life.completionDropped() }
+        switch table[ticket.slot].manual {
         case .running:
-            records[Int(ticket.slot)].manual = .completionArrived
+            table[ticket.slot].manual = .completionArrived
         case .closureReturned:
-            records[Int(ticket.slot)].manual = .completionArrived
-            if let waiter = records[Int(ticket.slot)].handle { actions.others.append(.finish(waiter)) }
+            table[ticket.slot].manual = .completionArrived
+            if let waiter = table[ticket.slot].handle { actions.others.append(.finish(waiter)) }
         case .notManual, .completionArrived:
             break
         }

@@ -18,7 +18,7 @@ extension EngineStateMachine {
     ) -> (Admission, Actions, word: Int) {
         let (admission, word) = enqueueOperationIntoOutbox(
             waiter, priority: priority, discardable: isDiscardable, observed: observed, now: now)
-        return (admission, takeOutbox(), word)
+        return (admission, outboxActions(), word)
     }
 
     /// ``enqueueOperation(_:priority:discardable:observed:now:)``, leaving its actions in
@@ -30,19 +30,16 @@ extension EngineStateMachine {
         observed: Int,
         now: UInt64
     ) -> (Admission, word: Int) {
-        if let pending = discardable {
-            discardable = nil
-            if isCurrent(pending) {
-                switch records[Int(pending.slot)].state {
-                case .waiting:
-                    if let discarded = markLeft(pending.slot) { outbox.others.append(.left(discarded)) }
-                    sweepIfMostlyDead()
-                case .holding:
-                    // mutant(discard-forgets-granted): break
-                    records[Int(pending.slot)].discarded = true
-                case .left, .ended, .free:
-                    break
-                }
+        if let pending = discarding.takePending(), table.isCurrent(pending) {
+            switch table[pending.slot].state {
+            case .waiting:
+                if let discarded = markLeft(pending.slot) { outbox.others.append(.left(discarded)) }
+                table.sweepIfMostlyDead()
+            case .holding:
+                // mutant(discard-forgets-granted): break
+                discarding.discardHolder(pending)
+            case .left, .ended, .free:
+                break
             }
         }
         let (admission, word) = enqueue(
@@ -50,7 +47,7 @@ extension EngineStateMachine {
         // mutant(discard-standard): if true {
         if isDiscardable {
             switch admission {
-            case .granted(let ticket?), .queued(let ticket): discardable = ticket
+            case .granted(let ticket?), .queued(let ticket): discarding.setPending(ticket)
             case .granted(nil), .refused: break
             }
         }
@@ -62,12 +59,11 @@ extension EngineStateMachine {
     /// - Returns: `false` if it was discarded after it was granted: it must not begin, and
     ///   releases the section instead.
     mutating func beginDiscardable(_ ticket: Ticket) -> Bool {
-        if discardable == ticket { discardable = nil }
-        return !(isCurrent(ticket) && records[Int(ticket.slot)].discarded)
+        discarding.begin(ticket)
     }
 
     /// The newest discardable operation that has not begun, if any.
-    var pendingDiscardable: Ticket? { discardable }
+    var pendingDiscardable: Ticket? { discarding.pending }
 
     // MARK: Operations and cancelAll
 
@@ -78,30 +74,28 @@ extension EngineStateMachine {
     ///   so is the holder's task if it is attached.
     mutating func cancelAll() -> Actions {
         var result = Actions()
-        while let entry = heap.popFirst() {
-            let slot = entry.slot
-            records[Int(slot)].inHeap = false
-            if records[Int(slot)].state == .waiting {
-                waitingCount -= 1
-                if !urgencies.isEmpty { clearUrgency(slot) }
-                if let waiter = records[Int(slot)].handle { result.others += [.left(waiter), .cancel(waiter)] }
-                records[Int(slot)].handle = nil
-                records[Int(slot)].state = .left
-                records[Int(slot)].cancelRequested = true
-            } else {
-                deadEntries -= 1
+        while let (slot, waited) = table.popAny() {
+            if waited {
+                if inheritance.hasParked { inheritance.clear(slot) }
+                if let waiter = table.markLeftPopped(slot) { result.others += [.left(waiter), .cancel(waiter)] }
+                if case .operation(.unattached) = table[slot].role {
+                    table[slot].role = .operation(.unattachedCancelRequested)
+                }
             }
-            freeIfUnused(slot)
+            table.freeIfUnused(slot)
         }
         // Nobody waits now: a boost of the holder has lost every reason.
-        lowerHoldUrgencyIfNeeded()
-        assert(deadEntries == 0 && waitingCount == 0)
-        (arrivals, arrivalsStart, oldestOvertakes) = ([], 0, 0)
-        if let slot = holderSlot, records[Int(slot)].kind == .operation {
-            if records[Int(slot)].hasTask {
-                if let holder = records[Int(slot)].handle { result.others.append(.cancel(holder)) }
-            } else {
-                records[Int(slot)].cancelRequested = true
+        inheritance.lowerIfNeeded(readersHold: hold.hasReaders)
+        assert(table.waitingCount == 0)
+        bound.reset()
+        if let slot = hold.trackedSlot, table[slot].kind == .operation {
+            switch table[slot].role {
+            case .operation(.attached):
+                if let holder = table[slot].handle { result.others.append(.cancel(holder)) }
+            case .operation(.unattached):
+                table[slot].role = .operation(.unattachedCancelRequested)
+            default:
+                break
             }
         }
         return result
@@ -110,17 +104,16 @@ extension EngineStateMachine {
     /// The task that runs an operation exists now (it is created after the operation took its
     /// place, and may even have run to the end already).
     mutating func attach(_ ticket: Ticket) -> Attachment {
-        guard isCurrent(ticket), records[Int(ticket.slot)].taskUnattached else { return .drop }
-        let slot = Int(ticket.slot)
-        records[slot].taskUnattached = false
-        switch records[slot].state {
+        guard table.isCurrent(ticket), table[ticket.slot].taskUnattached else { return .drop }
+        let slot = ticket.slot
+        let cancel = table[slot].role == .operation(.unattachedCancelRequested)
+        switch table[slot].state {
         case .waiting, .holding:
-            if records[slot].cancelRequested { return .cancelNow }
-            records[slot].hasTask = true
-            return .keep
+            table[slot].role = .operation(cancel ? .done : .attached)
+            return cancel ? .cancelNow : .keep
         case .left, .ended, .free:
-            let cancel = records[slot].cancelRequested
-            freeIfUnused(ticket.slot)
+            table[slot].role = .operation(.done)
+            table.freeIfUnused(slot)
             return cancel ? .cancelNow : .drop
         }
     }

@@ -23,9 +23,7 @@ extension EngineStateMachine {
 
     /// A record for a shared read about to be granted at once.
     mutating func allocateReader(_ waiter: Handle, kind: CommandKind) -> UInt32 {
-        let ticket = allocate(waiter, kind: kind, state: .waiting)
-        records[Int(ticket.slot)].shared = true
-        return ticket.slot
+        table.allocate(waiter, kind: kind, state: .waiting, role: .reader(.notManual)).slot
     }
 
     /// Makes the shared read in `slot` a holder. Its record keeps its handle until it releases
@@ -33,9 +31,9 @@ extension EngineStateMachine {
     /// not started.
     /// - Returns: its ticket, for its release.
     mutating func grantReader(_ slot: UInt32) -> Ticket {
-        records[Int(slot)].state = .holding
-        readers.append(slot)
-        return Ticket(slot: slot, generation: records[Int(slot)].generation)
+        table[slot].state = .holding
+        hold.addReader(slot)
+        return table.ticket(of: slot)
     }
 
     /// Whether a shared read of `priority` that arrives while readers hold may join them now: it
@@ -43,48 +41,32 @@ extension EngineStateMachine {
     /// exclusive), and a bounded-overtaking policy allows one more overtake. Counts the overtake
     /// if it may.
     mutating func mayJoinReaders(priority: CommandPriority) -> Bool {
-        if let limit = maxOvertakes, oldestWaiting() != nil {
-            if oldestOvertakes >= limit { return false }
-        }
-        if let first = firstWaitingEntry() {
+        let boundApplies = bound.oldestWaiting(in: table) != nil
+        if boundApplies && bound.isDue { return false }
+        if let first = table.firstWaitingEntry() {
             // mutant(reader-joins-past-writer): if priority.rawValue < CommandHeap.priority(of: first.key).rawValue { return false }
             if priority.rawValue <= CommandHeap.priority(of: first.key).rawValue { return false }
         }
-        if maxOvertakes != nil, oldestWaiting() != nil { oldestOvertakes += 1 }
+        if boundApplies { bound.overtook() }
         return true
-    }
-
-    /// The heap's first entry of a command that still waits; drops the entries before it of
-    /// commands that left.
-    mutating func firstWaitingEntry() -> CommandHeap.Entry? {
-        while let entry = heap.first {
-            if records[Int(entry.slot)].state == .waiting { return entry }
-            _ = heap.popFirst()
-            records[Int(entry.slot)].inHeap = false
-            deadEntries -= 1
-            freeIfUnused(entry.slot)
-        }
-        return nil
     }
 
     /// The slot of the command ``popNext()`` would grant next, without granting it.
     mutating func peekNext() -> UInt32? {
-        if let limit = maxOvertakes, let oldest = oldestWaiting(), oldestOvertakes >= limit {
-            return oldest.ticket.slot
-        }
-        return firstWaitingEntry()?.slot
+        if let oldest = bound.oldestWaiting(in: table), bound.isDue { return oldest.ticket.slot }
+        return table.firstWaitingEntry()?.slot
     }
 
     /// The handle of the shared read `slot`, granted now in a batch or by admission, as an action
     /// beside the first grant: who starts it, and whether a helper runs it.
     mutating func startReaderInOutbox(_ slot: UInt32, kind: CommandKind) {
-        let handle = records[Int(slot)].handle!
+        guard let handle = table[slot].handle else { preconditionFailure("a granted read without its waiter") }
         // Readers never run inline in a releasing block: their releases go by ticket.
-        let (_, helper) = starter(of: handle, kind: kind)
-        if let helper {
-            records[Int(slot)].started = true
+        switch starter(of: handle, kind: kind) {
+        case .helper(let helper):
+            table[slot].role = .startedReader(table[slot].manual)
             outbox.others.append(.helpReader(handle, helper: helper))
-        } else {
+        case .itself, .releaser:
             outbox.others.append(.startReader(handle))
         }
     }
@@ -93,27 +75,22 @@ extension EngineStateMachine {
     /// standing directly behind it, up to the first exclusive command.
     /// - Returns: the word to store.
     mutating func grantReaders(first slot: UInt32, kind: CommandKind, closedBit: Int, now: UInt64) -> Int {
-        if !urgencies.isEmpty { clearUrgency(slot) }
+        if inheritance.hasParked { inheritance.clear(slot) }
         _ = grantReader(slot)
-        let handle = records[Int(slot)].handle!
-        let (starter, helper) = starter(of: handle, kind: kind)
-        if helper != nil { records[Int(slot)].started = true }
-        outbox.grant = handle
-        outbox.grantKind = kind
-        outbox.grantShared = true
-        outbox.starter = starter
-        outbox.helper = helper
+        guard let handle = table[slot].handle else { preconditionFailure("a granted read without its waiter") }
+        // Readers never run inline in a releasing block: their releases go by ticket.
+        let starter = starter(of: handle, kind: kind)
+        if case .helper = starter { table[slot].role = .startedReader(table[slot].manual) }
         admitWaitingReaders()
-        if !urgencies.isEmpty {
+        var inherited = Urgency.none
+        if inheritance.hasParked {
             // The waiters still parked now wait for these readers: the first inherits their
             // urgency at once, and every other one as it lists itself (see `enterReader`).
-            let inherited = parkedUrgency
-            if !inherited.isNone {
-                (holdUrgency, isHoldBoosted) = (inherited, true)
-                outbox.urgency = inherited
-            }
+            inherited = inheritance.parkedUrgency
+            if !inherited.isNone { inheritance.inherit(inherited) }
         }
-        (holderSince, holderSinceIsExact) = (now, true)
+        outbox.grant = Grant(handle: handle, starter: starter, urgency: inherited, kind: kind, shared: true)
+        hold.stamp(now, exact: true)
         // Readers always release under the lock: `slowRelease` stays set while they hold.
         return closedBit | EngineWord.shared | EngineWord.slowRelease
     }
@@ -122,13 +99,13 @@ extension EngineStateMachine {
     /// to the first exclusive command (or the oldest command, once a bounded-overtaking policy
     /// says it is next). Leaves the grants in ``outbox``.
     mutating func admitWaitingReaders() {
-        // mutant(batch-stops-early): while !readers.isEmpty, readers.count < 1, let slot = peekNext(), records[Int(slot)].shared {
-        while !readers.isEmpty, let slot = peekNext(), records[Int(slot)].shared {
+        // mutant(batch-stops-early): while hold.hasReaders, hold.readers.count < 1, let slot = peekNext(), table[slot].isShared {
+        while hold.hasReaders, let slot = peekNext(), table[slot].isShared {
             guard let (popped, kind) = popNext() else { break }
             assert(popped == slot, "popNext() granted another command than it showed")
-            if !urgencies.isEmpty {
-                clearUrgency(popped)
-                lowerHoldUrgencyIfNeeded()
+            if inheritance.hasParked {
+                inheritance.clear(popped)
+                inheritance.lowerIfNeeded(readersHold: true)
             }
             _ = grantReader(popped)
             startReaderInOutbox(popped, kind: kind)
@@ -143,34 +120,30 @@ extension EngineStateMachine {
     /// - Returns: the word to store.
     mutating func releaseReaderIntoOutbox(_ ticket: Ticket, observed: Int, now: UInt64) -> Int {
         assert(outbox.isEmpty, "the outbox of an earlier transition was not taken")
-        guard isCurrent(ticket), records[Int(ticket.slot)].shared, records[Int(ticket.slot)].state == .holding,
-            let index = readers.firstIndex(of: ticket.slot)
-        else {
+        guard isHoldingReader(ticket), hold.removeReader(ticket.slot) else {
             assertionFailure("release of a shared read that does not hold")
             return observed
         }
-        readers.remove(at: index)
-        outbox.ended = records[Int(ticket.slot)].handle.take()
-        end(ticket.slot)
+        outbox.ended = table[ticket.slot].handle.take()
+        table.end(ticket.slot)
         // Each reader ends its own thread's boost; the hold's boost ends with the last reader.
-        outbox.endBoost = isHoldBoosted
-        // mutant(writer-beside-reader): guard readers.isEmpty || waitingCount > 0 else { return observed }
-        guard readers.isEmpty else { return observed }
+        outbox.endBoost = inheritance.isHoldBoosted
+        // mutant(writer-beside-reader): guard !hold.hasReaders || table.waitingCount > 0 else { return observed }
+        guard !hold.hasReaders else { return observed }
         return handOn(closedBit: observed & EngineWord.closed, now: now, releaserQueue: 0)
     }
 
     /// ``releaseReaderIntoOutbox(_:observed:now:)``, returning its actions (for the tests).
     mutating func releaseReader(_ ticket: Ticket, observed: Int, now: UInt64 = 0) -> (Actions, word: Int) {
         let word = releaseReaderIntoOutbox(ticket, observed: observed, now: now)
-        return (takeOutbox(), word)
+        return (outboxActions(), word)
     }
 
     /// The block of the granted dispatched shared read `ticket` is about to run it.
     /// - Returns: `false` if a helper started it already (the block then does nothing).
     mutating func claimReaderStart(_ ticket: Ticket) -> Bool {
-        guard isCurrent(ticket), records[Int(ticket.slot)].state == .holding, !records[Int(ticket.slot)].started
-        else { return false }
-        records[Int(ticket.slot)].started = true
+        guard isHoldingReader(ticket), case .reader(let phase) = table[ticket.slot].role else { return false }
+        table[ticket.slot].role = .startedReader(phase)
         return true
     }
 
@@ -179,9 +152,11 @@ extension EngineStateMachine {
     /// starts them itself.
     mutating func takeUnstartedReaders(forQueues queues: [Int]) -> [Handle] {
         var taken: [Handle] = []
-        for slot in readers where records[Int(slot)].kind == .dispatched && !records[Int(slot)].started {
-            guard let handle = records[Int(slot)].handle, queues.contains(handle.targetQueueID) else { continue }
-            records[Int(slot)].started = true
+        for slot in hold.readers where table[slot].kind == .dispatched {
+            guard case .reader(let phase) = table[slot].role, let handle = table[slot].handle,
+                queues.contains(handle.targetQueueID)
+            else { continue }
+            table[slot].role = .startedReader(phase)
             taken.append(handle)
         }
         return taken
@@ -189,13 +164,13 @@ extension EngineStateMachine {
 
     /// Whether `ticket` is a shared read that holds the section now.
     func isHoldingReader(_ ticket: Ticket) -> Bool {
-        isCurrent(ticket) && records[Int(ticket.slot)].shared && records[Int(ticket.slot)].state == .holding
+        table.isCurrent(ticket) && table[ticket.slot].isShared && table[ticket.slot].state == .holding
     }
 
     /// A shared read that holds the section starts a manual completion: it keeps its share until
     /// both its closure has returned and its completion arrived (see `EngineStateMachine+Manual`).
     mutating func beginReaderManual(_ ticket: Ticket) {
         guard isHoldingReader(ticket) else { return }
-        records[Int(ticket.slot)].manual = .running
+        table[ticket.slot].manual = .running
     }
 }

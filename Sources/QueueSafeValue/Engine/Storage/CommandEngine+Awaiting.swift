@@ -62,7 +62,8 @@ extension CommandEngine {
         SyncPoints.inheritance(true)
         defer { SyncPoints.inheritance(false) }
         var deferred: [Deferred] = []
-        let (admission, taken, lowersBoost) = machine.withLock { machine in
+        var taken = Self.nothingTaken
+        let (admission, lowersBoost) = machine.withLock { machine in
             let admission = transition(announcing: EngineWord.slowRelease, &machine) { machine, observed in
                 let (admission, word) = machine.enqueueOperationIntoOutbox(
                     waiter, priority: priority, discardable: discardable, observed: observed, now: coarseNow())
@@ -70,7 +71,8 @@ extension CommandEngine {
                 return (admission, word)
             }
             // A discarded operation that was parked may have been a reason for a boost.
-            return (admission, take(&machine, &deferred), machine.takeBoostSync())
+            taken = take(machine.takeOutbox(), &deferred)
+            return (admission, machine.takeBoostSync())
         }
         _ = perform(taken, deferred)
         if lowersBoost { lowerBoost() }

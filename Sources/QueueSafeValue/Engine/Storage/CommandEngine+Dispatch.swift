@@ -87,6 +87,23 @@ extension CommandEngine {
     /// could never run while the waiter blocks the queue, takes it over.
     static let dispatchStarted = 1
 
+    /// The one start of a granted exclusive dispatched command, whichever path granted it: under
+    /// the engine lock in the grant's lock section when the machine granted it (``take(_:_:)``),
+    /// or right after the idle compare-and-swap when it took a free section (`DispatchedCommand`).
+    /// Notes its queue for diagnostics, then hands it to `helper`, a waiting thread that runs on
+    /// its queue (the slot then says started: nobody else may take it), or publishes it in the
+    /// dispatched holder's slot for its block to claim (or a waiter on its queue to take over).
+    /// Its block, or the helper's wake-up, follows after unlocking (``perform(_:_:)``).
+    final func publishGrantedDispatch(_ command: Contender, helper: Contender?) {
+        dispatchedHolderQueue.storeRelaxed(command.targetQueueID)
+        guard let helper else { return publishPendingDispatch(command) }
+        // Handed over in this lock section: a helper that gives up takes the lock to leave, and
+        // then finds the job (see `BlockingWaiter`).
+        pendingDispatch.storeRelease(Self.dispatchStarted)
+        // mutant(helper-job-after-unlock): _ = helper
+        helper.assignJob(command)
+    }
+
     /// Publishes `command`, just granted, as the dispatched holder whose block has not started.
     /// (A release that grants it also notes its queue, under the lock; one that took a free
     /// section notes it itself, see `DispatchedCommand`.)

@@ -2,8 +2,9 @@
 // decided. Two halves, because a grant's publication belongs to the transition's lock section and
 // everything else must wait until the lock is released:
 //
-// - `take(_:_:)`, under the engine lock, right after the transition: marks the granted waiter,
-//   publishes a granted dispatched command (in the dispatched holder's slot, or as a helper's job),
+// - `take(_:_:)`, under the engine lock, right after the transition, with the transition's actions
+//   taken whole: marks the granted waiter, publishes a granted dispatched command (in the
+//   dispatched holder's slot, or as a helper's job),
 //   and takes from the waiters what the rest needs (their continuations and tasks are guarded by
 //   this lock). It runs no user code, signals nothing and releases no reference.
 // - `perform(_:_:)`, after unlocking: raises and starts the grant as the machine chose, ends the
@@ -29,16 +30,36 @@ extension CommandEngine {
     /// ``raiseHeir(_:)``).
     typealias Heir = (thread: Int, task: Int)
 
-    /// A transition's actions as the storage holds them between its two halves: the references
-    /// apart, and the rest as plain values. (As one struct holding references, the compiler
-    /// copied and destroyed them through value witnesses, hundreds of instructions per release.
-    /// Keep it this size: with one more flag, the compiler copied it through the runtime's tuple
-    /// witnesses, +270 instructions per dispatched command; what only `take` needs stays there.)
+    /// How ``perform(_:_:)`` starts the command a transition granted: the machine's
+    /// ``EngineStateMachine/Starter``, with the command (and the helper) it concerns.
+    enum Start {
+        /// Nothing was granted.
+        case none
+        /// ``EngineStateMachine/Starter/itself``: start the granted command.
+        case itself(Contender)
+        /// ``EngineStateMachine/Starter/helper(_:)``: wake the helper, which was handed the
+        /// granted command (`job`) under the lock.
+        case helper(Contender, job: Contender)
+        /// ``EngineStateMachine/Starter/releaser``: the releasing block runs the granted command.
+        case releaser(Contender)
+    }
+
+    /// A transition's actions as the storage holds them between its two halves: how to start the
+    /// grant, the ended holder, the plain values, and the heir's thread and task read under the
+    /// lock. Storage types only: a type of the generic machine in here was copied and destroyed
+    /// through its generic value witnesses, hundreds of instructions per release (and with one
+    /// more field, the old form of this tuple was copied through the runtime's tuple witnesses,
+    /// +270 per dispatched command). What only `take` needs stays there.
+    ///
+    /// It leaves the lock section through a local the section assigns, never as `withLock`'s
+    /// result: there, the compiler handled it through generic value witnesses and metadata lookups
+    /// (about 200 instructions per release).
     typealias Taken = (
-        grant: Contender?, helper: Contender?, ended: Contender?,
-        flags: (kind: CommandKind, starter: Machine.Starter, urgency: Urgency, endBoost: Bool, freeValue: Bool),
-        heir: Heir
+        start: Start, ended: Contender?, flags: (urgency: Urgency, endBoost: Bool, freeValue: Bool), heir: Heir
     )
+
+    /// No actions: what a lock section's local holds until the section takes the transition's.
+    static var nothingTaken: Taken { (.none, nil, (.none, false, false), (0, 0)) }
 
     /// Runs one transition under the engine lock, takes its actions there and performs them after
     /// unlocking. For the rarer transitions, which return their actions by value (`nil`: none).
@@ -49,14 +70,11 @@ extension CommandEngine {
         defer { SyncPoints.inheritance(false) }
         var deferred: [Deferred] = []
         var lowersBoost = false
-        let taken = machine.withLock { machine -> Taken? in
-            guard let actions = transition(&machine) else {
-                lowersBoost = machine.takeBoostSync()
-                return nil
-            }
-            machine.outbox = actions
+        var taken: Taken?
+        machine.withLock { machine in
+            let actions = transition(&machine)
             lowersBoost = machine.takeBoostSync()
-            return take(&machine, &deferred)
+            if let actions { taken = take(actions.taken(), &deferred) }
         }
         // A waiter left: the boost it asked for ends with it (see `PriorityInheritance.swift`).
         defer { if lowersBoost { lowerBoost() } }
@@ -64,27 +82,19 @@ extension CommandEngine {
         return perform(taken, deferred)
     }
 
-    /// Under the engine lock, in the lock section of the transition that left its actions in the
-    /// machine's outbox: empties the outbox, marks the granted waiter, publishes a granted
-    /// dispatched command (in the dispatched holder's slot, or as a helper's job), and takes from
-    /// the waiters what the rarer actions need.
+    /// Under the engine lock, in the lock section of the transition that returned `actions` (or
+    /// left them in the machine's outbox, taken whole by ``EngineStateMachine/takeOutbox()``):
+    /// marks the granted waiter, publishes a granted dispatched command (see
+    /// ``publishGrantedDispatch(_:helper:)``), and takes from the waiters what the rarer actions
+    /// need.
     @inline(__always)
-    final func take(_ machine: inout Machine, _ deferred: inout [Deferred]) -> Taken {
-        let grant = machine.outbox.grant.take()
-        let helper = machine.outbox.helper.take()
-        let ended = machine.outbox.ended.take()
-        let flags = (
-            kind: machine.outbox.grantKind, starter: machine.outbox.starter, urgency: machine.outbox.urgency,
-            endBoost: machine.outbox.endBoost, freeValue: machine.outbox.freeValue
-        )
-        // Needed only here, under the lock: kept out of what `perform` receives.
-        let shared = machine.outbox.grantShared
-        (machine.outbox.urgency, machine.outbox.endBoost, machine.outbox.freeValue) = (.none, false, false)
-        machine.outbox.grantShared = false
-        if !machine.outbox.others.isEmpty {
-            for other in machine.outbox.others {
+    final func take(_ actions: consuming Machine.TakenActions, _ deferred: inout [Deferred]) -> Taken {
+        let (grant, ended, endBoost, freeValue, others) = actions
+        if !others.isEmpty {
+            for other in others {
                 switch other {
                 case .left(let waiter):
+                    // mutant(take-drops-left): break
                     if let continuation = waiter.continuationToResume { deferred.append(.resume(continuation)) }
                 case .cancel(let waiter):
                     // Read here: a holder's task is dropped by its release, after that release unlocks.
@@ -100,32 +110,30 @@ extension CommandEngine {
                     deferred.append(.postJob(helper))
                 }
             }
-            // mutant(outbox-keeps-others): _ = ()
-            machine.outbox.others = []
         }
-        var heir: Heir = (0, 0)
-        if let next = grant {
-            next.isGranted = true
-            if !flags.urgency.isNone { heir = (next.threadToBoost, next.taskToEscalate) }
-            if shared {
+        guard let grant else { return (.none, ended, (.none, endBoost, freeValue), (0, 0)) }
+        let next = grant.handle
+        next.isGranted = true
+        let heir: Heir = grant.urgency.isNone ? (0, 0) : (next.threadToBoost, next.taskToEscalate)
+        let start: Start
+        switch grant.starter {
+        case .helper(let helper):
+            if grant.shared {
                 // A shared read is not published in the dispatched holder's slot: its block claims
                 // it from the machine, and a helper takes it from there too.
-                if let helper { helper.assignJob(next) }
-            } else if flags.kind == .dispatched {
-                dispatchedHolderQueue.storeRelaxed(next.targetQueueID)
-                if let helper {
-                    // Handed over in this lock section: a helper that gives up takes the lock to
-                    // leave, and then finds the job (see `BlockingWaiter`).
-                    pendingDispatch.storeRelease(Self.dispatchStarted)
-                    // mutant(helper-job-after-unlock): _ = helper
-                    helper.assignJob(next)
-                } else {
-                    // Published in the grant's lock section, for a waiter on its queue that comes later.
-                    publishPendingDispatch(next)
-                }
+                helper.assignJob(next)
+            } else {
+                publishGrantedDispatch(next, helper: helper)
             }
+            start = .helper(helper, job: next)
+        case .itself:
+            if grant.kind == .dispatched && !grant.shared { publishGrantedDispatch(next, helper: nil) }
+            start = .itself(next)
+        case .releaser:
+            publishGrantedDispatch(next, helper: nil)
+            start = .releaser(next)
         }
-        return (grant, helper, ended, flags, heir)
+        return (start, ended, (grant.urgency, endBoost, freeValue), heir)
     }
 
     /// After unlocking: performs the actions taken by ``take(_:_:)``, in the order
@@ -134,22 +142,22 @@ extension CommandEngine {
     ///   (``EngineStateMachine/Starter/releaser``): the caller claims and runs it inline.
     @inline(__always)
     final func perform(_ taken: consuming Taken, _ deferred: [Deferred]) -> Contender? {
-        let (grant, helper, ended, flags, heir) = taken
+        let (start, ended, flags, heir) = taken
         // A boosted holder hands the section on while still boosted, and only then goes back to
         // its own priority (below): at its own priority it might not get the processor to hand it on.
         var inline: Contender?
-        if let grant {
-            // The new holder inherits the urgency of the waiters still parked before it starts.
-            if !flags.urgency.isNone { raiseHeir(heir) }
-            switch flags.starter {
-            case .itself:
-                grant.start()
-            case .helper:
-                // mutant(helper-job-after-unlock): helper!.assignJob(grant); helper!.postJob()
-                helper!.postJob()
-            case .releaser:
-                inline = grant
-            }
+        // The new holder inherits the urgency of the waiters still parked before it starts.
+        if !flags.urgency.isNone { raiseHeir(heir) }
+        switch start {
+        case .none:
+            break
+        case .itself(let grant):
+            grant.start()
+        // mutant(helper-job-after-unlock): case .helper(let helper, let job): helper.assignJob(job)
+        case .helper(let helper, job: _):
+            helper.postJob()
+        case .releaser(let grant):
+            inline = grant
         }
         if flags.endBoost { endBoostOfCurrentThread() }
         if flags.freeValue { freeValue() }

@@ -60,12 +60,13 @@ extension CommandEngine {
         SyncPoints.inheritance(true)
         defer { SyncPoints.inheritance(false) }
         var deferred: [Deferred] = []
-        let taken = machine.withLock { machine in
+        var taken = Self.nothingTaken
+        machine.withLock { machine in
             // The word says `shared | slowRelease`: only locked transitions change it now.
             transitionWhileHeld(&machine) { machine, observed in
                 ((), machine.releaseReaderIntoOutbox(ticket, observed: observed, now: coarseNow()))
             }
-            return take(&machine, &deferred)
+            taken = take(machine.takeOutbox(), &deferred)
         }
         _ = perform(taken, deferred)
     }

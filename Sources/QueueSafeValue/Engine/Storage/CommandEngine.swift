@@ -216,11 +216,12 @@ class CommandEngine: @unchecked Sendable {
         SyncPoints.inheritance(true)
         defer { SyncPoints.inheritance(false) }
         var deferred: [Deferred] = []
-        let taken = machine.withLock { machine in
+        var taken = Self.nothingTaken
+        machine.withLock { machine in
             transitionWhileHeld(&machine) { machine, observed in
                 ((), machine.releaseIntoOutbox(observed: observed, now: coarseNow(), releaserQueue: releaserQueue))
             }
-            return take(&machine, &deferred)
+            taken = take(machine.takeOutbox(), &deferred)
         }
         return perform(taken, deferred)
     }

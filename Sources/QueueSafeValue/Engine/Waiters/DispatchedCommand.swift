@@ -135,9 +135,8 @@ class DispatchedCommand<Value>: Contender, @unchecked Sendable {
 
     /// Starts a command that took a free section (not through a release, which publishes it).
     private func publishAndStart() {
-        engine.dispatchedHolderQueue.storeRelaxed(queueID)
-        // mutant(dispatch-before-publish): start(); engine.publishPendingDispatch(self); return;
-        engine.publishPendingDispatch(self)
+        // mutant(dispatch-before-publish): start(); engine.publishGrantedDispatch(self, helper: nil); return;
+        engine.publishGrantedDispatch(self, helper: nil)
         start()
     }
 
@@ -222,7 +221,7 @@ class DispatchedCommand<Value>: Contender, @unchecked Sendable {
             read(body)
         case .access(let body):
             body(&engine.pointer.pointee)
-            if engine.observing.loadRelaxed() != 0 { return releaseObserved(engine.captureChange()) }
+            return finish(changed: true, inlineQueue: inlineQueue, deliverHere: deliverHere)
         case .map(let transform):
             let deliver = map(transform)  // inside the section: before the release
             _ = engine.releaseDispatched(inlineQueue: 0)
@@ -235,20 +234,42 @@ class DispatchedCommand<Value>: Contender, @unchecked Sendable {
         case .sharedRead, .sharedReadManual:
             preconditionFailure("a shared read run as an exclusive command")
         }
-        guard let completion else { return (successor(engine.releaseDispatched(inlineQueue: inlineQueue)), nil) }
-        if deliverHere {
-            releaseAndDeliver(completion)
-            return (nil, nil)
-        }
-        return (nil, releaseAndPrepareDelivery(completion))
+        return finish(changed: false, inlineQueue: inlineQueue, deliverHere: deliverHere)
     }
 
-    /// Reads the result for the completion while the section is still held, releases the section
-    /// (the next holder is started) and calls the completion, on this block.
-    private func releaseAndDeliver(_ completion: @Sendable (Result<Value, QueueSafeValueError>) -> Void) {
+    /// The one end of an exclusive command's hold, whichever way it ran (its block, a helper, the
+    /// arrival of its manual completion). In the section: captures the change for the observers
+    /// (if `changed` and the value has any) and reads the result for the completion. Then
+    /// releases: the machine grants the next command, which is started, or returned when it is
+    /// this block's to run inline. After the release: offers the change, then delivers the
+    /// completion here (`deliverHere`) or returns it.
+    /// - Parameters:
+    ///   - changed: the command may have changed the value.
+    ///   - inlineQueue: this block's queue, if it may run a granted successor inline; 0 if not. A
+    ///     command that delivers something or offers a change never does: it starts its successor
+    ///     first, since the delivery may wait for that successor (see ``execute(inlineQueue:deliverHere:)``).
+    ///   - deliverHere: the caller is the command's own block, which delivers right after the
+    ///     release anyway: the completion is called here, with no closure allocated to carry it.
+    /// - Returns: the successor to run inline, and the delivery to run (on this command's queue)
+    ///   if it was not delivered here.
+    private func finish(changed: Bool, inlineQueue: Int, deliverHere: Bool) -> (
+        next: DispatchedCommand?, delivery: Delivery?
+    ) {
+        let change = changed && engine.observing.loadRelaxed() != 0 ? engine.captureChange() : nil
+        guard let completion else {
+            let next = engine.releaseDispatched(inlineQueue: change == nil ? inlineQueue : 0)
+            guard let change else { return (successor(next), nil) }
+            engine.deliverChange(change)
+            return (nil, nil)
+        }
         let result = engine.pointer.pointee
         _ = engine.releaseDispatched(inlineQueue: 0)
-        completion(.success(result))
+        if let change { engine.deliverChange(change) }
+        if deliverHere {
+            completion(.success(result))
+            return (nil, nil)
+        }
+        return (nil, { completion(.success(result)) })
     }
 
     /// The successor the machine chose this block to run inline: a command of this value (the engine
@@ -282,53 +303,24 @@ class DispatchedCommand<Value>: Contender, @unchecked Sendable {
         guard case .release = engine.manualClosureReturned(ticket) else {
             return nil  // the completion will finish the command
         }
-        return releaseAndPrepareDelivery()
+        return finishManual()
     }
 
-    /// Reads the result for the completion (while the section is still held), releases the section
-    /// (the next holder is started) and returns the completion's delivery, if any.
-    private func releaseAndPrepareDelivery() -> Delivery? {
-        if engine.observing.loadRelaxed() != 0, case .accessManual = operation {
-            return releaseObserved(engine.captureChange()).delivery
+    /// ``finish(changed:inlineQueue:deliverHere:)`` for a manual completion (from its closure's
+    /// return or from the completion's arrival): no successor runs inline, and the delivery is
+    /// returned.
+    private func finishManual() -> Delivery? {
+        guard case .accessManual = operation else {
+            return finish(changed: false, inlineQueue: 0, deliverHere: false).delivery
         }
-        guard let completion else {
-            _ = engine.releaseDispatched(inlineQueue: 0)
-            return nil
-        }
-        return releaseAndPrepareDelivery(completion)
-    }
-
-    /// The release of a command that may have changed the value while observers exist: `change`
-    /// was captured in the section; it is offered to them after the release (no successor runs
-    /// inline: the observers come first).
-    @inline(never)
-    private func releaseObserved(_ change: AnyObject) -> (next: DispatchedCommand?, delivery: Delivery?) {
-        let delivery: Delivery?
-        if let completion {
-            let result = engine.pointer.pointee
-            _ = engine.releaseDispatched(inlineQueue: 0)
-            delivery = { completion(.success(result)) }
-        } else {
-            _ = engine.releaseDispatched(inlineQueue: 0)
-            delivery = nil
-        }
-        engine.deliverChange(change)
-        return (nil, delivery)
-    }
-
-    private func releaseAndPrepareDelivery(
-        _ completion: @escaping @Sendable (Result<Value, QueueSafeValueError>) -> Void
-    ) -> Delivery {
-        let result = engine.pointer.pointee
-        _ = engine.releaseDispatched(inlineQueue: 0)
-        return { completion(.success(result)) }
+        return finish(changed: true, inlineQueue: 0, deliverHere: false).delivery
     }
 
     /// The manual completion arrived after the closure returned, on some thread (possibly not
     /// `queue`): release, hand off, and deliver the completion on `queue`.
     override func finishManualCompletion() {
         if isShared { return engine.releaseReader(readerTicket) }
-        if let delivery = releaseAndPrepareDelivery() {
+        if let delivery = finishManual() {
             let box = UncheckedSendable(delivery)
             SyncPoints.async(queue) { box.value() }
         }

@@ -1,0 +1,122 @@
+// Who holds the section, as the machine knows it: one typed part of `EngineStateMachine`, whose
+// fields only this file touches.
+
+/// Who holds the section, and since when.
+///
+/// The idle path takes a free section and frees it again with one compare-and-swap each, without
+/// the machine, but only while the state word's `slowRelease` and `closed` bits are clear. So
+/// ``Holder/free`` and ``Holder/untracked`` are what the machine last saw, and the word says which
+/// is true now; while `slowRelease` is set, the machine and the word agree exactly.
+///
+/// Invariant (``violation(word:)``): a tracked holder or readers only while the word says so, with
+/// `slowRelease` set; readers listed exactly while the holder is ``Holder/readers``, each once; a
+/// machine that saw a free section never finds it held under `slowRelease`.
+struct Hold {
+    /// Who holds the section.
+    enum Holder: Equatable {
+        /// Nobody held it when the machine last saw it (an idle take may have happened since).
+        case free
+        /// A command the machine keeps no record of (a blocking, awaiting or dispatched command
+        /// without a manual completion), or a holder the machine found by its word. It may release
+        /// on the idle path unseen while the word's `slowRelease` is clear.
+        case untracked
+        /// A tracked holder: an operation (for ``CommandQueue/cancelAll()``) or a manual completion,
+        /// with its record's slot. It releases through the lock.
+        case tracked(UInt32)
+        /// Shared reads, listed in ``readers``. They release through the lock.
+        case readers
+    }
+
+    private(set) var holder = Holder.free
+    /// The slots of the shared reads that hold the section, in grant order; empty unless the
+    /// holder is ``Holder/readers``. (Kept apart from the case, so that its storage is reused from
+    /// one batch of readers to the next.)
+    private(set) var readers: [UInt32] = []
+    /// When the holder got the section (``sinceIsExact``), or when the first command began to wait
+    /// for it, on the clock the engine passes in as `now`; 0 when unknown. While shared reads hold:
+    /// when the first of them got the section.
+    private(set) var since: UInt64 = 0
+    private(set) var sinceIsExact = false
+
+    /// The tracked holder's slot, if the machine tracks the holder.
+    @inline(__always)
+    var trackedSlot: UInt32? {
+        if case .tracked(let slot) = holder { return slot }
+        return nil
+    }
+
+    /// Whether shared reads hold the section.
+    @inline(__always)
+    var hasReaders: Bool { !readers.isEmpty }
+
+    /// A command holds the section now, tracked in `slot` or untracked (`nil`).
+    mutating func grant(tracked slot: UInt32?) {
+        holder = slot.map { .tracked($0) } ?? .untracked
+    }
+
+    /// The machine found the section held by a command it had not seen take it.
+    mutating func foundHeld() {
+        if holder == .free { holder = .untracked }
+    }
+
+    /// The tracked holder ended: the section is about to be handed on (or freed).
+    /// - Returns: its slot.
+    mutating func endTracked() -> UInt32? {
+        guard case .tracked(let slot) = holder else { return nil }
+        holder = .untracked
+        return slot
+    }
+
+    /// The section's last holder released it, and nobody was waiting.
+    mutating func free() {
+        assert(readers.isEmpty, "freed while readers hold")
+        holder = .free
+    }
+
+    /// The shared read in `slot` holds the section now, beside the others.
+    mutating func addReader(_ slot: UInt32) {
+        readers.append(slot)
+        holder = .readers
+    }
+
+    /// The shared read in `slot` released its share.
+    /// - Returns: `false` if it was not listed.
+    mutating func removeReader(_ slot: UInt32) -> Bool {
+        guard let index = readers.firstIndex(of: slot) else { return false }
+        readers.remove(at: index)
+        if readers.isEmpty { holder = .untracked }  // the last reader hands the section on next
+        return true
+    }
+
+    /// Notes since when the section has been held (`exact`) or waited for.
+    @inline(__always)
+    mutating func stamp(_ now: UInt64, exact: Bool) {
+        (since, sinceIsExact) = (now, exact)
+    }
+
+    /// What is wrong with the hold's bookkeeping, or with the word beside it, if anything.
+    func violation(word: Int) -> String? {
+        let slow = word & EngineWord.slowRelease != 0
+        let sharedBit = word & EngineWord.shared != 0
+        if sharedBit != !readers.isEmpty {
+            return "the word's shared bit says \(sharedBit) but \(readers.count) readers hold"
+        }
+        if (holder == .readers) != !readers.isEmpty { return "the holder is \(holder) with \(readers.count) readers" }
+        if Set(readers).count != readers.count { return "a reader listed twice" }
+        switch holder {
+        case .free:
+            if slow && EngineWord.isHeld(word) {
+                return "the machine saw a free section that is held under slowRelease"
+            }
+        case .untracked:
+            break
+        case .tracked:
+            if word & EngineWord.holderMask == 0 || !slow { return "a tracked holder the word does not show" }
+        case .readers:
+            if word & EngineWord.holderMask != 0 { return "an exclusive holder beside \(readers.count) shared reads" }
+            if !slow { return "shared reads could release without the lock" }
+        }
+        if !EngineWord.isHeld(word) && trackedSlot != nil { return "a holder record while the section is free" }
+        return nil
+    }
+}
