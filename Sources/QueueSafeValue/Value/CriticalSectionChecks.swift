@@ -2,11 +2,13 @@
 
 extension CommandEngine {
     /// Whether the caller runs inside this engine's critical section: on the thread that runs a
-    /// blocking or dispatch closure in it, or in the task (or a child task of the task) that runs an
-    /// awaiting closure or a `CommandQueue` operation in it.
+    /// blocking or dispatch closure in it, in the task (or a child task of the task) that runs an
+    /// awaiting closure or a `CommandQueue` operation in it, or in the closure of a shared read
+    /// (its thread, or its task and that task's children), listed as a reader party while it runs.
     final func isCallerInside() -> Bool {
+        let thread = currentThreadID()
         // Only the holder's own thread writes its id here, and it clears it before it releases.
-        ownerThread.loadRelaxed() == currentThreadID() || isInsideRunningSection()
+        return ownerThread.loadRelaxed() == thread || isInsideRunningSection() || isInsideSharedRead(thread: thread)
     }
 
     final func preconditionCallerInside(
@@ -25,9 +27,10 @@ extension CommandEngine {
 
 extension QueueSafeValue {
     /// Whether the caller runs inside this value's critical section: in the closure of one of its
-    /// commands, on the thread that runs a `wait` or `async(performIn:)` closure, or in the task — or
-    /// a child task of it — that runs an awaiting closure. `false` everywhere else, including on
-    /// another thread while the section is held, and in a manual-completion command after its closure
+    /// commands, shared reads included, on the thread that runs a `wait` or `async(performIn:)`
+    /// closure, or in the task — or a child task of it — that runs an awaiting closure. `false`
+    /// everywhere else, including on another thread while the section is held (by an exclusive
+    /// command or by other shared reads), and in a manual-completion command after its closure
     /// returned and before `done()` (the value is held, but no code runs inside).
     public var isInsideCriticalSection: Bool { engine.isCallerInside() }
 

@@ -92,6 +92,84 @@ import Testing
         #expect(!queue.isInsideOperation)
     }
 
+    /// A helper guarded by `preconditionInsideCriticalSection` runs inside a shared read on every
+    /// schedule (it trapped there: reads were not counted as inside), including a read held beside
+    /// another one; and a read's thread or task is outside again once the read ended.
+    @Test func sharedReads_areInside_onEverySchedule() async throws {
+        let value = QueueSafeValue(value: 0, label: "read")
+        let other = QueueSafeValue(value: 0)
+        // (The precondition itself is exercised in a child process below: here a regression is a
+        // recorded failure, not a trap that ends the run.)
+        @Sendable func guardedHelper(_ x: Int) -> Bool {
+            value.isInsideCriticalSection && !other.isInsideCriticalSection
+        }
+
+        #expect(try value.wait.highestPriority.read(guardedHelper).get())
+        #expect(!value.isInsideCriticalSection, "still inside after the blocking read ended")
+
+        // A blocking read that another thread's read holds beside: both are inside, each on its own.
+        let bothHold = DispatchGroup()
+        bothHold.enter()
+        bothHold.enter()
+        let seen = Locked<[Bool]>([])
+        let nestedEnded = DispatchSemaphore(value: 0)
+        let outer = try value.wait.highestPriority.read { x -> Bool in
+            Thread {
+                let nested = try? value.wait.highestPriority.read { y -> Bool in
+                    bothHold.leave()
+                    _ = bothHold.wait(timeout: .now() + 10)
+                    return guardedHelper(y)
+                }.get()
+                seen.withLock { $0.append(nested ?? false) }
+                nestedEnded.signal()
+            }.start()
+            bothHold.leave()
+            _ = bothHold.wait(timeout: .now() + 10)
+            return guardedHelper(x)
+        }.get()
+        #expect(outer)
+        waitOrFail(nestedEnded)
+        #expect(seen.value == [true], "the read held beside another was not inside")
+
+        let queue = DispatchQueue(label: "CriticalSectionCheckTests.read")
+        let done = DispatchSemaphore(value: 0)
+        let dispatched = Locked<[Bool]>([])
+        value.async(performIn: queue).lowestPriority.read { result in
+            dispatched.withLock { $0.append(guardedHelper((try? result.get()) ?? 0)) }
+            queue.async {
+                dispatched.withLock { $0.append(value.isInsideCriticalSection) }
+                done.signal()
+            }
+        }
+        waitOrFail(done)
+        #expect(dispatched.value == [true, false])
+
+        let (awaited, inChild) = try await value.async.highestPriority.read { x in
+            async let child = value.isInsideCriticalSection
+            return (guardedHelper(x), await child)
+        }
+        #expect(awaited && inChild)
+        #expect(!value.isInsideCriticalSection, "still inside after the awaiting read ended")
+    }
+
+    /// `preconditionInsideCriticalSection` holds in the closure of a read on every schedule: the
+    /// child process runs all three and exits normally (it trapped in the first before the fix).
+    @Test func preconditionInsideARead_holdsOnEverySchedule() async {
+        await #expect(processExitsWith: .success) {
+            let value = QueueSafeValue(value: 0, label: "read")
+            _ = value.wait.highestPriority.read { _ in value.preconditionInsideCriticalSection("blocking read") }
+            let done = DispatchSemaphore(value: 0)
+            value.async(performIn: DispatchQueue(label: "read")).highestPriority.read { _ in
+                value.preconditionInsideCriticalSection("dispatch read")
+                done.signal()
+            }
+            _ = done.wait(timeout: .now() + 10)
+            _ = try? await value.async.highestPriority.read { _ in
+                value.preconditionInsideCriticalSection("awaiting read")
+            }
+        }
+    }
+
     @Test func preconditionOutsideTheSection_stopsTheProgram() async {
         await #expect(processExitsWith: .failure) {
             QueueSafeValue(value: 0, label: "guarded").preconditionInsideCriticalSection("must hold it")
