@@ -120,7 +120,7 @@ struct RecordTable<Handle: EngineHandle> {
     /// The record in `slot`.
     @inline(__always)
     subscript(slot: UInt32) -> Record {
-        get { records[Int(slot)] }
+        _read { yield records[Int(slot)] }
         _modify { yield &records[Int(slot)] }
     }
 
