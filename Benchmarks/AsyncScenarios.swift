@@ -6,7 +6,11 @@ import QueueSafeValue
 /// `try await value.async...` from tasks, and `CommandQueue.enqueue` from synchronous code.
 enum AsyncScenarios {
     static var all: [Scenario] {
-        [awaitSetUncontended, awaitSetContended(tasks: 8), commandQueueEnqueue, commandQueuePerform]
+        [
+            awaitSetUncontended, awaitGetUncontended, awaitReadUncontended, awaitSetContended(tasks: 8),
+            awaitWithLockContended(tasks: 8), AsyncMutexFloorScenario.contended(tasks: 8), commandQueueEnqueue,
+            commandQueuePerform,
+        ]
     }
 
     static var awaitSetUncontended: Scenario {
@@ -28,12 +32,71 @@ enum AsyncScenarios {
         }
     }
 
-    static func awaitSetContended(tasks: Int) -> Scenario {
+    /// The exclusive read an awaiting shared read is compared with.
+    static var awaitGetUncontended: Scenario {
         Scenario(
-            name: "await set contended \(tasks) tasks",
-            summary: "try await value.async.highestPriority.set { $0 += 1 } from \(tasks) concurrent tasks",
-            timeWindowed: true
-        ) { window in
+            name: "await get uncontended",
+            summary: "try await value.async.highestPriority.get() from one task"
+        ) { operations in
+            let value = QueueSafeValue(value: 1)
+            let (elapsed, sum) = Concurrency.blockingAwait {
+                var sum = 0
+                let start = Clock.now()
+                for _ in 0..<operations {
+                    sum &+= try! await value.async.highestPriority.get()
+                }
+                return (Clock.now() - start, sum)
+            }
+            check(sum == operations, "await get uncontended summed \(sum) of \(operations)")
+            return Sample(measured: Double(elapsed))
+        }
+    }
+
+    static var awaitReadUncontended: Scenario {
+        Scenario(
+            name: "await read uncontended",
+            summary: "try await value.async.highestPriority.read { $0 } from one task"
+        ) { operations in
+            let value = QueueSafeValue(value: 1)
+            let (elapsed, sum) = Concurrency.blockingAwait {
+                var sum = 0
+                let start = Clock.now()
+                for _ in 0..<operations {
+                    sum &+= try! await value.async.highestPriority.read { $0 }
+                }
+                return (Clock.now() - start, sum)
+            }
+            check(sum == operations, "await read uncontended summed \(sum) of \(operations)")
+            return Sample(measured: Double(elapsed))
+        }
+    }
+
+    /// The `Mutex`-shaped awaiting command from 8 tasks: what the async mutex floor does, through
+    /// the library.
+    static func awaitWithLockContended(tasks: Int) -> Scenario {
+        contended(
+            tasks: tasks, name: "await withLock contended \(tasks) tasks",
+            summary: "try await value.async.highestPriority.withLock { $0 += 1 } from \(tasks) concurrent tasks"
+        ) { value in
+            try! await value.async.highestPriority.withLock { $0 += 1 }
+        }
+    }
+
+    static func awaitSetContended(tasks: Int) -> Scenario {
+        contended(
+            tasks: tasks, name: "await set contended \(tasks) tasks",
+            summary: "try await value.async.highestPriority.set { $0 += 1 } from \(tasks) concurrent tasks"
+        ) { value in
+            try! await value.async.highestPriority.set { $0 += 1 }
+        }
+    }
+
+    /// `tasks` concurrent tasks each running `increment` on one value until the window ends.
+    private static func contended(
+        tasks: Int, name: String, summary: String,
+        _ increment: @escaping @Sendable (QueueSafeValue<Int>) async -> Void
+    ) -> Scenario {
+        Scenario(name: name, summary: summary, timeWindowed: true) { window in
             let value = QueueSafeValue(value: 0)
             let (elapsed, operations) = Concurrency.blockingAwait {
                 let start = Clock.now()
@@ -44,7 +107,7 @@ enum AsyncScenarios {
                             var performed = 0
                             repeat {
                                 for _ in 0..<64 {
-                                    try! await value.async.highestPriority.set { $0 += 1 }
+                                    await increment(value)
                                 }
                                 performed += 64
                             } while Clock.now() < deadline
@@ -56,7 +119,7 @@ enum AsyncScenarios {
                 return (Clock.now() - start, operations)
             }
             let final = try! value.wait.highestPriority.get().get()
-            check(final == operations, "await set contended \(tasks) tasks counted \(final) of \(operations)")
+            check(final == operations, "\(name) counted \(final) of \(operations)")
             return Sample(measured: Double(elapsed), operations: operations)
         }
     }

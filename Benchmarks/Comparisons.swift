@@ -36,6 +36,17 @@ struct Comparison: Sendable {
         Comparison(library: "async(performIn:).set", baseline: "DispatchQueue.async serial", target: .ratioAtMost(1.5)),
         Comparison(library: "await set uncontended", baseline: "actor call", target: .ratioAtMost(2)),
         Comparison(library: "await set contended 8 tasks", baseline: "actor call", target: nil),
+        // The hand-off between suspended tasks: the floor is a minimal FIFO async mutex (an NSLock
+        // and a queue of continuations), the actor runs its waiting jobs on the thread it has.
+        Comparison(
+            library: "await withLock contended 8 tasks", baseline: "async mutex floor contended 8 tasks",
+            target: .ratioAtMost(1.2)),
+        Comparison(library: "await withLock contended 8 tasks", baseline: "actor call", target: nil),
+        // A shared read of an idle value against the exclusive read it replaces and a read lock.
+        Comparison(library: "wait.read uncontended", baseline: "wait.withValue uncontended", target: .ratioAtMost(1.5)),
+        Comparison(
+            library: "wait.read uncontended", baseline: "pthread_rwlock read uncontended", target: .ratioAtMost(2)),
+        Comparison(library: "await read uncontended", baseline: "await get uncontended", target: nil),
         // An enqueue from synchronous code starts a task that runs the operation; N of them are
         // like N tasks started from synchronous code. The sequential `Task create+await` row (the
         // baseline the issue named) is shown too.

@@ -23,11 +23,67 @@ import QueueSafeValue
 /// operations (reads and writes) of all threads, as in the other contended rows.
 enum SharedReadScenarios {
     static var all: [Scenario] {
-        [2, 4].flatMap { threads in
-            [
-                sharedRead(threads: threads), exclusiveGet(threads: threads), rwlock(threads: threads),
-                barrier(threads: threads),
-            ]
+        [waitReadUncontended, waitWithValueUncontended, rwlockReadUncontended]
+            + [2, 4].flatMap { threads in
+                [
+                    sharedRead(threads: threads), exclusiveGet(threads: threads), rwlock(threads: threads),
+                    barrier(threads: threads),
+                ]
+            }
+    }
+
+    /// A shared read of an idle value, one thread: what a user who turns a configuration value's
+    /// reads into `read` pays per read.
+    static var waitReadUncontended: Scenario {
+        Scenario(
+            name: "wait.read uncontended",
+            summary: "value.wait.highestPriority.read { $0 }, one thread"
+        ) { operations in
+            let value = QueueSafeValue(value: 1)
+            var sum = 0
+            let elapsed = Clock.time {
+                for _ in 0..<operations {
+                    sum &+= try! value.wait.highestPriority.read { $0 }.get()
+                }
+            }
+            check(sum == operations, "wait.read uncontended summed \(sum) of \(operations)")
+            return Sample(measured: Double(elapsed))
+        }
+    }
+
+    /// The exclusive read it replaces.
+    static var waitWithValueUncontended: Scenario {
+        Scenario(
+            name: "wait.withValue uncontended",
+            summary: "try value.wait.highestPriority.withValue { $0 }, one thread"
+        ) { operations in
+            let value = QueueSafeValue(value: 1)
+            var sum = 0
+            let elapsed = Clock.time {
+                for _ in 0..<operations {
+                    sum &+= try! value.wait.highestPriority.withValue { $0 }
+                }
+            }
+            check(sum == operations, "wait.withValue uncontended summed \(sum) of \(operations)")
+            return Sample(measured: Double(elapsed))
+        }
+    }
+
+    /// A read lock taken and released on an idle `pthread_rwlock_t`, one thread.
+    static var rwlockReadUncontended: Scenario {
+        Scenario(
+            name: "pthread_rwlock read uncontended",
+            summary: "pthread_rwlock_rdlock, read an Int, unlock, one thread"
+        ) { operations in
+            let shared = ReadWriteLocked(1)
+            var sum = 0
+            let elapsed = Clock.time {
+                for _ in 0..<operations {
+                    sum &+= shared.read { $0 }
+                }
+            }
+            check(sum == operations, "pthread_rwlock read uncontended summed \(sum) of \(operations)")
+            return Sample(measured: Double(elapsed))
         }
     }
 
@@ -214,12 +270,12 @@ enum ReadMostly {
 
 /// The value behind a `pthread_rwlock_t` with default attributes, read and written in place (a plain
 /// pointer, as a QueueSafeValue's storage is: no exclusivity check).
-private final class ReadWriteLocked: @unchecked Sendable {  // Sendable: the rwlock guards `value`.
+private final class ReadWriteLocked<Value>: @unchecked Sendable {  // Sendable: the rwlock guards `value`.
     // Unsafe: pthread objects must not move, so the lock lives in an allocation of its own.
     private let lock = UnsafeMutablePointer<pthread_rwlock_t>.allocate(capacity: 1)
-    private let value = UnsafeMutablePointer<[Int]>.allocate(capacity: 1)
+    private let value = UnsafeMutablePointer<Value>.allocate(capacity: 1)
 
-    init(_ initial: [Int]) {
+    init(_ initial: Value) {
         pthread_rwlock_init(lock, nil)
         value.initialize(to: initial)
     }
@@ -231,13 +287,13 @@ private final class ReadWriteLocked: @unchecked Sendable {  // Sendable: the rwl
         lock.deallocate()
     }
 
-    func read<R>(_ body: ([Int]) -> R) -> R {
+    func read<R>(_ body: (Value) -> R) -> R {
         pthread_rwlock_rdlock(lock)
         defer { pthread_rwlock_unlock(lock) }
         return body(value.pointee)
     }
 
-    func write(_ body: (inout [Int]) -> Void) {
+    func write(_ body: (inout Value) -> Void) {
         pthread_rwlock_wrlock(lock)
         defer { pthread_rwlock_unlock(lock) }
         body(&value.pointee)

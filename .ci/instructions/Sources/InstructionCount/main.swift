@@ -112,6 +112,18 @@ func run(_ scenario: String, _ operations: Int) {
         for _ in 0..<operations { value.wait.highestPriority.set { $0 += 1 } }
         check(try! value.wait.highestPriority.get().get() == operations, "wait.set lost updates")
 
+    case "wait.read uncontended":
+        let value = QueueSafeValue(value: 1)
+        var sum = 0
+        for _ in 0..<operations { sum &+= try! value.wait.highestPriority.read { $0 }.get() }
+        check(sum == operations, "wait.read summed \(sum)")
+
+    case "wait.withValue uncontended":
+        let value = QueueSafeValue(value: 1)
+        var sum = 0
+        for _ in 0..<operations { sum &+= try! value.wait.highestPriority.withValue { $0 } }
+        check(sum == operations, "wait.withValue summed \(sum)")
+
     case "actor call":
         let actor = CountingActor()
         blockingAwait {

@@ -1,0 +1,99 @@
+import Foundation
+
+// MARK: - The async hand-off floor
+
+/// What handing a critical section from one suspended task to the next costs at the least: a
+/// first-come-first-served async mutex in a few lines, an `NSLock` around a flag and a queue of
+/// continuations. A task that finds it taken suspends; the unlocking task resumes the first waiter,
+/// which then holds it. No priorities, no cancellation, no timeouts, no reentrancy or deadlock
+/// checks: the floor for tasks that suspend, which `await … contended` rows are read against.
+final class AsyncMutexFloor: @unchecked Sendable {  // Sendable: `lock` guards every field.
+    private let lock = NSLock()
+    private var isLocked = false
+    private var waiters: [UnsafeContinuation<Void, Never>] = []
+    private var head = 0
+
+    func acquire() async {
+        if tryAcquire() { return }
+        await withUnsafeContinuation { continuation in
+            // Taken meanwhile by nobody: it is this task's at once.
+            if enqueueUnlessFree(continuation) { continuation.resume() }
+        }
+        // Resumed by `release()`, which handed the mutex over: it is this task's now.
+    }
+
+    private func tryAcquire() -> Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        if isLocked { return false }
+        isLocked = true
+        return true
+    }
+
+    /// - Returns: `true` if the mutex was free after all (it is the caller's now).
+    private func enqueueUnlessFree(_ continuation: UnsafeContinuation<Void, Never>) -> Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        if !isLocked {
+            isLocked = true
+            return true
+        }
+        waiters.append(continuation)
+        return false
+    }
+
+    func release() {
+        lock.lock()
+        guard head < waiters.count else {
+            isLocked = false
+            lock.unlock()
+            return
+        }
+        let next = waiters[head]
+        head += 1
+        if head == waiters.count {
+            waiters.removeAll(keepingCapacity: true)
+            head = 0
+        }
+        lock.unlock()
+        next.resume()
+    }
+}
+
+enum AsyncMutexFloorScenario {
+    static func contended(tasks: Int) -> Scenario {
+        Scenario(
+            name: "async mutex floor contended \(tasks) tasks",
+            summary: "a FIFO async mutex (NSLock and a queue of continuations): await acquire, += 1, release, "
+                + "from \(tasks) concurrent tasks",
+            timeWindowed: true
+        ) { window in
+            let mutex = AsyncMutexFloor()
+            let counter = Counter()
+            let (elapsed, operations) = Concurrency.blockingAwait {
+                let start = Clock.now()
+                let deadline = start + UInt64(window)
+                let operations = await withTaskGroup(of: Int.self) { group in
+                    for _ in 0..<tasks {
+                        group.addTask {
+                            var performed = 0
+                            repeat {
+                                for _ in 0..<64 {
+                                    await mutex.acquire()
+                                    counter.value += 1
+                                    mutex.release()
+                                }
+                                performed += 64
+                            } while Clock.now() < deadline
+                            return performed
+                        }
+                    }
+                    return await group.reduce(0, +)
+                }
+                return (Clock.now() - start, operations)
+            }
+            check(counter.value == operations, "the async mutex floor counted \(counter.value) of \(operations)")
+            return Sample(measured: Double(elapsed), operations: operations)
+        }
+    }
+}
