@@ -70,27 +70,10 @@ enum AsyncMutexFloorScenario {
         ) { window in
             let mutex = AsyncMutexFloor()
             let counter = Counter()
-            let (elapsed, operations) = Concurrency.blockingAwait {
-                let start = Clock.now()
-                let deadline = start + UInt64(window)
-                let operations = await withTaskGroup(of: Int.self) { group in
-                    for _ in 0..<tasks {
-                        group.addTask {
-                            var performed = 0
-                            repeat {
-                                for _ in 0..<64 {
-                                    await mutex.acquire()
-                                    counter.value += 1
-                                    mutex.release()
-                                }
-                                performed += 64
-                            } while Clock.now() < deadline
-                            return performed
-                        }
-                    }
-                    return await group.reduce(0, +)
-                }
-                return (Clock.now() - start, operations)
+            let (elapsed, operations) = Concurrency.runTasks(tasks, for: UInt64(window)) {
+                await mutex.acquire()
+                counter.value += 1
+                mutex.release()
             }
             check(counter.value == operations, "the async mutex floor counted \(counter.value) of \(operations)")
             return Sample(measured: Double(elapsed), operations: operations)

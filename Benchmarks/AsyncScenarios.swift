@@ -34,39 +34,30 @@ enum AsyncScenarios {
 
     /// The exclusive read an awaiting shared read is compared with.
     static var awaitGetUncontended: Scenario {
-        Scenario(
-            name: "await get uncontended",
-            summary: "try await value.async.highestPriority.get() from one task"
-        ) { operations in
-            let value = QueueSafeValue(value: 1)
-            let (elapsed, sum) = Concurrency.blockingAwait {
-                var sum = 0
-                let start = Clock.now()
-                for _ in 0..<operations {
-                    sum &+= try! await value.async.highestPriority.get()
-                }
-                return (Clock.now() - start, sum)
-            }
-            check(sum == operations, "await get uncontended summed \(sum) of \(operations)")
-            return Sample(measured: Double(elapsed))
+        uncontendedRead(name: "await get uncontended", command: "get()") { value in
+            try! await value.async.highestPriority.get()
         }
     }
 
     static var awaitReadUncontended: Scenario {
-        Scenario(
-            name: "await read uncontended",
-            summary: "try await value.async.highestPriority.read { $0 } from one task"
-        ) { operations in
+        uncontendedRead(name: "await read uncontended", command: "read { $0 }") { value in
+            try! await value.async.highestPriority.read { $0 }
+        }
+    }
+
+    /// One task reading a value of 1 with `read`, `operations` times.
+    private static func uncontendedRead(
+        name: String, command: String, _ read: @escaping @Sendable (QueueSafeValue<Int>) async -> Int
+    ) -> Scenario {
+        Scenario(name: name, summary: "try await value.async.highestPriority.\(command) from one task") { operations in
             let value = QueueSafeValue(value: 1)
             let (elapsed, sum) = Concurrency.blockingAwait {
                 var sum = 0
                 let start = Clock.now()
-                for _ in 0..<operations {
-                    sum &+= try! await value.async.highestPriority.read { $0 }
-                }
+                for _ in 0..<operations { sum &+= await read(value) }
                 return (Clock.now() - start, sum)
             }
-            check(sum == operations, "await read uncontended summed \(sum) of \(operations)")
+            check(sum == operations, "\(name) summed \(sum) of \(operations)")
             return Sample(measured: Double(elapsed))
         }
     }
@@ -98,26 +89,7 @@ enum AsyncScenarios {
     ) -> Scenario {
         Scenario(name: name, summary: summary, timeWindowed: true) { window in
             let value = QueueSafeValue(value: 0)
-            let (elapsed, operations) = Concurrency.blockingAwait {
-                let start = Clock.now()
-                let deadline = start + UInt64(window)
-                let operations = await withTaskGroup(of: Int.self) { group in
-                    for _ in 0..<tasks {
-                        group.addTask {
-                            var performed = 0
-                            repeat {
-                                for _ in 0..<64 {
-                                    await increment(value)
-                                }
-                                performed += 64
-                            } while Clock.now() < deadline
-                            return performed
-                        }
-                    }
-                    return await group.reduce(0, +)
-                }
-                return (Clock.now() - start, operations)
-            }
+            let (elapsed, operations) = Concurrency.runTasks(tasks, for: UInt64(window)) { await increment(value) }
             let final = try! value.wait.highestPriority.get().get()
             check(final == operations, "\(name) counted \(final) of \(operations)")
             return Sample(measured: Double(elapsed), operations: operations)

@@ -314,6 +314,32 @@ enum Concurrency {
         return performed
     }
 
+    /// Runs `tasks` concurrent child tasks, each repeating `operation` in batches of 64 until
+    /// `window` nanoseconds have passed, and blocks the calling thread until all have ended.
+    /// - Returns: the nanoseconds from the start until every task has ended, and the total operations.
+    static func runTasks(
+        _ tasks: Int, for window: UInt64, _ operation: @escaping @Sendable () async -> Void
+    ) -> (elapsed: UInt64, operations: Int) {
+        blockingAwait {
+            let start = Clock.now()
+            let deadline = start + window
+            let operations = await withTaskGroup(of: Int.self) { group in
+                for _ in 0..<tasks {
+                    group.addTask {
+                        var performed = 0
+                        repeat {
+                            for _ in 0..<64 { await operation() }
+                            performed += 64
+                        } while Clock.now() < deadline
+                        return performed
+                    }
+                }
+                return await group.reduce(0, +)
+            }
+            return (Clock.now() - start, operations)
+        }
+    }
+
     /// Runs `body` in a detached task (off the main actor, which the calling thread may be running)
     /// and blocks the calling thread until it returns.
     static func blockingAwait<T: Sendable>(_ body: @escaping @Sendable () async -> T) -> T {

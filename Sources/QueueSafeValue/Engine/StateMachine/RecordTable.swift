@@ -236,13 +236,9 @@ struct RecordTable<Handle: EngineHandle> {
     /// The waiting command in `slot` left the queue (its heap entry stays until it surfaces).
     /// - Returns: its handle, which the record forgets.
     mutating func markLeft(_ slot: UInt32) -> Handle? {
-        let waiter = records[Int(slot)].handle
-        records[Int(slot)].state = .left
-        records[Int(slot)].handle = nil
-        if !helpers.isEmpty { helpers[slot] = nil }
         waitingCount -= 1
         deadEntries += 1
-        return waiter
+        return markLeftPopped(slot)
     }
 
     /// The command in `slot`, which ``popAny()`` popped while it waited, leaves the queue.
