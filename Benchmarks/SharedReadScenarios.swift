@@ -35,54 +35,42 @@ enum SharedReadScenarios {
     /// A shared read of an idle value, one thread: what a user who turns a configuration value's
     /// reads into `read` pays per read.
     static var waitReadUncontended: Scenario {
-        Scenario(
-            name: "wait.read uncontended",
-            summary: "value.wait.highestPriority.read { $0 }, one thread"
-        ) { operations in
+        uncontendedRead(name: "wait.read uncontended", summary: "value.wait.highestPriority.read { $0 }") {
             let value = QueueSafeValue(value: 1)
-            var sum = 0
-            let elapsed = Clock.time {
-                for _ in 0..<operations {
-                    sum &+= try! value.wait.highestPriority.read { $0 }.get()
-                }
-            }
-            check(sum == operations, "wait.read uncontended summed \(sum) of \(operations)")
-            return Sample(measured: Double(elapsed))
+            return { try! value.wait.highestPriority.read { $0 }.get() }
         }
     }
 
     /// The exclusive read it replaces.
     static var waitWithValueUncontended: Scenario {
-        Scenario(
-            name: "wait.withValue uncontended",
-            summary: "try value.wait.highestPriority.withValue { $0 }, one thread"
-        ) { operations in
+        uncontendedRead(name: "wait.withValue uncontended", summary: "try value.wait.highestPriority.withValue { $0 }")
+        {
             let value = QueueSafeValue(value: 1)
-            var sum = 0
-            let elapsed = Clock.time {
-                for _ in 0..<operations {
-                    sum &+= try! value.wait.highestPriority.withValue { $0 }
-                }
-            }
-            check(sum == operations, "wait.withValue uncontended summed \(sum) of \(operations)")
-            return Sample(measured: Double(elapsed))
+            return { try! value.wait.highestPriority.withValue { $0 } }
         }
     }
 
     /// A read lock taken and released on an idle `pthread_rwlock_t`, one thread.
     static var rwlockReadUncontended: Scenario {
-        Scenario(
-            name: "pthread_rwlock read uncontended",
-            summary: "pthread_rwlock_rdlock, read an Int, unlock, one thread"
-        ) { operations in
+        uncontendedRead(name: "pthread_rwlock read uncontended", summary: "pthread_rwlock_rdlock, read an Int, unlock")
+        {
             let shared = ReadWriteLocked(1)
+            return { shared.read { $0 } }
+        }
+    }
+
+    /// One thread reading a value of 1 `operations` times through the reader `makeReader` returns
+    /// (made before the clock starts), checking that every read saw it.
+    private static func uncontendedRead(
+        name: String, summary: String, _ makeReader: @escaping @Sendable () -> () -> Int
+    ) -> Scenario {
+        Scenario(name: name, summary: summary + ", one thread") { operations in
+            let read = makeReader()
             var sum = 0
             let elapsed = Clock.time {
-                for _ in 0..<operations {
-                    sum &+= shared.read { $0 }
-                }
+                for _ in 0..<operations { sum &+= read() }
             }
-            check(sum == operations, "pthread_rwlock read uncontended summed \(sum) of \(operations)")
+            check(sum == operations, "\(name) summed \(sum) of \(operations)")
             return Sample(measured: Double(elapsed))
         }
     }

@@ -202,7 +202,7 @@ struct EngineStateMachine<Handle: EngineHandle> {
         guard let (slot, kind) = popNext() else {
             hold.free()
             // mutant(value-outlives-container): if false, life.freeValue() {
-            if life.isClosed, life.freeValue() {
+            if life.freeValue() {
                 outbox.freeValue = true
             }
             return closedBit

@@ -116,7 +116,6 @@ struct Hold {
             if word & EngineWord.holderMask != 0 { return "an exclusive holder beside \(readers.count) shared reads" }
             if !slow { return "shared reads could release without the lock" }
         }
-        if !EngineWord.isHeld(word) && trackedSlot != nil { return "a holder record while the section is free" }
         return nil
     }
 }

@@ -310,10 +310,8 @@ class DispatchedCommand<Value>: Contender, @unchecked Sendable {
     /// return or from the completion's arrival): no successor runs inline, and the delivery is
     /// returned.
     private func finishManual() -> Delivery? {
-        guard case .accessManual = operation else {
-            return finish(changed: false, inlineQueue: 0, deliverHere: false).delivery
-        }
-        return finish(changed: true, inlineQueue: 0, deliverHere: false).delivery
+        let changed = if case .accessManual = operation { true } else { false }
+        return finish(changed: changed, inlineQueue: 0, deliverHere: false).delivery
     }
 
     /// The manual completion arrived after the closure returned, on some thread (possibly not
