@@ -5,6 +5,7 @@
 // by the Swift compiler's importer, which does not see them.
 #include "QueueSafeValueShims.h"
 #include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 #if defined(__APPLE__)
 #include <pthread/qos.h>
@@ -179,4 +180,78 @@ void qsv_retain_task(void *task) {
 
 void qsv_release_task(void *task) {
     swift_release(task);
+}
+
+// MARK: - Idle shared reads
+
+__thread qsv_idle_reads *qsv_idle_reads_current_record;
+
+/// The process-wide list of records, newest first. Records are only ever added.
+static qsv_idle_reads *qsv_idle_reads_list;
+static pthread_key_t qsv_idle_reads_key;
+static pthread_once_t qsv_idle_reads_once = PTHREAD_ONCE_INIT;
+
+/// At a thread's exit: its record is free for the next thread (its slots are empty, since every
+/// read ends before the thread that runs it returns).
+static void qsv_idle_reads_detach(void *record) {
+    qsv_idle_reads_current_record = 0;
+    __atomic_store_n(&((qsv_idle_reads *)record)->thread, 0, __ATOMIC_RELEASE);
+}
+
+static void qsv_idle_reads_make_key(void) {
+    if (pthread_key_create(&qsv_idle_reads_key, qsv_idle_reads_detach) != 0) abort();
+}
+
+qsv_idle_reads *qsv_idle_reads_attach(void) {
+    pthread_once(&qsv_idle_reads_once, qsv_idle_reads_make_key);
+    uintptr_t self = qsv_current_thread_id();
+    qsv_idle_reads *record = 0;
+    for (qsv_idle_reads *free = __atomic_load_n(&qsv_idle_reads_list, __ATOMIC_ACQUIRE); free; free = free->next) {
+        uintptr_t nobody = 0;
+        if (__atomic_load_n(&free->thread, __ATOMIC_RELAXED) == 0
+            && __atomic_compare_exchange_n(&free->thread, &nobody, self, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+            record = free;
+            break;
+        }
+    }
+    if (record == 0) {
+        record = calloc(1, sizeof(qsv_idle_reads));
+        if (record == 0) abort();
+        record->thread = self;
+        qsv_idle_reads *head = __atomic_load_n(&qsv_idle_reads_list, __ATOMIC_RELAXED);
+        do {
+            record->next = head;
+        } while (!__atomic_compare_exchange_n(&qsv_idle_reads_list, &head, record, 1, __ATOMIC_RELEASE, __ATOMIC_RELAXED));
+    }
+    record->depth = 0;
+    if (pthread_setspecific(qsv_idle_reads_key, record) != 0) abort();
+    qsv_idle_reads_current_record = record;
+    return record;
+}
+
+intptr_t qsv_idle_reads_push_nested(qsv_idle_reads *record, intptr_t engine) {
+    intptr_t depth = record->depth;
+    if (depth == QSV_IDLE_READ_SLOTS) return 0;
+    for (intptr_t index = 0; index < depth; index++) {
+        if (record->engines[index] == engine) return 0;
+    }
+    __atomic_store_n(&record->engines[depth], engine, __ATOMIC_RELEASE);
+    record->depth = depth + 1;
+    return depth + 1;
+}
+
+int qsv_idle_readers_of(intptr_t engine, uintptr_t *threads, int capacity) {
+    int found = 0;
+    for (qsv_idle_reads *record = __atomic_load_n(&qsv_idle_reads_list, __ATOMIC_ACQUIRE); record; record = record->next) {
+        for (int index = 0; index < QSV_IDLE_READ_SLOTS; index++) {
+            if (__atomic_load_n(&record->engines[index], __ATOMIC_ACQUIRE) != engine) continue;
+            uintptr_t thread = __atomic_load_n(&record->thread, __ATOMIC_ACQUIRE);
+            if (thread != 0) {
+                if (found < capacity) threads[found] = thread;
+                found++;
+            }
+            break;
+        }
+    }
+    return found;
 }

@@ -134,9 +134,10 @@ extension CommandEngine {
     /// unlocking (the labels are the deadlock detector's, under its lock, which is taken before an
     /// engine's, never inside it).
     final func snapshot(_ machine: Machine, word: Int) -> QueueDiagnostics {
-        if word & EngineWord.shared != 0, let first = machine.firstReaderKind {
+        if EngineWord.readersHold(word) {
+            // Reads that took the idle path are blocking reads the machine keeps no record of.
             let kind: QueueDiagnostics.HolderKind =
-                switch first {
+                switch machine.firstReaderKind ?? .blocking {
                 case .blocking: .blocking
                 case .dispatched: .dispatch
                 case .awaiting, .operation: .awaiting
@@ -144,7 +145,9 @@ extension CommandEngine {
             let holder = QueueDiagnostics.Holder(
                 kind: kind, awaitsCompletion: false,
                 since: machine.holderSince == 0 ? nil : DispatchTime(uptimeNanoseconds: machine.holderSince),
-                sinceIsExact: true, queue: nil, isWaitingForItsQueue: false, sharedReads: machine.readers.count)
+                sinceIsExact: machine.firstReaderKind != nil || machine.holderSinceIsExact, queue: nil,
+                isWaitingForItsQueue: false,
+                sharedReads: machine.readers.count + EngineWord.idleReaders(word))
             return QueueDiagnostics(
                 name: displayName, holder: holder, waiting: machine.waitingCountsByPriority(),
                 isContainerReleased: machine.isClosed)

@@ -240,13 +240,44 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
 extension ValueEngine {
     /// Waits for a share of the critical section on the calling thread (beside other shared
     /// reads), at most `timeout`, runs `body` there with the value, and gives the share back.
+    ///
+    /// Without a timeout, on a value that no exclusive command holds or waits for, this is the
+    /// idle path: one compare-and-swap to join the readers and one to leave (see
+    /// ``CommandEngine/tryJoinReadersIdle()``); everything else is in
+    /// ``withSharedBlockingAccessSlow(priority:timeout:_:)``.
     @inlinable
+    @inline(__always)
     func withSharedBlockingAccess<R>(
         priority: CommandPriority,
         timeout: DispatchTimeInterval?,
         _ body: (Value) -> R
     ) -> Result<R, QueueSafeValueError> {
-        switch acquireReaderBlocking(priority: priority, timeout: timeout) {
+        if timeout == nil, let read = tryJoinReadersIdle() {
+            let result = body(pointer.pointee)
+            if !tryLeaveReadersIdle(read) { releaseIdleReaderSlow() }
+            return .success(result)
+        }
+        return withSharedBlockingAccessSlow(priority: priority, timeout: timeout, body)
+    }
+
+    /// ``withSharedBlockingAccess(priority:timeout:_:)`` with a timeout, or on a value that an
+    /// exclusive command holds or waits for: the idle path once more (with a timeout), then the
+    /// lock's.
+    @inlinable
+    @inline(never)
+    func withSharedBlockingAccessSlow<R>(
+        priority: CommandPriority,
+        timeout: DispatchTimeInterval?,
+        _ body: (Value) -> R
+    ) -> Result<R, QueueSafeValueError> {
+        let deadline: DispatchTime?
+        do { deadline = try commandDeadline(after: timeout) } catch { return .failure(error) }
+        if timeout != nil, let read = tryJoinReadersIdle() {
+            let result = body(pointer.pointee)
+            if !tryLeaveReadersIdle(read) { releaseIdleReaderSlow() }
+            return .success(result)
+        }
+        switch acquireReaderBlocking(priority: priority, deadline: deadline) {
         case .failure(let error):
             return .failure(error)
         case .success(let token):
@@ -264,7 +295,10 @@ extension ValueEngine {
         timeout: DispatchTimeInterval?,
         _ body: (Value, @escaping CommandCompletionClosure) -> Void
     ) -> Result<Void, QueueSafeValueError> {
-        switch acquireReaderBlocking(priority: priority, timeout: timeout) {
+        let deadline: DispatchTime?
+        do { deadline = try commandDeadline(after: timeout) } catch { return .failure(error) }
+        // A read with a manual completion keeps a record in the machine: it goes through the lock.
+        switch acquireReaderBlocking(priority: priority, deadline: deadline) {
         case .failure(let error):
             return .failure(error)
         case .success(let token):

@@ -46,6 +46,12 @@ static inline intptr_t qsv_atomic_fetch_and(intptr_t *word, intptr_t bits) {
     return __atomic_fetch_and(word, bits, __ATOMIC_ACQ_REL);
 }
 
+/// Stores `desired` if `*word == expected`; returns the value the word held (`expected` on success).
+static inline intptr_t qsv_atomic_compare_exchange_value(intptr_t *word, intptr_t expected, intptr_t desired) {
+    __atomic_compare_exchange_n(word, &expected, desired, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    return expected;
+}
+
 /// A hint to the CPU that the caller is spinning.
 static inline void qsv_cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -156,5 +162,79 @@ static inline uintptr_t qsv_current_thread_id(void) {
     return (uintptr_t)pthread_self();
 #endif
 }
+
+/// How many shared reads one thread can hold on the idle path at once (nested reads of different
+/// values); a thread that holds this many takes the next read through the engine lock.
+#define QSV_IDLE_READ_SLOTS 4
+
+/// The shared reads a thread holds on the idle path (without the engine lock): the engines' addresses
+/// in `engines[0..<depth]`, innermost last, 0 in the slots above. One record per live thread, found
+/// through a thread-local pointer; `depth` is the owner's alone, every other field is read by other
+/// threads (deadlock detection and priority inheritance look for a value's idle readers with
+/// `qsv_idle_readers_of`) and written atomically. Records are never freed: a thread that exits gives
+/// its record back (`thread` becomes 0) and a new thread takes it over, so a reader of the list never
+/// meets freed memory.
+typedef struct qsv_idle_reads {
+    intptr_t engines[QSV_IDLE_READ_SLOTS];
+    intptr_t depth;
+    /// The owner thread (`qsv_current_thread_id`), 0 while the record is free.
+    uintptr_t thread;
+    /// The next record of the process-wide list; set once, before the record is published.
+    struct qsv_idle_reads *next;
+} qsv_idle_reads;
+
+#if defined(__linux__)
+extern __thread qsv_idle_reads *qsv_idle_reads_current_record __attribute__((tls_model("initial-exec")));
+#else
+extern __thread qsv_idle_reads *qsv_idle_reads_current_record;
+#endif
+
+/// The calling thread's record, made (or taken over from an exited thread) on its first idle read.
+qsv_idle_reads *qsv_idle_reads_attach(void);
+
+/// The calling thread's record.
+static inline qsv_idle_reads *qsv_idle_reads_current(void) {
+    qsv_idle_reads *record = qsv_idle_reads_current_record;
+    return __builtin_expect(record != 0, 1) ? record : qsv_idle_reads_attach();
+}
+
+/// ``qsv_idle_reads_push`` for a thread that holds idle reads already (out of line).
+intptr_t qsv_idle_reads_push_nested(qsv_idle_reads *record, intptr_t engine);
+
+/// Notes that the calling thread is about to join `engine`'s shared reads on the idle path, before
+/// the compare-and-swap that joins (whose release ordering publishes this store to whoever sees the
+/// reader in the engine's word). Returns the read's place in the record plus one, for
+/// `qsv_idle_reads_pop`, or 0 if it must not join: the thread holds an idle read of `engine`
+/// already (a nested read: the engine lock decides, and refuses it), or its slots are full.
+static inline intptr_t qsv_idle_reads_push(qsv_idle_reads *record, intptr_t engine) {
+    if (__builtin_expect(record->depth != 0, 0)) return qsv_idle_reads_push_nested(record, engine);
+    __atomic_store_n(&record->engines[0], engine, __ATOMIC_RELEASE);
+    record->depth = 1;
+    return 1;
+}
+
+/// Forgets the innermost idle read, which `qsv_idle_reads_push` placed at `place` (its result): its
+/// join failed, or it is about to leave.
+static inline void qsv_idle_reads_pop(qsv_idle_reads *record, intptr_t place) {
+    record->depth = place - 1;
+    __atomic_store_n(&record->engines[place - 1], 0, __ATOMIC_RELEASE);
+}
+
+/// Whether the calling thread holds a shared read of `engine` on the idle path.
+static inline int qsv_idle_reads_holds(intptr_t engine) {
+    qsv_idle_reads *record = qsv_idle_reads_current_record;
+    if (record == 0) return 0;
+    for (intptr_t index = 0; index < record->depth; index++) {
+        if (record->engines[index] == engine) return 1;
+    }
+    return 0;
+}
+
+/// Writes the threads that hold (or are about to join, or have just left) a shared read of `engine`
+/// on the idle path into `threads`, at most `capacity` of them, and returns how many there are.
+/// Lock-free: it walks the list of records. A caller that saw the engine's word with `slowRelease`
+/// set, after setting it, finds every thread whose join it saw; one that may be just joining or
+/// leaving can appear too.
+int qsv_idle_readers_of(intptr_t engine, uintptr_t *threads, int capacity);
 
 #endif

@@ -663,6 +663,66 @@ enum CheckerScenarios {
         }
     }
 
+    /// Blocking reads on the idle path (one compare-and-swap each way, no lock): a writer arrives
+    /// while one holds and another races in; a read issued once the writer waits must not join past
+    /// it, and the last idle reader, whichever it is, must hand the section on.
+    static let idleReadersAndAWriter = CheckerScenario(
+        name: "idle readers: a writer arrives while they hold, a read after it waits", preemptionBound: 2
+    ) { world in
+        let run = CheckerRun(world)
+        let value = QueueSafeValue(value: 0, label: "idle reads")
+        let writes = DispatchQueue(label: "W")
+        let writerWaits = Parker()
+        world.quiescentCheck = run.quiescentCheck([value.engine])
+        world.spawn("A") {
+            let outer = value.wait.read { _ in
+                run.dispatch("w1", value, .medium, on: writes, completion: false)
+                writerWaits.unpark()
+            }
+            run.end("outer", CheckerRun.describe(outer))
+        }
+        world.spawn("B") { run.readBlocking("r0", value.wait, .medium) }
+        world.spawn("C") {
+            writerWaits.park()
+            run.readBlocking("r2", value.wait, .medium)
+        }
+        return {
+            if let problem = run.finalCheck(value.engine, commands: ["w1"], reads: ["outer", "r0", "r2"]) {
+                return problem
+            }
+            let order = run.runOrder
+            guard let w1 = order.firstIndex(of: "w1"), let r2 = order.firstIndex(of: "r2") else {
+                return "\(order): a command did not run"
+            }
+            if r2 < w1 { return "\(order): a read overtook the writer waiting ahead of it at its priority" }
+            return nil
+        }
+    }
+
+    /// An idle reader that saw `slowRelease` (a dispatch read it issued joined it, listed) leaves
+    /// through the lock, while the listed read's release clears `slowRelease` again and another
+    /// read joins on the word and stays: no count may be lost.
+    static let idleAndListedReaders = CheckerScenario(
+        name: "idle readers: one leaves through the lock while the word reopens", preemptionBound: 2
+    ) { world in
+        let run = CheckerRun(world)
+        let value = QueueSafeValue(value: 0, label: "idle and listed reads")
+        let queue = DispatchQueue(label: "listed reader")
+        let leave = Parker()
+        world.quiescentCheck = run.quiescentCheck([value.engine])
+        world.spawn("A") {
+            let outer = value.wait.read { _ in run.readDispatch("r1", value, .medium, on: queue) }
+            run.end("r0", CheckerRun.describe(outer))
+            leave.unpark()
+        }
+        world.spawn("C") {
+            let read = value.wait.read { _ in leave.park() }
+            run.end("r2", CheckerRun.describe(read))
+            run.writeBlocking("w3", value.wait, .medium)
+        }
+        return { run.finalCheck(value.engine, commands: ["w3"], reads: ["r0", "r1", "r2"]) }
+    }
+
     /// A writer with a deadline waits between a manual read and a read behind it; the deadline, the
     /// completion and the grants race.
     static let readersAndADeadline = CheckerScenario(

@@ -22,7 +22,9 @@ extension Explorers {
             CheckerScenarios.engineLockOrder,
             CheckerScenarios.lockOrderCycle, CheckerScenarios.lockOrderChain,
             CheckerScenarios.sharedReads, CheckerScenarios.readsAndTheWaitingOrder,
-            CheckerScenarios.readersAndADeadline, CheckerScenarios.readsForTheWaitersQueue,
+            CheckerScenarios.idleReadersAndAWriter,
+            CheckerScenarios.idleAndListedReaders, CheckerScenarios.readersAndADeadline,
+            CheckerScenarios.readsForTheWaitersQueue,
             CheckerScenarios.readersAndContainerRelease, CheckerScenarios.lockOrderCycleThroughReads,
         ]
 

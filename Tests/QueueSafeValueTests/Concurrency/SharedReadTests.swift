@@ -360,4 +360,133 @@ import Testing
         #expect(waitOrFail(wrote, "the write behind the read"))
         #expect(readRan.value)
     }
+
+    // MARK: The idle path
+
+    /// A blocking read that holds on the idle path, until the test lets it go.
+    final class IdleReader: Sendable {
+        let inside = DispatchSemaphore(value: 0)
+        let finish = DispatchSemaphore(value: 0)
+        let done = DispatchSemaphore(value: 0)
+        let result = Locked<Result<Int, QueueSafeValueError>?>(nil)
+
+        init(_ value: QueueSafeValue<Int>, _ threads: ThreadGroup) {
+            threads.spawn { [self] in
+                // No timeout: the idle path of a read without one.
+                let outcome = value.wait.priority(.medium).read { number -> Int in
+                    inside.signal()
+                    waitOrFail(finish, "the test to end the read")
+                    return number
+                }
+                result.set(outcome)
+                done.signal()
+            }
+            waitOrFail(inside, "the read to begin")
+        }
+
+        func end() {
+            finish.signal()
+            waitOrFail(done, "the read to end")
+        }
+    }
+
+    @Test func readsOfAnIdleValue_joinAndLeaveOnTheWord_withoutTheMachine() {
+        let value = QueueSafeValue(value: 5)
+        let threads = ThreadGroup()
+        let first = IdleReader(value, threads)
+        let second = IdleReader(value, threads)
+        // Two readers counted in the word, nothing else: no record in the machine, no lock to release.
+        #expect(value.engine.state.loadAcquire() == 2 * EngineWord.idleReaderUnit)
+        #expect(value.engine.withMachine { machine, _ in machine.readers.isEmpty })
+        #expect(value.diagnostics.holder?.sharedReads == 2)
+        #expect(value.diagnostics.holder?.kind == .blocking)
+        first.end()
+        second.end()
+        threads.join()
+        #expect(value.engine.state.loadAcquire() == 0)
+        #expect(first.result.value == .success(5) && second.result.value == .success(5))
+    }
+
+    @Test func aWriterArrivingWhileIdleReadersHold_waitsForTheLast_andNoReadJoinsPastIt() {
+        let value = QueueSafeValue(value: 0)
+        let threads = ThreadGroup()
+        let first = IdleReader(value, threads)
+        let second = IdleReader(value, threads)
+        let events = Locked<[String]>([])
+        threads.spawn {
+            _ = value.wait.priority(.medium).set { number in
+                events.withLock { $0.append("write") }
+                number += 1
+            }
+        }
+        waitForPending(value.engine, count: 1)
+        // The writer waits: the idle path is closed to the readers that come after it.
+        #expect(value.engine.state.loadAcquire() & EngineWord.slowRelease != 0)
+        threads.spawn {
+            _ = value.wait.priority(.medium).read { number in events.withLock { $0.append("late read \(number)") } }
+        }
+        waitForPending(value.engine, count: 2)
+        first.end()
+        sleepBriefly()
+        #expect(events.value.isEmpty, "the writer ran beside a reader, or the late read joined past the writer")
+        #expect(value.diagnostics.holder?.sharedReads == 1)
+        second.end()
+        threads.join()
+        #expect(events.value == ["write", "late read 1"])
+        #expect(value.engine.state.loadAcquire() == 0)
+    }
+
+    @Test func idleAndListedReadsHoldTogether_andTheWordGoesBackToTheIdlePath() {
+        let value = QueueSafeValue(value: 3)
+        let threads = ThreadGroup()
+        let idle = IdleReader(value, threads)
+        // A dispatch read takes the lock's path: the machine lists it beside the idle reader.
+        let listedInside = DispatchSemaphore(value: 0)
+        let finishListed = DispatchSemaphore(value: 0)
+        let listedDone = DispatchSemaphore(value: 0)
+        let listedResult = Locked<Result<Int, QueueSafeValueError>?>(nil)
+        value.async(performIn: DispatchQueue(label: "listed reader")).priority(.medium).read { result in
+            listedInside.signal()
+            waitOrFail(finishListed, "the test to end the read")
+            listedResult.set(result)
+            listedDone.signal()
+        }
+        waitOrFail(listedInside, "the dispatch read to begin")
+        #expect(
+            value.engine.state.loadAcquire() == EngineWord.idleReaderUnit | EngineWord.shared | EngineWord.slowRelease)
+        #expect(value.diagnostics.holder?.sharedReads == 2)
+        idle.end()
+        #expect(value.engine.state.loadAcquire() == EngineWord.shared | EngineWord.slowRelease)
+        finishListed.signal()
+        waitOrFail(listedDone, "the dispatch read to end")
+        threads.join()
+        #expect(waitUntil("the dispatch read to give its share back") { value.engine.state.loadAcquire() == 0 })
+        #expect(listedResult.value == .success(3))
+        // Idle again: the next read joins on the word.
+        #expect(value.wait.read { _ in value.engine.state.loadAcquire() } == .success(EngineWord.idleReaderUnit))
+    }
+
+    @Test func nestedReadsOfFiveValues_theFifthTakesTheLock_andEveryOneIsInsideACriticalSection() {
+        let values = (0..<5).map { QueueSafeValue(value: $0) }
+        var words: [Int] = []
+        var inside: [Bool] = []
+        func nest(_ index: Int) -> Int {
+            guard index < values.count else { return 0 }
+            let result = values[index].wait.read { number -> Int in
+                words.append(values[index].engine.state.loadAcquire())
+                inside.append(values[index].isInsideCriticalSection)
+                return number + nest(index + 1)
+            }
+            return (try? result.get()) ?? -100
+        }
+        #expect(nest(0) == 0 + 1 + 2 + 3 + 4)
+        // A thread lists four idle reads at most: the fifth is a read the machine keeps a record of.
+        #expect(
+            words == [1, 1, 1, 1].map { $0 * EngineWord.idleReaderUnit } + [EngineWord.shared | EngineWord.slowRelease])
+        #expect(inside == [true, true, true, true, true])
+        #expect(values.allSatisfy { $0.engine.state.loadAcquire() == 0 })
+        // The same value inside its own idle read: refused, as on every path.
+        let nested = values[0].wait.read { _ in values[0].wait.read { $0 } }
+        #expect(nested == .success(.failure(.reentrantAccess)))
+    }
 }

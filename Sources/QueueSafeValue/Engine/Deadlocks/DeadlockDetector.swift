@@ -268,8 +268,9 @@ extension CommandEngine {
     /// closure or operation holds it; none otherwise. While shared reads hold: each of them that
     /// runs its closure (or waits for its `done()` on its thread).
     final var holderNodes: [WaitForGraph<DeadlockDetector.EngineHandle>.Node] {
-        if state.loadAcquire() & EngineWord.shared != 0 {
+        if EngineWord.readersHold(state.loadAcquire()) {
             return readerParties.map { $0.thread != 0 ? .thread($0.thread) : .task($0.task) }
+                + idleReaderThreads().map { .thread($0) }
         }
         let thread = ownerThread.loadAcquire()
         if thread != 0 { return [.thread(thread)] }

@@ -89,6 +89,13 @@ struct AtomicWord: @unchecked Sendable {
         SyncPoints.atomic()
         return qsv_atomic_compare_exchange(words.address(index), expected, desired) != 0
     }
+
+    /// Stores `desired` if the word holds `expected`; returns what the word held (`expected` if
+    /// it stored), for a compare-and-swap loop.
+    @inlinable @inline(__always) func compareExchangeValue(expected: Int, desired: Int) -> Int {
+        SyncPoints.atomic()
+        return qsv_atomic_compare_exchange_value(words.address(index), expected, desired)
+    }
 }
 
 /// Carries a value across a `@Sendable` boundary that the engine has made safe by other means (it

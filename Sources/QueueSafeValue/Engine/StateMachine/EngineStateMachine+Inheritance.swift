@@ -16,7 +16,7 @@ extension EngineStateMachine {
     /// hold (they may be threads and tasks at once).
     /// - Complexity: O(d), d the number of distinct urgencies among the parked waiters.
     var requiredHoldUrgency: Urgency {
-        inheritance.required(readersHold: hold.hasReaders)
+        inheritance.required(readersHold: hold.readersHold)
     }
 
     /// The waiting command `ticket` is about to park its thread or suspend its task, which runs at
@@ -39,7 +39,7 @@ extension EngineStateMachine {
             inheritance.setChained(slot, ChainedUrgency(own: own, inherited: inherited))
         }
         inheritance.noteHolder(holderBits)
-        return inheritance.refresh(readersHold: hold.hasReaders)
+        return inheritance.refresh(readersHold: hold.readersHold)
     }
 
     /// The waiting command `ticket`, a link of a chain, now inherits `inherited` from the sections
@@ -52,7 +52,7 @@ extension EngineStateMachine {
         if inheritance.urgency(of: ticket.slot) == nil && inherited.isNone { return false }
         inheritance.setChained(ticket.slot, ChainedUrgency(own: own, inherited: inherited))
         inheritance.noteHolder(holderBits)
-        return inheritance.refresh(readersHold: hold.hasReaders)
+        return inheritance.refresh(readersHold: hold.readersHold)
     }
 
     /// The engine is about to bring the parties raised for the current hold to what it inherits

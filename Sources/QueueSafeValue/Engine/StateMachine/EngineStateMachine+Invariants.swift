@@ -52,7 +52,7 @@ extension EngineStateMachine {
             return "the tracked holder's record is \(table[slot].state)"
         }
         if let violation = inheritance.violation(
-            isWaiting: { table[$0].state == .waiting }, isHeld: EngineWord.isHeld(word), readersHold: hold.hasReaders)
+            isWaiting: { table[$0].state == .waiting }, isHeld: EngineWord.isHeld(word), readersHold: hold.readersHold)
         {
             return violation
         }
@@ -70,7 +70,7 @@ extension EngineStateMachine {
     /// holds with them (it stands first, before every exclusive command).
     /// - Complexity: O(n log n)
     func sharedReadViolation(word: Int) -> String? {
-        guard hold.hasReaders else { return nil }
+        guard hold.hasListedReaders else { return nil }
         for slot in hold.readers where !(table[slot].isShared && table[slot].state == .holding) {
             return "slot \(slot) is listed as a reader but its record is \(table[slot].state)"
         }

@@ -85,7 +85,7 @@ extension EngineStateMachine {
             table.freeIfUnused(slot)
         }
         // Nobody waits now: a boost of the holder has lost every reason.
-        inheritance.lowerIfNeeded(readersHold: hold.hasReaders)
+        inheritance.lowerIfNeeded(readersHold: hold.readersHold)
         assert(table.waitingCount == 0)
         bound.reset()
         if let slot = hold.trackedSlot, table[slot].kind == .operation {

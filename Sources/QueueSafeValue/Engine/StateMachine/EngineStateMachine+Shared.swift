@@ -99,8 +99,8 @@ extension EngineStateMachine {
     /// to the first exclusive command (or the oldest command, once a bounded-overtaking policy
     /// says it is next). Leaves the grants in ``outbox``.
     mutating func admitWaitingReaders() {
-        // mutant(batch-stops-early): while hold.hasReaders, hold.readers.count < 1, let slot = peekNext(), table[slot].isShared {
-        while hold.hasReaders, let slot = peekNext(), table[slot].isShared {
+        // mutant(batch-stops-early): while hold.readersHold, hold.readers.count < 1, let slot = peekNext(), table[slot].isShared {
+        while hold.readersHold, let slot = peekNext(), table[slot].isShared {
             guard let (popped, kind) = popNext() else { break }
             assert(popped == slot, "popNext() granted another command than it showed")
             if inheritance.hasParked {
@@ -120,6 +120,7 @@ extension EngineStateMachine {
     /// - Returns: the word to store.
     mutating func releaseReaderIntoOutbox(_ ticket: Ticket, observed: Int, now: UInt64) -> Int {
         assert(outbox.isEmpty, "the outbox of an earlier transition was not taken")
+        hold.observe(observed)
         guard isHoldingReader(ticket), hold.removeReader(ticket.slot) else {
             assertionFailure("release of a shared read that does not hold")
             return observed
@@ -128,9 +129,44 @@ extension EngineStateMachine {
         table.end(ticket.slot)
         // Each reader ends its own thread's boost; the hold's boost ends with the last reader.
         outbox.endBoost = inheritance.isHoldBoosted
-        // mutant(writer-beside-reader): guard !hold.hasReaders || table.waitingCount > 0 else { return observed }
-        guard !hold.hasReaders else { return observed }
+        // mutant(writer-beside-reader): guard !hold.readersHold || table.waitingCount > 0 else { return wordWhileReadersHold(observed) }
+        guard !hold.readersHold else { return wordWhileReadersHold(observed) }
         return handOn(closedBit: observed & EngineWord.closed, now: now, releaserQueue: 0)
+    }
+
+    /// A shared read that took the idle path gives its share back through the lock (it saw a
+    /// command waiting, or the container released). The last reader hands the section on. Leaves
+    /// its actions in ``outbox``.
+    /// - Parameter observed: the word before the engine set `slowRelease` on it (it counts the
+    ///   reader; `slowRelease` may have been cleared since the reader saw it, when the last listed
+    ///   reader left and nobody waited).
+    /// - Returns: the word to store.
+    mutating func releaseIdleReaderIntoOutbox(observed: Int, now: UInt64) -> Int {
+        assert(outbox.isEmpty, "the outbox of an earlier transition was not taken")
+        assert(EngineWord.idleReaders(observed) > 0, "an idle reader released that the word does not count")
+        hold.observe(observed)
+        hold.removeIdleReader()
+        // It may have been raised as a holder: it ends its own boost.
+        outbox.endBoost = inheritance.isHoldBoosted
+        let word = observed &- EngineWord.idleReaderUnit
+        guard !hold.readersHold else { return wordWhileReadersHold(word) }
+        return handOn(closedBit: observed & EngineWord.closed, now: now, releaserQueue: 0)
+    }
+
+    /// ``releaseIdleReaderIntoOutbox(observed:now:)``, returning its actions (for the tests).
+    mutating func releaseIdleReader(observed: Int, now: UInt64 = 0) -> (Actions, word: Int) {
+        let word = releaseIdleReaderIntoOutbox(observed: observed, now: now)
+        return (outboxActions(), word)
+    }
+
+    /// The word to store after a reader left while others still hold: `shared` stays while a
+    /// listed reader holds; `slowRelease` stays while a command waits or a listed reader holds (it
+    /// releases by its ticket); once only idle readers hold and nobody waits, both are cleared, so
+    /// that reads join and leave on the idle path again.
+    private func wordWhileReadersHold(_ word: Int) -> Int {
+        guard !hold.hasListedReaders else { return word }
+        let idleOnly = word & ~EngineWord.shared
+        return table.waitingCount == 0 ? idleOnly & ~EngineWord.slowRelease : idleOnly
     }
 
     /// ``releaseReaderIntoOutbox(_:observed:now:)``, returning its actions (for the tests).

@@ -128,6 +128,7 @@ struct EngineStateMachine<Handle: EngineHandle> {
         shared: Bool = false
     ) -> (Admission, word: Int) {
         if life.isClosed { return (.refused(.valueContainerDeinited), observed) }
+        hold.observe(observed)
         // mutant(double-grant): guard EngineWord.isHeld(observed), table.waitingCount > 0 else {
         guard EngineWord.isHeld(observed) else {
             assert(table.waitingCount == 0 && hold.trackedSlot == nil, "a free section with waiters or a holder record")
@@ -154,8 +155,11 @@ struct EngineStateMachine<Handle: EngineHandle> {
             // The holder took a free section unseen: it has held it at least since now.
             hold.stamp(now, exact: false)
         }
-        if shared && observed & EngineWord.shared != 0 && mayJoinReaders(priority: priority) {
-            return (.granted(grantReader(allocateReader(waiter, kind: kind))), observed | EngineWord.slowRelease)
+        if shared && EngineWord.readersHold(observed) && mayJoinReaders(priority: priority) {
+            return (
+                .granted(grantReader(allocateReader(waiter, kind: kind))),
+                observed | EngineWord.shared | EngineWord.slowRelease
+            )
         }
         let role: Role =
             shared ? .reader(.notManual) : kind == .operation ? .operation(.unattached) : .exclusive(.notManual)
@@ -277,7 +281,7 @@ struct EngineStateMachine<Handle: EngineHandle> {
         guard table.isWaiting(ticket) else { return nil }
         if let waiter = markLeft(ticket.slot) { outbox.others.append(.left(waiter)) }
         // An exclusive command that left may have been all that kept shared reads behind it waiting.
-        if hold.hasReaders { admitWaitingReaders() }
+        if hold.readersHold { admitWaitingReaders() }
         table.sweepIfMostlyDead()
         return outboxActions()
     }
@@ -294,7 +298,7 @@ struct EngineStateMachine<Handle: EngineHandle> {
             inheritance.clear(slot)
             // The boost it asked for ends with it: the holder drops to what still waits.
             // mutant(leave-keeps-boost): _ = ()
-            inheritance.lowerIfNeeded(readersHold: hold.hasReaders)
+            inheritance.lowerIfNeeded(readersHold: hold.readersHold)
         }
         return table.markLeft(slot)
     }
@@ -308,6 +312,7 @@ struct EngineStateMachine<Handle: EngineHandle> {
     mutating func close(observed: Int) -> (Actions, word: Int) {
         var actions = Actions()
         guard life.close() else { return (actions, observed | EngineWord.closed) }
+        hold.observe(observed)
         if EngineWord.isHeld(observed) {
             hold.foundHeld()
             return (actions, observed | EngineWord.closed)

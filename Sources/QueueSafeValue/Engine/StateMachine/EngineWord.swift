@@ -7,35 +7,70 @@
 /// | 0–1 | the kind of command holding the section (``CommandKind/wordBits``), 0 when it is free |
 /// | 2 | `slowRelease`: the holder must release under the lock (commands wait, or the state machine keeps a record of the holder) |
 /// | 3 | `closed`: the container was released; new commands are refused |
-/// | 4 | `shared`: shared reads hold the section (their number is the machine's; bits 0–1 are 0 and `slowRelease` is set, so every reader releases under the lock) |
+/// | 4 | `shared`: shared reads that the machine keeps records of hold the section (bits 0–1 are 0, `slowRelease` is set) |
+/// | 5… | how many shared reads that took the idle path hold the section (``idleReaderUnit`` each) |
 ///
-/// The idle path is exactly two compare-and-swaps: `0 → kind` to take a free section and
-/// `kind → 0` to release one that nobody waits for. Either fails as soon as any other bit is set,
-/// and every other change of the word happens under the engine lock. That gives the one invariant
-/// the idle path relies on:
+/// The idle path of an exclusive command is exactly two compare-and-swaps: `0 → kind` to take a
+/// free section and `kind → 0` to release one that nobody waits for. A blocking shared read's idle
+/// path is one compare-and-swap each way too: it joins while the word shows no holder bits,
+/// `slowRelease` or `closed` (`w → w + unit`), and leaves the same way while `slowRelease` and
+/// `closed` are clear (`w → w - unit`). Each fails as soon as a bit it
+/// must not see is set, and every other change of the word happens under the engine lock. That
+/// gives the one invariant the idle path relies on:
 ///
-/// > While no holder bits are set, no command waits in the queue and the state machine keeps no
-/// > holder record.
+/// > While `slowRelease` is clear, no command waits in the queue and the state machine keeps no
+/// > holder record: the holder (an exclusive command, or the idle readers the word counts) may leave
+/// > unseen.
 ///
 /// A locked transition that may race with the idle path first sets a bit with one atomic
-/// read-modify-write (`slowRelease` to enqueue, `closed` to close): from then on neither
+/// read-modify-write (`slowRelease` to enqueue, `closed` to close): from then on no idle
 /// compare-and-swap can succeed, so the transition decides on the value it read and stores its
-/// result without a retry loop.
+/// result without a retry loop. In particular a writer that arrives while idle readers hold sets
+/// `slowRelease`: no reader joins past it on the idle path, each leaves through the lock, and the
+/// last one hands the section on.
 @usableFromInline
 enum EngineWord {
     /// The bits that say which kind of command holds the section.
     @usableFromInline static let holderMask = 0b0011
     /// The holder must release under the lock.
-    static let slowRelease = 0b0100
+    @usableFromInline static let slowRelease = 0b0100
     /// The container was released.
-    static let closed = 0b1000
-    /// Shared reads hold the section. Never set together with holder bits; always with
-    /// `slowRelease`, so that neither idle compare-and-swap succeeds while readers hold.
-    static let shared = 0b1_0000
+    @usableFromInline static let closed = 0b1000
+    /// Shared reads with records in the machine hold the section. Never set together with holder
+    /// bits; always with `slowRelease`, so that they release through the lock.
+    @usableFromInline static let shared = 0b1_0000
+    /// One shared read that joined on the idle path: the word counts them from bit 5 up.
+    @usableFromInline static let idleReaderUnit = 0b10_0000
 
-    /// Whether a command (or several shared reads) holds the section.
+    /// Whether a command (or several shared reads) holds the section: any bit but `slowRelease`
+    /// and `closed`.
     @inline(__always)
-    static func isHeld(_ word: Int) -> Bool { word & (holderMask | shared) != 0 }
+    static func isHeld(_ word: Int) -> Bool { word & ~(slowRelease | closed) != 0 }
+
+    /// Whether shared reads hold the section: listed ones (`shared`), or idle ones (the count).
+    @inline(__always)
+    static func readersHold(_ word: Int) -> Bool { word & shared != 0 || word >= idleReaderUnit }
+
+    /// How many shared reads that took the idle path hold the section.
+    @inline(__always)
+    static func idleReaders(_ word: Int) -> Int { word >> 5 }
+
+    /// Whether a shared read may join on the idle path: nothing holds the section exclusively,
+    /// nobody waits, and the container is open.
+    @inlinable
+    @inline(__always)
+    static func admitsIdleReader(_ word: Int) -> Bool {
+        // mutant(idle-reader-joins-past-writer): word & (holderMask | closed) == 0
+        word & (holderMask | slowRelease | closed) == 0
+    }
+
+    /// Whether an idle reader may leave on the idle path: nobody waits and the container is open.
+    @inlinable
+    @inline(__always)
+    static func releasesIdleReader(_ word: Int) -> Bool {
+        // mutant(idle-reader-leaves-without-handing-on): word & closed == 0
+        word & (slowRelease | closed) == 0
+    }
 }
 
 // MARK: - CommandKind

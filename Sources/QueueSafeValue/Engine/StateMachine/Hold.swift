@@ -4,13 +4,16 @@
 /// Who holds the section, and since when.
 ///
 /// The idle path takes a free section and frees it again with one compare-and-swap each, without
-/// the machine, but only while the state word's `slowRelease` and `closed` bits are clear. So
-/// ``Holder/free`` and ``Holder/untracked`` are what the machine last saw, and the word says which
-/// is true now; while `slowRelease` is set, the machine and the word agree exactly.
+/// the machine, but only while the state word's `slowRelease` and `closed` bits are clear; blocking
+/// shared reads join and leave it the same way. So ``Holder/free``, ``Holder/untracked`` and
+/// ``idleReaders`` are what the machine last saw, and the word says what is true now; while
+/// `slowRelease` is set, the machine and the word agree exactly.
 ///
-/// Invariant (``violation(word:)``): a tracked holder or readers only while the word says so, with
-/// `slowRelease` set; readers listed exactly while the holder is ``Holder/readers``, each once; a
-/// machine that saw a free section never finds it held under `slowRelease`.
+/// Invariant (``violation(word:)``): a tracked holder or listed readers only while the word says
+/// so, with `slowRelease` set; the word's shared bit exactly while listed readers hold; readers never
+/// beside an exclusive holder; under `slowRelease` the machine's count of idle readers is the
+/// word's; readers listed exactly while the holder is ``Holder/readers``, each once; a machine that
+/// saw a free section never finds it held under `slowRelease`.
 struct Hold {
     /// Who holds the section.
     enum Holder: Equatable {
@@ -37,6 +40,10 @@ struct Hold {
     /// when the first of them got the section.
     private(set) var since: UInt64 = 0
     private(set) var sinceIsExact = false
+    /// How many shared reads that took the idle path hold the section (the word counts them, see
+    /// ``EngineWord/idleReaders(_:)``): exact while the word's `slowRelease` is set, which is when
+    /// only locked transitions change the count; each of those reads it first (``observe(_:)``).
+    private(set) var idleReaders = 0
 
     /// The tracked holder's slot, if the machine tracks the holder.
     @inline(__always)
@@ -45,9 +52,25 @@ struct Hold {
         return nil
     }
 
-    /// Whether shared reads hold the section.
+    /// Whether shared reads the machine keeps records of hold the section.
     @inline(__always)
-    var hasReaders: Bool { !readers.isEmpty }
+    var hasListedReaders: Bool { !readers.isEmpty }
+
+    /// Whether shared reads hold the section: listed ones, or ones that took the idle path.
+    @inline(__always)
+    var readersHold: Bool { !readers.isEmpty || idleReaders > 0 }
+
+    /// A locked transition read `word`: the idle readers it counts are the ones that hold now.
+    @inline(__always)
+    mutating func observe(_ word: Int) {
+        idleReaders = EngineWord.idleReaders(word)
+    }
+
+    /// A shared read that took the idle path gives its share back through the lock.
+    mutating func removeIdleReader() {
+        assert(idleReaders > 0, "an idle reader released that the word does not count")
+        idleReaders -= 1
+    }
 
     /// A command holds the section now, tracked in `slot` or untracked (`nil`).
     mutating func grant(tracked slot: UInt32?) {
@@ -69,7 +92,7 @@ struct Hold {
 
     /// The section's last holder released it, and nobody was waiting.
     mutating func free() {
-        assert(readers.isEmpty, "freed while readers hold")
+        assert(readers.isEmpty && idleReaders == 0, "freed while readers hold")
         holder = .free
     }
 
@@ -98,8 +121,15 @@ struct Hold {
     func violation(word: Int) -> String? {
         let slow = word & EngineWord.slowRelease != 0
         let sharedBit = word & EngineWord.shared != 0
+        let idle = EngineWord.idleReaders(word)
         if sharedBit != !readers.isEmpty {
-            return "the word's shared bit says \(sharedBit) but \(readers.count) readers hold"
+            return "the word's shared bit says \(sharedBit) but \(readers.count) readers are listed"
+        }
+        if EngineWord.readersHold(word) && word & EngineWord.holderMask != 0 {
+            return "an exclusive holder beside shared reads"
+        }
+        if slow && idleReaders != idle {
+            return "the machine counts \(idleReaders) idle readers under slowRelease, the word \(idle)"
         }
         if (holder == .readers) != !readers.isEmpty { return "the holder is \(holder) with \(readers.count) readers" }
         if Set(readers).count != readers.count { return "a reader listed twice" }

@@ -1,11 +1,17 @@
 import Dispatch
+import QueueSafeValueShims
 
 // Shared reads: the storage half (the machine's half, and the order, are in
-// `EngineStateMachine+Shared.swift`). A shared read always goes through the lock: to take its
-// share, and to give it back by its ticket. While it runs its closure it is listed as a *reader
-// party* under the boost lock, which is what deadlock detection, priority inheritance and
-// reentrancy checks read: the words that name a single holder (`ownerThread`, `ownerTask`) stay 0
-// while readers hold.
+// `EngineStateMachine+Shared.swift`).
+//
+// A blocking shared read that finds no exclusive holder, nobody waiting and the container open
+// joins and leaves on the idle path (`tryJoinReadersIdle`, `tryLeaveReadersIdle`): one
+// compare-and-swap on the word each way, and its thread's record of idle reads (in the C shim) says
+// which engine it reads, so that deadlock detection, priority inheritance and reentrancy checks can
+// find it (`idleReaderThreads`, `qsv_idle_reads_holds`). Every other shared read goes through the
+// lock: to take its share, and to give it back by its ticket; while it runs its closure it is listed
+// as a *reader party* under the boost lock. The words that name a single holder (`ownerThread`,
+// `ownerTask`) stay 0 while readers hold.
 
 /// One shared read running its closure: its thread (a blocking read, or a dispatched read's
 /// block or helper), or its task (an awaiting read), and its token (see
@@ -109,9 +115,11 @@ extension CommandEngine {
         }
     }
 
-    /// Whether the calling thread, or the current task, runs a shared read of this engine now.
+    /// Whether the calling thread (`thread`, its id, or 0 to ask only about the current task), or
+    /// the current task, runs a shared read of this engine now.
     final func isInsideSharedRead(thread: Int) -> Bool {
-        guard state.loadAcquire() & EngineWord.shared != 0 else { return false }
+        guard EngineWord.readersHold(state.loadAcquire()) else { return false }
+        if thread != 0 && qsv_idle_reads_holds(idleReadIdentity) != 0 { return true }
         let tokens = CriticalSectionContext.sections.get().readerTokens(of: ObjectIdentifier(self))
         return boosts.withLock { record in
             record.readers.contains { party in
@@ -120,24 +128,69 @@ extension CommandEngine {
         }
     }
 
-    /// The parties of the shared reads running their closures now.
+    /// The parties of the listed shared reads running their closures now.
     final var readerParties: [ReaderParty] {
         boosts.withLock { $0.readers }
     }
 
+    /// The threads that hold a shared read of this engine on the idle path (see `qsv_idle_readers_of`:
+    /// a caller that set `slowRelease` finds every one that joined before; a thread that is just
+    /// joining or leaving may appear as well, which can raise it for a moment longer than needed,
+    /// and cannot close a cycle of waits: it is not waiting).
+    final func idleReaderThreads() -> [Int] {
+        var capacity = 16
+        while true {
+            var threads = [UInt](repeating: 0, count: capacity)
+            let found = Int(qsv_idle_readers_of(idleReadIdentity, &threads, Int32(capacity)))
+            if found <= capacity { return threads.prefix(found).map { Int(bitPattern: $0) } }
+            capacity = found + 16
+        }
+    }
+
+    /// A blocking read listed itself in its thread's record of idle reads, but could not join: a
+    /// priority raise may have found it there in between (see ``idleReaderThreads()``), and it
+    /// holds nothing here that would end the raise later. It ends what this engine raised its
+    /// thread by (under the boost lock, which the raise held while it looked), before it takes the
+    /// lock's path.
+    @usableFromInline
+    final func endPhantomBoost() {
+        endBoostOfCurrentThread()
+    }
+
+    /// A blocking shared read that joined on the idle path leaves through the lock: a command
+    /// waits for the section, or the container was released. The last reader hands the section on.
+    @usableFromInline
+    final func releaseIdleReaderSlow() {
+        SyncPoints.inheritance(true)
+        defer { SyncPoints.inheritance(false) }
+        var deferred: [Deferred] = []
+        var taken = Self.nothingTaken
+        machine.withLock { machine in
+            // The reader saw `slowRelease` or `closed`, but the release of the last listed reader
+            // may have cleared `slowRelease` since (only idle readers hold, nobody waits), and then
+            // other idle readers join and leave on the word: announce it again, as an enqueue does.
+            // mutant(idle-release-while-word-moves): transitionWhileHeld(&machine) { machine, observed in
+            transition(announcing: EngineWord.slowRelease, &machine) { machine, observed in
+                ((), machine.releaseIdleReaderIntoOutbox(observed: observed, now: coarseNow()))
+            }
+            taken = take(machine.takeOutbox(), &deferred)
+        }
+        _ = perform(taken, deferred)
+    }
+
     // MARK: Blocking shared reads
 
-    /// Waits until the calling thread holds a share of the section (see ``acquireBlocking(priority:timeout:)``
-    /// for the errors).
+    /// Waits through the lock until the calling thread holds a share of the section (see
+    /// ``acquireBlocking(priority:timeout:)`` for the errors; the idle path is the caller's, see
+    /// ``tryJoinReadersIdle()``).
+    /// - Parameter deadline: from `commandDeadline(after:)`.
     /// - Returns: the read's token (see ``readerToken(_:)``), for ``releaseReaderBlocking(_:)``, or
     ///   why it does not run.
     @usableFromInline
     final func acquireReaderBlocking(
         priority: CommandPriority,
-        timeout: DispatchTimeInterval?
+        deadline: DispatchTime?
     ) -> Result<Int, QueueSafeValueError> {
-        let deadline: DispatchTime?
-        do { deadline = try commandDeadline(after: timeout) } catch { return .failure(error) }
         let thread = currentThreadID()
         let waiter = BlockingWaiter.forCurrentThread()
         let reentrant =

@@ -213,6 +213,12 @@ extension CommandEngine {
                     if reader.thread != 0 { record.targets.insert(.thread(reader.thread)) }
                     if reader.task != 0 { target(task: reader.task, urgency, &record, &escalations) }
                 }
+                // Readers on the idle path: listed in their threads' records, and alive while they
+                // are (an idle reader leaves its record before it leaves the section; one raised
+                // here leaves through the lock, since waiters set `slowRelease`, and ends its boost).
+                if EngineWord.idleReaders(state.loadAcquire()) > 0 {
+                    for thread in idleReaderThreads() { record.targets.insert(.thread(thread)) }
+                }
             }
             var changed: [Node] = []
             for node in record.targets {
