@@ -176,6 +176,12 @@ final class RecurringExecutorCore: @unchecked Sendable {
             throw .reentrantAccess
         }
         guard let id = apply({ $0.runNowAndWait() }) else { return .stopped }
+        if Task.isCancelled {
+            // Cancelled before the call: the request stands, and the call throws at once, even if
+            // the run ended meanwhile (its outcome came after the cancellation).
+            guarded.withLock { $0.machine.abandonCaller(id) }
+            throw .cancelled
+        }
         let result: Result<RecurringRunOutcome, QueueSafeValueError> = await withTaskCancellationHandler {
             do {
                 return .success(

@@ -181,6 +181,12 @@ struct RecurringStateMachine<Driver, Job, Caller> {
         return record
     }
 
+    /// The task of caller `id` was cancelled before its call: it leaves without waiting, even if
+    /// the run it asked for has already ended (the cancellation came first). The request stands.
+    mutating func abandonCaller(_ id: UInt64) {
+        if cancelCaller(id) == nil { callers[id] = nil }
+    }
+
     /// `stop()`: drops the pending request (its callers get ``RecurringRunOutcome/stopped``), ends
     /// the wait in progress and asks the running operation to stop. The loop ends at the driver's
     /// next ``decide()``. Ignored the second time.

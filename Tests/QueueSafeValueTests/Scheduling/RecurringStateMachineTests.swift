@@ -25,6 +25,7 @@ import Testing
         case runEnded(UInt64, TestError?, cancellation: Bool = false)
         case attachCaller(UInt64, String)
         case cancelCaller(UInt64)
+        case abandonCaller(UInt64)
     }
 
     /// What a transition returned. `result` is the transition's own return value, as text.
@@ -279,6 +280,17 @@ import Testing
                 (.cancelCaller(1), Output(result: "stays")),
                 (.attachCaller(1, "c1"), Output(result: "resolved(finished(run: 1))")),
             ]),
+        Scenario(
+            name: "a caller cancelled before its call leaves even when its run ended first; the request ran",
+            policy: .onDemand,
+            rows: [
+                (.decide, Output(events: [.waiting(nextRunIn: nil)], result: "wait(token: 1, nanoseconds: nil)")),
+                (.runNowAndWait, Output(events: [.requested(request: 1)], result: "Optional(1)")),
+                (.decide, Output(events: [.started(run: 1, trigger: .runNow(request: 1))], result: "run(number: 1)")),
+                (.runEnded(1, nil), Output(events: [.finished(run: 1)])),
+                (.abandonCaller(1), Output()),
+                (.attachCaller(1, "c1"), Output(result: "cancelled")),
+            ]),
     ]
 
     // MARK: Running a table
@@ -361,6 +373,9 @@ import Testing
         case .cancelCaller(let id):
             guard let record = machine.cancelCaller(id) else { return Output(result: "stays") }
             return Output(result: "left(\(String(describing: record.continuation)))")
+        case .abandonCaller(let id):
+            machine.abandonCaller(id)
+            return Output()
         }
     }
 }
