@@ -252,11 +252,7 @@ extension ValueEngine {
         timeout: DispatchTimeInterval?,
         _ body: (Value) -> R
     ) -> Result<R, QueueSafeValueError> {
-        if timeout == nil, let read = tryJoinReadersIdle() {
-            let result = body(pointer.pointee)
-            if !tryLeaveReadersIdle(read) { releaseIdleReaderSlow() }
-            return .success(result)
-        }
+        if timeout == nil, let read = tryJoinReadersIdle() { return runIdleRead(read, body) }
         return withSharedBlockingAccessSlow(priority: priority, timeout: timeout, body)
     }
 
@@ -272,11 +268,7 @@ extension ValueEngine {
     ) -> Result<R, QueueSafeValueError> {
         let deadline: DispatchTime?
         do { deadline = try commandDeadline(after: timeout) } catch { return .failure(error) }
-        if timeout != nil, let read = tryJoinReadersIdle() {
-            let result = body(pointer.pointee)
-            if !tryLeaveReadersIdle(read) { releaseIdleReaderSlow() }
-            return .success(result)
-        }
+        if timeout != nil, let read = tryJoinReadersIdle() { return runIdleRead(read, body) }
         switch acquireReaderBlocking(priority: priority, deadline: deadline) {
         case .failure(let error):
             return .failure(error)
@@ -285,6 +277,15 @@ extension ValueEngine {
             releaseReaderBlocking(token)
             return .success(result)
         }
+    }
+
+    /// Runs `body` as the shared read that joined on the idle path at `read`, then ends it.
+    @inlinable
+    @inline(__always)
+    func runIdleRead<R>(_ read: IdleRead, _ body: (Value) -> R) -> Result<R, QueueSafeValueError> {
+        let result = body(pointer.pointee)
+        leaveIdleRead(read)
+        return .success(result)
     }
 
     /// Like ``withSharedBlockingAccess(priority:timeout:_:)``, but the share stays held after `body`

@@ -157,6 +157,14 @@ extension CommandEngine {
         endBoostOfCurrentThread()
     }
 
+    /// Ends a blocking shared read that joined on the idle path at `read`: on the word while nobody
+    /// waits, through the lock otherwise (``releaseIdleReaderSlow()``).
+    @inlinable
+    @inline(__always)
+    final func leaveIdleRead(_ read: IdleRead) {
+        if !tryLeaveReadersIdle(read) { releaseIdleReaderSlow() }
+    }
+
     /// A blocking shared read that joined on the idle path leaves through the lock: a command
     /// waits for the section, or the container was released. The last reader hands the section on.
     @usableFromInline
