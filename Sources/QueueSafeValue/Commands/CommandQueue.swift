@@ -395,7 +395,7 @@ public final class CommandQueue: Sendable {
         if !placement.grantedAtOnce {
             // This task has run nothing of its own yet: see `waitForTurn`.
             try await engine.waitForTurn(
-                placement.waiter, deadline: deadline, isolation: isolation, holdsNothing: placement.awaiters.isEmpty)
+                placement.waiter, deadline: deadline, holdsNothing: placement.awaiters.isEmpty, startedLater: true)
         }
         if Task.isCancelled || (placement.discardable && !engine.beginDiscardable(placement.waiter)) {
             // Granted, but cancelled or discarded before the operation began: it never starts.

@@ -587,6 +587,50 @@ enum CheckerScenarios {
         }
     }
 
+    /// Issue 30: a task that holds a value registers its wait for deadlock detection (one that
+    /// holds nothing does not: see `CommandEngine.waitForTurn`), so a cycle through a task and a
+    /// thread is refused, whoever closes it, and no schedule hangs.
+    static let lockOrderCycleWithATask = CheckerScenario(
+        name: "a task and a thread take two values in opposite orders", preemptionBound: 2
+    ) {
+        world in
+        let run = CheckerRun(world)
+        let first = QueueSafeValue(value: 0, label: "first")
+        let second = QueueSafeValue(value: 0, label: "second")
+        world.quiescentCheck = run.quiescentCheck([first.engine, second.engine])
+        world.spawn("issuer") {
+            Task(executorPreference: world) {
+                do {
+                    try await first.async.highestPriority.set { _ in
+                        do {
+                            try await second.async.highestPriority.set { $0 += 1 }
+                            run.end("T inner", "ran")
+                        } catch {
+                            run.end("T inner", CheckerRun.describe(error))
+                        }
+                    }
+                    run.end("T outer", "ran")
+                } catch {
+                    run.end("T outer", CheckerRun.describe(error))
+                }
+            }
+        }
+        world.spawn("B") {
+            let outer = second.wait.highestPriority.set { _ in run.blocking("B inner", first.wait, .highest) }
+            run.end("B outer", CheckerRun.describe(outer))
+        }
+        return {
+            if let problem = run.expectEnded(["T outer", "B outer", "T inner", "B inner"]) { return problem }
+            for inner in ["T inner", "B inner"] where !["ran", "deadlock"].contains(run.outcome(of: inner)) {
+                return "\(inner) ended with \(run.outcome(of: inner)!)"
+            }
+            for outer in ["T outer", "B outer"] where run.outcome(of: outer) != "ran" {
+                return "\(outer) ended with \(run.outcome(of: outer)!)"
+            }
+            return nil
+        }
+    }
+
     /// A chain without a cycle: nobody is refused.
     static let lockOrderChain = CheckerScenario(
         name: "three threads, a chain of values without a cycle", preemptionBound: 2

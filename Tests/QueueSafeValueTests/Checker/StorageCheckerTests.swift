@@ -20,7 +20,7 @@ extension Explorers {
             CheckerScenarios.boostAndCancellation, CheckerScenarios.inheritanceChain,
             CheckerScenarios.inheritanceChainTimedWaiter, CheckerScenarios.inheritanceChainThroughATask,
             CheckerScenarios.engineLockOrder,
-            CheckerScenarios.lockOrderCycle, CheckerScenarios.lockOrderChain,
+            CheckerScenarios.lockOrderCycle, CheckerScenarios.lockOrderCycleWithATask, CheckerScenarios.lockOrderChain,
             CheckerScenarios.sharedReads, CheckerScenarios.readsAndTheWaitingOrder,
             CheckerScenarios.idleReadersAndAWriter,
             CheckerScenarios.idleAndListedReaders, CheckerScenarios.readersAndADeadline,

@@ -100,6 +100,40 @@ import Testing
         #expect(done.wait(timeout: .now() + 30) == .success)
     }
 
+    /// A task granted while a more urgent task still waits behind it inherits that urgency before
+    /// its closure starts (the release escalates it, see `CommandEngine.raiseHeir`): it sees the
+    /// raised priority at once, without waiting for a raise.
+    @Test func taskGrantedWhileAMoreUrgentTaskWaits_startsEscalated() async throws {
+        let value = QueueSafeValue(value: 0, label: "escalated heir")
+        let holding = Gate()
+        let release = DispatchSemaphore(value: 0)
+        let threadDone = DispatchSemaphore(value: 0)
+        Thread {
+            _ = value.wait.highestPriority.set { _ in
+                holding.open()
+                _ = release.wait(timeout: .now() + 30)
+            }
+            threadDone.signal()
+        }.start()
+        await holding.wait()
+        let measurement = Measurement()
+        // First in the value's order (the highest command priority), in a task of low priority.
+        Task.detached(priority: .low) {
+            _ = try? await value.async.highestPriority.set { _ in measurement.seen.set(Task.currentPriority) }
+            measurement.done.open()
+        }
+        try await waitUntil { value.diagnostics.waitingCount == 1 }
+        // Behind it in the value's order, in a task of high priority.
+        let urgent = Task.detached(priority: .high) { _ = try? await value.async.lowestPriority.get() }
+        try await waitUntil { value.diagnostics.waitingCount == 2 }
+        try await Task.sleep(nanoseconds: 10_000_000)  // let both suspend
+        release.signal()
+        let seen = try await measurement.result()
+        #expect(seen >= .high, "the granted task started at \(seen) while a .high task waited behind it")
+        _ = try await withHangTimeout { await urgent.value }
+        #expect(threadDone.wait(timeout: .now() + 30) == .success)
+    }
+
     /// A `CommandQueue` operation is a task holder too: an operation of higher priority waiting
     /// behind it escalates it.
     @Test func waitingOperationOfHigherPriority_escalatesTheRunningOperation() async throws {

@@ -8,14 +8,18 @@
 /// waits; while the section is held, ``holdUrgency`` is what the parked waiters ask for; while it
 /// is free, no boost remains; between transitions, no drop is left undone.
 struct Inheritance {
-    /// The urgencies of parked waiters, by slot (a side table: most waiting commands never park).
-    /// For a link of a chain, its own urgency and the inherited one, merged.
-    private var urgencies: [UInt32: Urgency] = [:]
+    /// The urgencies of parked waiters, indexed by slot (`nil`: the command in that slot has not
+    /// parked). For a link of a chain, its own urgency and the inherited one, merged. An array, not
+    /// a dictionary: a contended awaiting command parks and is cleared once each, and hashing its
+    /// slot and urgency on both was a tenth of its cost.
+    private var urgencies: [Urgency?] = []
+    /// How many entries of ``urgencies`` are not `nil`.
+    private var parkedCount = 0
     /// How many parked waiters have each urgency: what a hand-on merges, so that it costs the number
     /// of distinct urgencies (a few), not the number of parked waiters (every task waiting in a
     /// deep `CommandQueue` parks with its priority: merging them all made draining n operations
-    /// cost n² steps).
-    private var tally: [Urgency: Int] = [:]
+    /// cost n² steps). A few pairs, searched in turn.
+    private var tally: [(urgency: Urgency, count: Int)] = []
     /// The parked waiters that inherit an urgency from a section they hold elsewhere (a link of a
     /// chain), by slot: their own urgency and the inherited one, kept apart so that the inherited
     /// part can go down again when its reason leaves.
@@ -37,23 +41,37 @@ struct Inheritance {
 
     /// Whether any waiter is parked with an urgency.
     @inline(__always)
-    var hasParked: Bool { !urgencies.isEmpty }
+    var hasParked: Bool { parkedCount > 0 }
 
     /// The urgency the parked waiter in `slot` runs at (with what it inherits), if it parked.
-    func urgency(of slot: UInt32) -> Urgency? { urgencies[slot] }
+    func urgency(of slot: UInt32) -> Urgency? { Int(slot) < urgencies.count ? urgencies[Int(slot)] : nil }
 
     /// The own and inherited urgency of the parked waiter in `slot`, if it is a link of a chain.
     func chainedUrgency(of slot: UInt32) -> ChainedUrgency? { chained.isEmpty ? nil : chained[slot] }
 
     /// Records that the parked waiter in `slot` runs at `urgency` (replacing what it had).
     mutating func set(_ slot: UInt32, to urgency: Urgency) {
-        if let old = urgencies.updateValue(urgency, forKey: slot) { untally(old) }
-        tally[urgency, default: 0] += 1
+        let index = Int(slot)
+        if index >= urgencies.count {
+            urgencies.append(contentsOf: repeatElement(nil, count: index + 1 - urgencies.count))
+        }
+        if let old = urgencies[index] { untally(old) } else { parkedCount += 1 }
+        urgencies[index] = urgency
+        if let counted = tally.firstIndex(where: { $0.urgency == urgency }) {
+            tally[counted].count += 1
+        } else {
+            tally.append((urgency, 1))
+        }
     }
 
     /// Forgets the urgency of the waiter in `slot`, if it had one.
     mutating func clear(_ slot: UInt32) {
-        if let old = urgencies.removeValue(forKey: slot) { untally(old) }
+        let index = Int(slot)
+        if index < urgencies.count, let old = urgencies[index] {
+            urgencies[index] = nil
+            parkedCount -= 1
+            untally(old)
+        }
         if !chained.isEmpty { chained[slot] = nil }
     }
 
@@ -66,21 +84,25 @@ struct Inheritance {
     }
 
     private mutating func untally(_ urgency: Urgency) {
-        let remaining = tally[urgency, default: 0] - 1
-        tally[urgency] = remaining > 0 ? remaining : nil
+        guard let counted = tally.firstIndex(where: { $0.urgency == urgency }) else { return }
+        tally[counted].count -= 1
+        if tally[counted].count == 0 {
+            tally.swapAt(counted, tally.count - 1)
+            tally.removeLast()
+        }
     }
 
     /// The highest urgency of the parked waiters, on each axis.
     /// - Complexity: O(d), d the number of distinct urgencies among them.
     var parkedUrgency: Urgency {
-        tally.keys.reduce(Urgency.none) { $0.merged($1) }
+        tally.reduce(Urgency.none) { $0.merged($1.urgency) }
     }
 
     /// What the current holder must run at: the highest urgency of the parked waiters, on the axis
     /// its kind inherits (see ``Urgency/inheritable(byHolder:)``); every axis while shared reads
     /// hold (they may be threads and tasks at once).
     func required(readersHold: Bool) -> Urgency {
-        guard !urgencies.isEmpty else { return .none }
+        guard parkedCount > 0 else { return .none }
         return readersHold ? parkedUrgency : parkedUrgency.inheritable(byHolder: holdBits)
     }
 
@@ -142,10 +164,15 @@ struct Inheritance {
     ///   - isHeld: the word says the section is held.
     ///   - readersHold: shared reads hold it.
     func violation(isWaiting: (UInt32) -> Bool, isHeld: Bool, readersHold: Bool) -> String? {
-        if urgencies.keys.contains(where: { !isWaiting($0) }) {
+        if urgencies.indices.contains(where: { urgencies[$0] != nil && !isWaiting(UInt32($0)) }) {
             return "an urgency kept for a command that no longer waits"
         }
-        if tally != Dictionary(urgencies.values.map { ($0, 1) }, uniquingKeysWith: +) {
+        let parked = urgencies.compactMap { $0 }
+        if parkedCount != parked.count { return "\(parkedCount) parked waiters counted, \(parked.count) parked" }
+        let counted = Dictionary(tally.map { ($0.urgency, $0.count) }, uniquingKeysWith: +)
+        if tally.contains(where: { $0.count <= 0 }) || counted.count != tally.count
+            || counted != Dictionary(parked.map { ($0, 1) }, uniquingKeysWith: +)
+        {
             return "the urgency tally disagrees with the parked waiters' urgencies"
         }
         if !isHeld && (isHoldBoosted || !holdUrgency.isNone) { return "a boost outlived its hold" }
@@ -153,7 +180,7 @@ struct Inheritance {
             return "the holder inherits \(holdUrgency) but its parked waiters ask for"
                 + " \(required(readersHold: readersHold)) (a boost outlived its reason, or a raise was missed)"
         }
-        if chained.keys.contains(where: { urgencies[$0] == nil }) { return "a chained urgency of a waiter that left" }
+        if chained.keys.contains(where: { urgency(of: $0) == nil }) { return "a chained urgency of a waiter that left" }
         if boostSyncNeeded { return "a boost to bring down was left for nobody" }
         return nil
     }

@@ -20,6 +20,10 @@ extension CommandEngine {
     /// A task cancelled while it waits leaves the queue and throws `.cancelled`; one granted at the
     /// same instant it was cancelled releases at once and throws `.cancelled` too: its closure never
     /// starts.
+    ///
+    /// It keeps an `isolated` parameter, where the functions it calls are `nonisolated(nonsending)`:
+    /// called `nonisolated(nonsending)` from the inlined command, it cost the uncontended command,
+    /// which never calls it, 84 instructions more (906 to 990).
     /// - Throws: `.cancelled`, `.reentrantAccess` (the task is inside this section already),
     ///   `.valueContainerDeinited`, `.timedOut` (`deadline` passed first), `.deadlock`.
     @usableFromInline
@@ -37,7 +41,7 @@ extension CommandEngine {
             throw error
         case .queued(let ticket):
             waiter.ticket = ticket
-            try await waitForTurn(waiter, deadline: deadline, isolation: isolation)
+            try await waitForTurn(waiter, deadline: deadline)
             if Task.isCancelled {
                 // Granted, but the task was cancelled before its closure began: it never starts.
                 release(.awaiting)
@@ -52,7 +56,7 @@ extension CommandEngine {
     /// ``EngineStateMachine/enqueueOperation(_:priority:discardable:observed:now:)``); if it was
     /// waiting, its task is resumed here, after unlocking, and throws `.cancelled`.
     /// - Returns: the operation's waiter, and whether it holds the section already. When it does
-    ///   not, the task calls ``waitForTurn(_:isolation:)``.
+    ///   not, the task calls ``waitForTurn(_:deadline:holdsNothing:startedLater:)``.
     @usableFromInline
     final func enqueueOperation(
         priority: CommandPriority,
@@ -124,28 +128,43 @@ extension CommandEngine {
     /// The lock orders everything the task does next after the releaser's critical section, for the
     /// sanitizer as for the hardware.
     ///
-    /// - Parameter holdsNothing: the waiting task is an operation's own task that has run none of
-    ///   its operation yet, so it holds no section. Unless other tasks await it (`perform`), its
-    ///   wait is then not registered for deadlock detection: a cycle passes only through parties
-    ///   that hold what another waits for, and a walk looks only at holders' waits, so the
-    ///   registration could never take part in a cycle. (It cost every operation that waits for its
-    ///   turn two trips through the process-wide detector lock, about 2,000 instructions.)
+    /// Runs on the caller's executor (`nonisolated(nonsending)`), like the functions it calls
+    /// here: a function with an `isolated` parameter switches executors on entering and leaving it
+    /// even when the task is there already, a call into the runtime that a contended command paid
+    /// on every function boundary of this path.
+    ///
+    /// A task that holds no section (no awaiting command or shared read of the task is running its
+    /// closure: its task-local stack of sections is empty) and that no other task awaits
+    /// (`perform`) does not register its wait for deadlock detection: a cycle passes only through
+    /// parties that hold what another waits for, and a walk looks only at holders' waits, so the
+    /// registration could never take part in a cycle. (It cost every waiting command two trips
+    /// through the process-wide detector lock, about 2,000 instructions.) Its own urgency is then
+    /// parked in the same trip through the engine lock that stores its continuation.
+    /// - Parameters:
+    ///   - holdsNothing: the waiting task is an operation's own task that has run none of its
+    ///     operation yet, so it holds no section whatever its task-locals say (it inherits them
+    ///     from the task that enqueued it).
+    ///   - startedLater: the waiter was queued before this task started (an operation's task), so
+    ///     it may well be granted already.
     @usableFromInline
-    final func waitForTurn(
+    nonisolated(nonsending) final func waitForTurn(
         _ waiter: AwaitingWaiter,
         deadline: DispatchTime? = nil,
-        isolation: isolated (any Actor)?,
-        holdsNothing: Bool = false
+        holdsNothing: Bool = false,
+        startedLater: Bool = false
     ) async throws(QueueSafeValueError) {
         // Granted already (the task started after its predecessor released, as a backlog drained
         // by one pool thread always does): no handlers, no suspension and no second executor trip.
-        // Under the lock, like the verdict after a resumption.
-        if machine.withLock({ _ in waiter.isGranted }) { return }
+        // Under the lock, like the verdict after a resumption. A command this task has only just
+        // queued does not look: a grant since then is found when the continuation would be stored.
+        if startedLater && machine.withLock({ _ in waiter.isGranted }) { return }
         let ticket = waiter.ticket
         // The parties this wait registers for deadlock detection: none for a task that holds
-        // nothing and that nobody awaits (see `holdsNothing`).
+        // nothing and that nobody awaits (see above).
         let taskNodes = DeadlockDetector.taskNodes(currentTaskID())
-        let nodes = holdsNothing && taskNodes.count == 1 ? [] : taskNodes
+        // mutant(holding-task-not-registered): let holdsNone = true
+        let holdsNone = holdsNothing || CriticalSectionContext.sections.get().depth == 0
+        let nodes = holdsNone && taskNodes.count == 1 ? [] : taskNodes
         // Armed once the task waits; cancelled when the wait is over. Like a cancellation, it leaves
         // the deadlock graph before it leaves the queue.
         let timer = deadline.map { _ in
@@ -159,7 +178,7 @@ extension CommandEngine {
                 // A task escalated while it waits passes the escalation on to the holder.
                 await withTaskPriorityEscalationHandler {
                     await suspendForTurn(
-                        waiter, nodes: nodes, deadline: deadline, timer: timer, isolation: isolation)
+                        waiter, nodes: nodes, deadline: deadline, timer: timer)
                 } onPriorityEscalated: { [self] _, escalated in
                     // No chain walk under the runtime's lock (see `inheritUrgency`).
                     SyncPoints.insideRuntimeLock {
@@ -168,7 +187,7 @@ extension CommandEngine {
                 }
             } else {
                 await suspendForTurn(
-                    waiter, nodes: nodes, deadline: deadline, timer: timer, isolation: isolation)
+                    waiter, nodes: nodes, deadline: deadline, timer: timer)
             }
         } onCancel: {
             // No longer a waiter for deadlock detection, then out of the queue; the continuation
@@ -184,18 +203,17 @@ extension CommandEngine {
         if !granted { throw refusal?.namingQueue() ?? .cancelled }
     }
 
-    /// The suspension of ``waitForTurn(_:deadline:isolation:holdsNothing:)``: registers `nodes` for
+    /// The suspension of ``waitForTurn(_:deadline:holdsNothing:startedLater:)``: registers `nodes` for
     /// deadlock detection (none: not registered), stores the continuation unless the wait is over
     /// already, raises the holder to this task's priority and arms the deadline.
-    private func suspendForTurn(
+    nonisolated(nonsending) private func suspendForTurn(
         _ waiter: AwaitingWaiter,
         nodes: [DeadlockDetector.Node],
         deadline: DispatchTime?,
-        timer: DispatchWorkItem?,
-        isolation: isolated (any Actor)?
+        timer: DispatchWorkItem?
     ) async {
         let ticket = waiter.ticket
-        await withUnsafeContinuation(isolation: isolation) { (continuation: TurnContinuation) in
+        await withUnsafeContinuation(isolation: #isolation) { (continuation: TurnContinuation) in
             // Registered before the continuation is stored, so that a cancellation (which
             // unregisters, then leaves) never leaves a stale registration behind.
             // From its registration until it has raised the holder, the chains it may extend lag.
@@ -205,17 +223,27 @@ extension CommandEngine {
                 nodes.isEmpty
                 ? DeadlockDetector.Registration(verdict: .wait, names: [:])
                 : DeadlockDetector.shared.register(nodes, waitingFor: self, ticket: ticket, poolThread: false)
-            let waiting = machine.withLock { machine in
-                guard registration.verdict == .wait, machine.isWaiting(ticket) else { return false }
+            let urgency = Urgency.ofTask(Task.currentPriority)
+            let (waiting, raised) = machine.withLock { machine in
+                guard registration.verdict == .wait, machine.isWaiting(ticket) else { return (false, false) }
                 waiter.continuation = continuation
                 waiter.waitingTask = currentTaskID()
-                return true
+                // A wait registered for nothing inherits nothing from elsewhere: its own urgency is
+                // parked in this same trip through the lock.
+                let raised =
+                    nodes.isEmpty
+                    && machine.park(ticket, urgency: urgency, holderBits: state.loadAcquire() & EngineWord.holderMask)
+                return (true, raised)
             }
             if waiting {
                 // While it waits, the holder runs at least at this task's priority, and at what the
                 // task inherits from sections it holds (read after its registration: a raise that
                 // reached it before cannot be missed, see `passOnInherited`).
-                inheritUrgency(ticket, .ofTask(Task.currentPriority), party: nodes)
+                if !nodes.isEmpty {
+                    inheritUrgency(ticket, urgency, party: nodes)
+                } else if raised {
+                    Self.walkChain(from: syncBoost())
+                }
                 if let deadline, let timer {
                     // A deadline already past gives up now, like `wait(timeout:)`.
                     if deadline <= .now() {

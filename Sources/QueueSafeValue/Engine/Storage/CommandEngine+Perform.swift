@@ -27,7 +27,7 @@ extension CommandEngine {
     }
 
     /// The thread and task of a newly granted holder that inherits an urgency (see
-    /// ``raiseHeir(_:)``).
+    /// ``raiseHeir(_:_:)``).
     typealias Heir = (thread: Int, task: Int)
 
     /// How ``perform(_:_:)`` starts the command a transition granted: the machine's
@@ -147,7 +147,7 @@ extension CommandEngine {
         // its own priority (below): at its own priority it might not get the processor to hand it on.
         var inline: Contender?
         // The new holder inherits the urgency of the waiters still parked before it starts.
-        if !flags.urgency.isNone { raiseHeir(heir) }
+        if !flags.urgency.isNone { raiseHeir(heir, flags.urgency) }
         switch start {
         case .none:
             break

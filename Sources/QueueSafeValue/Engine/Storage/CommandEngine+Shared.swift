@@ -271,7 +271,7 @@ extension CommandEngine {
             throw error
         case .queued(let ticket):
             waiter.ticket = ticket
-            try await waitForTurn(waiter, deadline: deadline, isolation: isolation)
+            try await waitForTurn(waiter, deadline: deadline)
             if Task.isCancelled {
                 // Granted, but the task was cancelled before its closure began: it never starts.
                 releaseReader(ticket)

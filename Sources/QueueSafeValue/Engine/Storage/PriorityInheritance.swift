@@ -272,10 +272,28 @@ extension CommandEngine {
         }
     }
 
-    /// A release returned `nextUrgency`: the new holder (its thread and task, read under the engine
+    /// A release returned `urgency`: the new holder (its thread and task, read under the engine
     /// lock) inherits the urgency of the waiters still parked. Call after unlocking, before starting
-    /// it. (What it inherits is read again here: a waiter may have left since.)
-    final func raiseHeir(_ heir: Heir) {
+    /// it.
+    ///
+    /// A suspended task granted the section alone, when what it inherits has no thread axis (every
+    /// parked waiter is a task, or a thread whose priority the platform cannot lend), is only
+    /// escalated, as ``syncBoost(heir:)`` would do without listing it: an escalation needs no
+    /// undoing, so neither the boost lock nor the registry is involved, and the release of a
+    /// contended awaiting command makes one call into the runtime. (Its task is known only once it
+    /// suspended, and stays suspended until it is started after this: it is alive. The word shows
+    /// whether the grant went to shared reads, which `syncBoost` raises together.) Any other heir
+    /// goes through `syncBoost`, which reads what it inherits again, under the locks (a waiter may
+    /// have left since).
+    @inline(never)
+    final func raiseHeir(_ heir: Heir, _ urgency: Urgency) {
+        if urgency.thread == 0 && heir.thread == 0 && heir.task != 0 && !EngineWord.readersHold(state.loadAcquire()) {
+            var escalations = Escalations()
+            // mutant(heir-never-escalated): _ = heir
+            escalations.add(task: heir.task, to: urgency.task)
+            escalations.make()
+            return
+        }
         syncBoost(heir: heir)
     }
 
@@ -286,6 +304,8 @@ extension CommandEngine {
         let task = currentTaskID()
         let source = ObjectIdentifier(self)
         boosts.withLock { record in
+            // Only tasks were escalated for this hold (nothing to undo): no node to look for.
+            guard !record.targets.isEmpty else { return }
             for node in [Node.thread(currentThreadID()), .task(task)] where record.targets.remove(node) != nil {
                 _ = BoostRegistry.shared.set(node, source: source, to: nil)
             }
