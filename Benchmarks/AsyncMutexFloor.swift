@@ -61,6 +61,41 @@ final class AsyncMutexFloor: @unchecked Sendable {  // Sendable: `lock` guards e
 }
 
 enum AsyncMutexFloorScenario {
+    /// The floor with what every awaiting command of the library must install while it waits: a
+    /// cancellation handler (a task cancelled while it waits leaves the queue) and, where the
+    /// runtime has one, a priority escalation handler (a waiter escalated while it waits passes the
+    /// escalation on). Empty handlers here: this measures what installing them costs a hand-off.
+    static func contendedWithHandlers(tasks: Int) -> Scenario {
+        Scenario(
+            name: "async mutex floor with handlers contended \(tasks) tasks",
+            summary: "the FIFO async mutex, each acquire inside withTaskCancellationHandler and "
+                + "withTaskPriorityEscalationHandler (empty handlers), from \(tasks) concurrent tasks",
+            timeWindowed: true
+        ) { window in
+            let mutex = AsyncMutexFloor()
+            let counter = Counter()
+            let (elapsed, operations) = Concurrency.runTasks(tasks, for: UInt64(window)) {
+                await withTaskCancellationHandler {
+                    if #available(macOS 26.0, iOS 26.0, watchOS 26.0, tvOS 26.0, visionOS 26.0, *) {
+                        await withTaskPriorityEscalationHandler {
+                            await mutex.acquire()
+                        } onPriorityEscalated: { _, _ in
+                        }
+                    } else {
+                        await mutex.acquire()
+                    }
+                } onCancel: {
+                }
+                counter.value += 1
+                mutex.release()
+            }
+            check(
+                counter.value == operations,
+                "the async mutex floor with handlers counted \(counter.value) of \(operations)")
+            return Sample(measured: Double(elapsed), operations: operations)
+        }
+    }
+
     static func contended(tasks: Int) -> Scenario {
         Scenario(
             name: "async mutex floor contended \(tasks) tasks",

@@ -8,7 +8,8 @@ enum AsyncScenarios {
     static var all: [Scenario] {
         [
             awaitSetUncontended, awaitGetUncontended, awaitReadUncontended, awaitSetContended(tasks: 8),
-            awaitWithLockContended(tasks: 8), AsyncMutexFloorScenario.contended(tasks: 8), commandQueueEnqueue,
+            awaitWithLockContended(tasks: 8), AsyncMutexFloorScenario.contended(tasks: 8),
+            AsyncMutexFloorScenario.contendedWithHandlers(tasks: 8), commandQueueEnqueue,
             commandQueuePerform,
         ]
     }
