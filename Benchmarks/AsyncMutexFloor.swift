@@ -61,56 +61,54 @@ final class AsyncMutexFloor: @unchecked Sendable {  // Sendable: `lock` guards e
 }
 
 enum AsyncMutexFloorScenario {
+    static func contended(tasks: Int) -> Scenario {
+        contended(
+            tasks: tasks, name: "async mutex floor contended \(tasks) tasks",
+            summary: "a FIFO async mutex (NSLock and a queue of continuations): await acquire, += 1, release, "
+                + "from \(tasks) concurrent tasks"
+        ) { mutex in
+            await mutex.acquire()
+        }
+    }
+
     /// The floor with what every awaiting command of the library must install while it waits: a
     /// cancellation handler (a task cancelled while it waits leaves the queue) and, where the
     /// runtime has one, a priority escalation handler (a waiter escalated while it waits passes the
     /// escalation on). Empty handlers here: this measures what installing them costs a hand-off.
     static func contendedWithHandlers(tasks: Int) -> Scenario {
-        Scenario(
-            name: "async mutex floor with handlers contended \(tasks) tasks",
+        contended(
+            tasks: tasks, name: "async mutex floor with handlers contended \(tasks) tasks",
             summary: "the FIFO async mutex, each acquire inside withTaskCancellationHandler and "
-                + "withTaskPriorityEscalationHandler (empty handlers), from \(tasks) concurrent tasks",
-            timeWindowed: true
-        ) { window in
-            let mutex = AsyncMutexFloor()
-            let counter = Counter()
-            let (elapsed, operations) = Concurrency.runTasks(tasks, for: UInt64(window)) {
-                await withTaskCancellationHandler {
-                    if #available(macOS 26.0, iOS 26.0, watchOS 26.0, tvOS 26.0, visionOS 26.0, *) {
-                        await withTaskPriorityEscalationHandler {
-                            await mutex.acquire()
-                        } onPriorityEscalated: { _, _ in
-                        }
-                    } else {
+                + "withTaskPriorityEscalationHandler (empty handlers), from \(tasks) concurrent tasks"
+        ) { mutex in
+            await withTaskCancellationHandler {
+                if #available(macOS 26.0, iOS 26.0, watchOS 26.0, tvOS 26.0, visionOS 26.0, *) {
+                    await withTaskPriorityEscalationHandler {
                         await mutex.acquire()
+                    } onPriorityEscalated: { _, _ in
                     }
-                } onCancel: {
+                } else {
+                    await mutex.acquire()
                 }
-                counter.value += 1
-                mutex.release()
+            } onCancel: {
             }
-            check(
-                counter.value == operations,
-                "the async mutex floor with handlers counted \(counter.value) of \(operations)")
-            return Sample(measured: Double(elapsed), operations: operations)
         }
     }
 
-    static func contended(tasks: Int) -> Scenario {
-        Scenario(
-            name: "async mutex floor contended \(tasks) tasks",
-            summary: "a FIFO async mutex (NSLock and a queue of continuations): await acquire, += 1, release, "
-                + "from \(tasks) concurrent tasks",
-            timeWindowed: true
-        ) { window in
+    /// `tasks` concurrent tasks each taking the mutex with `acquire`, adding one and releasing it,
+    /// until the window ends.
+    private static func contended(
+        tasks: Int, name: String, summary: String, acquire: @escaping @Sendable (AsyncMutexFloor) async -> Void
+    ) -> Scenario {
+        Scenario(name: name, summary: summary, timeWindowed: true) { window in
             let mutex = AsyncMutexFloor()
             let counter = Counter()
             let (elapsed, operations) = Concurrency.runTasks(tasks, for: UInt64(window)) {
-                await mutex.acquire()
+                await acquire(mutex)
                 counter.value += 1
                 mutex.release()
             }
-            check(counter.value == operations, "the async mutex floor counted \(counter.value) of \(operations)")
+            check(counter.value == operations, "\(name) counted \(counter.value) of \(operations)")
             return Sample(measured: Double(elapsed), operations: operations)
         }
     }

@@ -266,6 +266,28 @@ extension CheckerRun {
         return task
     }
 
+    /// In a task of the world: `set` on `outer` (awaiting), and inside its closure `set` on
+    /// `inner` (awaiting, `+= 1`); each records how it ended under its name.
+    func awaitingNested(
+        _ outerName: String, _ outer: QueueSafeValue<Int>, _ innerName: String, _ inner: QueueSafeValue<Int>
+    ) {
+        Task(executorPreference: world) { [self] in
+            do {
+                try await outer.async.highestPriority.set { _ in
+                    do {
+                        try await inner.async.highestPriority.set { $0 += 1 }
+                        end(innerName, "ran")
+                    } catch {
+                        end(innerName, Self.describe(error))
+                    }
+                }
+                end(outerName, "ran")
+            } catch {
+                end(outerName, Self.describe(error))
+            }
+        }
+    }
+
     /// An operation of `queue` (from the calling thread of the world), and a task of the world that
     /// records how it ended. Returns the operation's task.
     @discardableResult

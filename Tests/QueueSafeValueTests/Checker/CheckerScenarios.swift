@@ -504,23 +504,7 @@ enum CheckerScenarios {
         let values = ["A", "B", "C"].map { QueueSafeValue(value: 0, label: $0) }
         world.quiescentCheck = run.quiescentCheck(values.map(\.engine))
         world.spawn("X") { run.blocking("x", values[2].wait, .high) }
-        world.spawn("issuer") {
-            Task(executorPreference: world) {
-                do {
-                    try await values[1].async.highestPriority.set { _ in
-                        do {
-                            try await values[2].async.highestPriority.set { $0 += 1 }
-                            run.end("t inner", "ran")
-                        } catch {
-                            run.end("t inner", CheckerRun.describe(error))
-                        }
-                    }
-                    run.end("t", "ran")
-                } catch {
-                    run.end("t", CheckerRun.describe(error))
-                }
-            }
-        }
+        world.spawn("issuer") { run.awaitingNested("t", values[1], "t inner", values[2]) }
         world.spawn("L") {
             let outer = values[0].wait.highestPriority.set { _ in run.blocking("l inner", values[1].wait, .high) }
             run.end("l outer", CheckerRun.describe(outer))
@@ -598,23 +582,7 @@ enum CheckerScenarios {
         let first = QueueSafeValue(value: 0, label: "first")
         let second = QueueSafeValue(value: 0, label: "second")
         world.quiescentCheck = run.quiescentCheck([first.engine, second.engine])
-        world.spawn("issuer") {
-            Task(executorPreference: world) {
-                do {
-                    try await first.async.highestPriority.set { _ in
-                        do {
-                            try await second.async.highestPriority.set { $0 += 1 }
-                            run.end("T inner", "ran")
-                        } catch {
-                            run.end("T inner", CheckerRun.describe(error))
-                        }
-                    }
-                    run.end("T outer", "ran")
-                } catch {
-                    run.end("T outer", CheckerRun.describe(error))
-                }
-            }
-        }
+        world.spawn("issuer") { run.awaitingNested("T outer", first, "T inner", second) }
         world.spawn("B") {
             let outer = second.wait.highestPriority.set { _ in run.blocking("B inner", first.wait, .highest) }
             run.end("B outer", CheckerRun.describe(outer))

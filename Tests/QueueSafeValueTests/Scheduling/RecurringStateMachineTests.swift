@@ -80,6 +80,14 @@ import Testing
         (.decide, Output(events: [.started(run: 1, trigger: .runNow(request: 2))], result: "run(number: 1)")),
     ]
 
+    /// A `runNowAndWait()` whose run 1 started and ended before its caller attached (on demand).
+    static let run1EndedBeforeItsCallerAttached: [(Input, Output)] = [
+        (.decide, Output(events: [.waiting(nextRunIn: nil)], result: "wait(token: 1, nanoseconds: nil)")),
+        (.runNowAndWait, Output(events: [.requested(request: 1)], result: "Optional(1)")),
+        (.decide, Output(events: [.started(run: 1, trigger: .runNow(request: 1))], result: "run(number: 1)")),
+        (.runEnded(1, nil), Output(events: [.finished(run: 1)])),
+    ]
+
     /// The machine up to run 1, started for caller `c1`'s `runNowAndWait()` (on demand).
     static let run1ServingCaller1: [(Input, Output)] = [
         (.decide, Output(events: [.waiting(nextRunIn: nil)], result: "wait(token: 1, nanoseconds: nil)")),
@@ -272,22 +280,14 @@ import Testing
         Scenario(
             name: "an outcome known before the continuation arrives is handed over on attach, and beats a cancellation",
             policy: .onDemand,
-            rows: [
-                (.decide, Output(events: [.waiting(nextRunIn: nil)], result: "wait(token: 1, nanoseconds: nil)")),
-                (.runNowAndWait, Output(events: [.requested(request: 1)], result: "Optional(1)")),
-                (.decide, Output(events: [.started(run: 1, trigger: .runNow(request: 1))], result: "run(number: 1)")),
-                (.runEnded(1, nil), Output(events: [.finished(run: 1)])),
+            rows: run1EndedBeforeItsCallerAttached + [
                 (.cancelCaller(1), Output(result: "stays")),
                 (.attachCaller(1, "c1"), Output(result: "resolved(finished(run: 1))")),
             ]),
         Scenario(
             name: "a caller cancelled before its call leaves even when its run ended first; the request ran",
             policy: .onDemand,
-            rows: [
-                (.decide, Output(events: [.waiting(nextRunIn: nil)], result: "wait(token: 1, nanoseconds: nil)")),
-                (.runNowAndWait, Output(events: [.requested(request: 1)], result: "Optional(1)")),
-                (.decide, Output(events: [.started(run: 1, trigger: .runNow(request: 1))], result: "run(number: 1)")),
-                (.runEnded(1, nil), Output(events: [.finished(run: 1)])),
+            rows: run1EndedBeforeItsCallerAttached + [
                 (.abandonCaller(1), Output()),
                 (.attachCaller(1, "c1"), Output(result: "cancelled")),
             ]),

@@ -242,7 +242,7 @@ extension CommandEngine {
                 if !nodes.isEmpty {
                     inheritUrgency(ticket, urgency, party: nodes)
                 } else if raised {
-                    Self.walkChain(from: syncBoost())
+                    raiseHolder()
                 }
                 if let deadline, let timer {
                     // A deadline already past gives up now, like `wait(timeout:)`.

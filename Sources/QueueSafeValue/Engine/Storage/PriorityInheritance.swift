@@ -132,7 +132,13 @@ extension CommandEngine {
             return machine.park(
                 ticket, urgency: urgency, inherited: inherited, holderBits: state.loadAcquire() & EngineWord.holderMask)
         }
-        guard raised else { return }
+        if raised { raiseHolder(walks: walks) }
+    }
+
+    /// A waiter's park raised what the holder must run at (``EngineStateMachine/park(_:urgency:inherited:holderBits:)``
+    /// returned `true`): the holder follows, then, if `walks`, the chain behind it. Call after
+    /// unlocking.
+    final func raiseHolder(walks: Bool = true) {
         let changed = syncBoost()
         if walks { Self.walkChain(from: changed) }
     }
