@@ -372,8 +372,8 @@ enum CheckerScenarios {
         return { run.finalCheck(value.engine, commands: ["c0", "c1", "c2"], delivering: ["c2"]) }
     }
 
-    static let silentTurnsWithAHelper = CheckerScenario(
-        name: "silent dispatch commands: turns on the queue while a waiter on it takes over",
+    static let silentSuccessorsInline = CheckerScenario(
+        name: "silent dispatch commands run their successors inline while a waiter on the queue takes over",
         preemptionBound: 2
     ) { world in
         let run = CheckerRun(world)
@@ -389,8 +389,7 @@ enum CheckerScenarios {
         return { run.finalCheck(value.engine, commands: ["c0", "c1", "c2", "c3"]) }
     }
 
-    /// A turn takes only a command granted for its own queue; a grant for the other queue counts on
-    /// that queue's turns.
+    /// The machine lets a releasing block run its successor inline only for the same queue.
     static let silentCommandsOfTwoQueues = CheckerScenario(
         name: "silent dispatch commands of two queues, granted one after another", preemptionBound: 2
     ) { world in
@@ -408,24 +407,6 @@ enum CheckerScenarios {
             dispatchOnItsQueue(run, "c3", value, .high, on: first, completion: false)
         }
         return { run.finalCheck(value.engine, commands: ["c0", "c1", "c2", "c3"]) }
-    }
-
-    /// Dispatch commands queue behind a thread: each dispatches a turn at once, which may run before
-    /// any grant (it finds nothing and is spent, under the lock) or after one (it runs whichever
-    /// command is granted for its queue); a grant with no turn left dispatches a block of its own.
-    static let turnsAroundGrants = CheckerScenario(
-        name: "dispatch turns that find nothing, and grants left without a turn", preemptionBound: 2
-    ) { world in
-        let run = CheckerRun(world)
-        let value = QueueSafeValue(value: 0, label: "turns")
-        let queue = DispatchQueue(label: "Q")
-        world.quiescentCheck = run.quiescentCheck([value.engine])
-        world.spawn("holder") { run.blocking("c0", value.wait, .highest) }
-        world.spawn("off") {
-            dispatchOnItsQueue(run, "c1", value, .high, on: queue)
-            dispatchOnItsQueue(run, "c2", value, .medium, on: queue, completion: false)
-        }
-        return { run.finalCheck(value.engine, commands: ["c0", "c1", "c2"], delivering: ["c1"]) }
     }
 
     static let waiterOnAnotherQueue = CheckerScenario(

@@ -15,18 +15,18 @@ extension EngineStateMachine {
     /// Who starts a command the machine has granted the section.
     enum Starter {
         /// Its own waiting party: a blocking command's thread is handed the section (spinning or
-        /// parked), an awaiting command's task is resumed, a dispatched command with no turn left on
-        /// its queue gets a block of its own (published in the dispatched holder's slot first, so
-        /// that a waiter running on that queue, or a turn, may still take it over).
+        /// parked), an awaiting command's task is resumed, a dispatched command's block is queued on
+        /// its queue (published in the dispatched holder's slot first, so that a waiter running on
+        /// that queue may still take it over).
         case itself
         /// A blocking command waiting on a thread that runs on the granted dispatched command's
         /// queue: that queue cannot run the command's block while the thread waits, so the thread
         /// runs the command itself, as a job handed to it.
         case helper(Handle)
-        /// A dispatched command for a queue on which a turn is outstanding (see ``DispatchTurns``):
-        /// the grant is only published, and that turn takes it when it runs (or a waiter on that
-        /// queue takes it over first). No block is dispatched for it.
-        case turn
+        /// The dispatched block that just released runs on the same queue and may run its successor
+        /// inline, without a new block (see `DispatchedCommand`'s batches). The grant is still
+        /// published, so a waiter on that queue may take it over first.
+        case releaser
     }
 
     /// The command a transition granted the section, and how it starts. (In this order, it takes
@@ -87,34 +87,35 @@ extension EngineStateMachine {
 }
 
 extension EngineStateMachine where Handle: EngineHandle {
-    /// Who starts `handle`, just granted as `kind` (`shared`: a shared read, which its own block
-    /// claims by ticket and never a turn).
+    /// Who starts `handle`, just granted as `kind`.
+    /// - Parameters:
+    ///   - releaserQueue: the queue of a dispatched block that released and could run a successor
+    ///     for the same queue inline; 0 when the release came from anywhere else.
+    ///   - boosted: the release ends a boost, so the releaser must not run more holders' code.
     ///
     /// `mutating` only so that calling it from a transition passes the machine in place: a
     /// non-mutating call from a mutating transition copied the machine, and the transition's next
     /// write to its records then copied the records array.
-    mutating func starter(of handle: Handle, kind: CommandKind, shared: Bool = false) -> Starter {
+    mutating func starter(of handle: Handle, kind: CommandKind, releaserQueue: Int = 0, boosted: Bool = false)
+        -> Starter
+    {
         guard kind == .dispatched else { return .itself }
         let queue = handle.targetQueueID
         // A thread blocked on the command's queue runs it: its block could not run meanwhile.
         // mutant(helper-never-chosen): if false, table.hasHelpers, let helper = table.helper(forQueue: queue) { return .helper(helper) }
         if table.hasHelpers, let helper = table.helper(forQueue: queue) { return .helper(helper) }
-        // mutant(grant-without-turn): if !shared { return .turn }
-        if !shared && turns.isOutstanding(on: queue) { return .turn }
+        // mutant(inline-off-its-queue): if releaserQueue != 0 && !boosted { return .releaser }
+        if releaserQueue != 0 && queue == releaserQueue && !boosted { return .releaser }
         return .itself
     }
 
     /// Records the exclusive grant of `handle` in ``outbox``, with the urgency it inherits.
     @inline(__always)
-    mutating func grantInOutbox(_ handle: Handle, kind: CommandKind, urgency: Urgency = .none) {
-        let starter = starter(of: handle, kind: kind)
+    mutating func grantInOutbox(
+        _ handle: Handle, kind: CommandKind, urgency: Urgency = .none, releaserQueue: Int = 0, boosted: Bool = false
+    ) {
+        let starter = starter(of: handle, kind: kind, releaserQueue: releaserQueue, boosted: boosted)
         outbox.grant = Grant(handle: handle, starter: starter, urgency: urgency, kind: kind, shared: false)
-    }
-
-    /// A turn on `queue` found no command granted for it: it is spent (see ``DispatchTurns``). The
-    /// storage checked, under the lock, that no such command is published for it.
-    mutating func turnFoundNothing(on queue: Int) {
-        turns.spend(queue)
     }
 
     /// A dispatched holder was taken over by a waiting thread that does not run on its queue: it

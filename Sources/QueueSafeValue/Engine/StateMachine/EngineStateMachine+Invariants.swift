@@ -60,7 +60,6 @@ extension EngineStateMachine {
         if let violation = sharedReadViolation(word: word) { return violation }
         if let violation = bound.violation(table) { return violation }
         if let violation = discarding.violation(table) { return violation }
-        if let violation = turns.violation { return violation }
         return nil
     }
 }

@@ -61,25 +61,25 @@ extension EngineStateMachine {
     /// beside the first grant: who starts it, and whether a helper runs it.
     mutating func startReaderInOutbox(_ slot: UInt32, kind: CommandKind) {
         guard let handle = table[slot].handle else { preconditionFailure("a granted read without its waiter") }
-        // Readers are never published for a turn: their blocks claim them by ticket.
-        switch starter(of: handle, kind: kind, shared: true) {
+        // Readers never run inline in a releasing block: their releases go by ticket.
+        switch starter(of: handle, kind: kind) {
         case .helper(let helper):
             table[slot].role = .startedReader(table[slot].manual)
             outbox.others.append(.helpReader(handle, helper: helper))
-        case .itself, .turn:
+        case .itself, .releaser:
             outbox.others.append(.startReader(handle))
         }
     }
 
-    /// ``handOn(closedBit:now:)`` popped a shared read: grant it, and every shared read
+    /// ``handOn(closedBit:now:releaserQueue:)`` popped a shared read: grant it, and every shared read
     /// standing directly behind it, up to the first exclusive command.
     /// - Returns: the word to store.
     mutating func grantReaders(first slot: UInt32, kind: CommandKind, closedBit: Int, now: UInt64) -> Int {
         if inheritance.hasParked { inheritance.clear(slot) }
         _ = grantReader(slot)
         guard let handle = table[slot].handle else { preconditionFailure("a granted read without its waiter") }
-        // Readers are never published for a turn: their blocks claim them by ticket.
-        let starter = starter(of: handle, kind: kind, shared: true)
+        // Readers never run inline in a releasing block: their releases go by ticket.
+        let starter = starter(of: handle, kind: kind)
         if case .helper = starter { table[slot].role = .startedReader(table[slot].manual) }
         admitWaitingReaders()
         var inherited = Urgency.none
@@ -131,7 +131,7 @@ extension EngineStateMachine {
         outbox.endBoost = inheritance.isHoldBoosted
         // mutant(writer-beside-reader): guard !hold.readersHold || table.waitingCount > 0 else { return wordWhileReadersHold(observed) }
         guard !hold.readersHold else { return wordWhileReadersHold(observed) }
-        return handOn(closedBit: observed & EngineWord.closed, now: now)
+        return handOn(closedBit: observed & EngineWord.closed, now: now, releaserQueue: 0)
     }
 
     /// A shared read that took the idle path gives its share back through the lock (it saw a
@@ -150,7 +150,7 @@ extension EngineStateMachine {
         outbox.endBoost = inheritance.isHoldBoosted
         let word = observed &- EngineWord.idleReaderUnit
         guard !hold.readersHold else { return wordWhileReadersHold(word) }
-        return handOn(closedBit: observed & EngineWord.closed, now: now)
+        return handOn(closedBit: observed & EngineWord.closed, now: now, releaserQueue: 0)
     }
 
     /// ``releaseIdleReaderIntoOutbox(observed:now:)``, returning its actions (for the tests).

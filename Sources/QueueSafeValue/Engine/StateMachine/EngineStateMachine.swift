@@ -95,8 +95,6 @@ struct EngineStateMachine<Handle: EngineHandle> {
     var life = Lifecycle()
     /// ``CommandQueue``'s discardable operations (`Lifecycle.swift`).
     var discarding = Discarding<Handle>()
-    /// The dispatch schedule's outstanding turns (`DispatchTurns.swift`).
-    var turns = DispatchTurns()
     /// The actions of the transition in progress, which the storage takes (``takeOutbox()``) in
     /// the same lock section. Transitions on the contended path leave their actions here instead
     /// of returning them: a returned `Actions`, a generic struct holding references, was copied and
@@ -168,8 +166,6 @@ struct EngineStateMachine<Handle: EngineHandle> {
         let ticket = table.allocate(waiter, kind: kind, state: .waiting, role: role)
         let arrival = table.enqueue(ticket.slot, priority: priority)
         bound.arrived(ticket, sequence: arrival)
-        // A queued exclusive dispatched command dispatches a turn on its queue (see `DispatchTurns`).
-        if kind == .dispatched && !shared { turns.add(waiter.targetQueueID) }
         return (.queued(ticket), observed | EngineWord.slowRelease)
     }
 
@@ -179,35 +175,32 @@ struct EngineStateMachine<Handle: EngineHandle> {
     /// - Parameters:
     ///   - observed: the word (it has holder bits, and `slowRelease` or `closed`).
     ///   - now: the time, for ``Hold/since``.
-    ///   - turnQueue: the releaser is a dispatched command that a turn on this queue ran: that turn
-    ///     is spent (see ``DispatchTurns``); 0 otherwise.
+    ///   - releaserQueue: the queue of a dispatched block that may run a successor for the same queue
+    ///     inline (see ``Starter/releaser``); 0 otherwise.
     /// - Returns: the actions and the word to store.
-    mutating func release(observed: Int, now: UInt64 = 0, turnQueue: Int = 0) -> (Actions, word: Int) {
-        let word = releaseIntoOutbox(observed: observed, now: now, turnQueue: turnQueue)
+    mutating func release(observed: Int, now: UInt64 = 0, releaserQueue: Int = 0) -> (Actions, word: Int) {
+        let word = releaseIntoOutbox(observed: observed, now: now, releaserQueue: releaserQueue)
         return (outboxActions(), word)
     }
 
-    /// ``release(observed:now:turnQueue:)``, leaving its actions in ``outbox``: the storage's
+    /// ``release(observed:now:releaserQueue:)``, leaving its actions in ``outbox``: the storage's
     /// form, on every contended release.
     /// - Returns: the word to store.
-    mutating func releaseIntoOutbox(observed: Int, now: UInt64, turnQueue: Int) -> Int {
+    mutating func releaseIntoOutbox(observed: Int, now: UInt64, releaserQueue: Int) -> Int {
         assert(EngineWord.isHeld(observed), "release of a free section")
         assert(outbox.isEmpty, "the outbox of an earlier transition was not taken")
         if let slot = hold.endTracked() {
             outbox.ended = table[slot].handle.take()
             table.end(slot)
         }
-        // Spent before the successor's starter is chosen: this turn will not look again.
-        // mutant(turn-never-spent): _ = ()
-        if turnQueue != 0 { turns.spend(turnQueue) }
-        return handOn(closedBit: observed & EngineWord.closed, now: now)
+        return handOn(closedBit: observed & EngineWord.closed, now: now, releaserQueue: releaserQueue)
     }
 
     /// The section's last holder (an exclusive command, or the last shared read) released it: grant
     /// the next waiting command (with the shared reads directly behind it, if it is one), or free
     /// the section. Leaves its actions in ``outbox``.
     /// - Returns: the word to store.
-    mutating func handOn(closedBit: Int, now: UInt64) -> Int {
+    mutating func handOn(closedBit: Int, now: UInt64, releaserQueue: Int) -> Int {
         hold.stamp(0, exact: false)
         outbox.endBoost = inheritance.endHold()
         guard let (slot, kind) = popNext() else {
@@ -233,7 +226,7 @@ struct EngineStateMachine<Handle: EngineHandle> {
             if !inherited.isNone { inheritance.inherit(inherited) }
         }
         // Decided before the record goes: a helper is found among the records still waiting.
-        grantInOutbox(next, kind: kind, urgency: inherited)
+        grantInOutbox(next, kind: kind, urgency: inherited, releaserQueue: releaserQueue, boosted: outbox.endBoost)
         var word = closedBit | kind.wordBits
         if kind == .operation {
             table[slot].state = .holding

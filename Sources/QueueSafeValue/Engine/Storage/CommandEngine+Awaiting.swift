@@ -78,7 +78,7 @@ extension CommandEngine {
             taken = take(machine.takeOutbox(), &deferred)
             return (admission, machine.takeBoostSync())
         }
-        perform(taken, deferred)
+        _ = perform(taken, deferred)
         if lowersBoost { lowerBoost() }
         switch admission {
         case .granted(let ticket?):

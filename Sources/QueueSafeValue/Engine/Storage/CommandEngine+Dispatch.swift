@@ -120,51 +120,6 @@ extension CommandEngine {
         return true
     }
 
-    // MARK: Turns
-
-    /// A turn on `queue` runs (see ``DispatchTurns``): it takes the exclusive dispatched command
-    /// granted for `queue` whose block has not started, if one is published; otherwise the turn
-    /// is spent, under the lock, after looking once more there: a grant that counted on this turn
-    /// published its command in its own lock section, so a turn that looked too early finds it then.
-    /// - Returns: the command this turn runs (its release spends the turn), or `nil` if the turn
-    ///   found nothing and is spent.
-    final func claimTurn(on queue: Int) -> Contender? {
-        while true {
-            var misplaced: Contender?
-            if let command = takePublished(for: queue, misplaced: &misplaced) { return command }
-            if misplaced == nil {
-                let found: Contender? = machine.withLock { machine in
-                    // mutant(turn-spent-without-looking): machine.turnFoundNothing(on: queue); return nil
-                    if let command = takePublished(for: queue, misplaced: &misplaced) { return command }
-                    if misplaced == nil { machine.turnFoundNothing(on: queue) }
-                    return nil
-                }
-                if let found { return found }
-            }
-            guard let misplaced else { return nil }
-            // Taken for another queue (its address was reused between the two reads): it goes back.
-            republish(misplaced)
-        }
-    }
-
-    /// Takes the published dispatched holder if it is granted for `queue` and its block has not
-    /// started. The holder's queue is read first, so another queue's command is left alone; a
-    /// command whose address was reused between the two reads may still be taken: it is returned
-    /// in `misplaced`, for the caller to put back.
-    private func takePublished(for queue: Int, misplaced: inout Contender?) -> Contender? {
-        let raw = pendingDispatch.loadAcquire()
-        guard raw > Self.dispatchStarted, dispatchedHolderQueue.loadRelaxed() == queue,
-            pendingDispatch.compareExchange(expected: raw, desired: Self.dispatchStarted),
-            let pointer = UnsafeRawPointer(bitPattern: raw)
-        else { return nil }
-        let command = Unmanaged<Contender>.fromOpaque(pointer).takeRetainedValue()
-        guard command.targetQueueID == queue else {
-            misplaced = command
-            return nil
-        }
-        return command
-    }
-
     /// Takes over the published dispatched holder, if the holder is one and its block has not
     /// started: the taker runs it, and its block, which finds it gone, does not. Waits the moment
     /// it takes a command that took a free section to publish itself.

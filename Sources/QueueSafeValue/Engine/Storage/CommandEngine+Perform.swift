@@ -33,14 +33,15 @@ extension CommandEngine {
     /// How ``perform(_:_:)`` starts the command a transition granted: the machine's
     /// ``EngineStateMachine/Starter``, with the command (and the helper) it concerns.
     enum Start {
-        /// Nothing was granted, or nothing is left to do: a grant for a turn
-        /// (``EngineStateMachine/Starter/turn``) was published under the lock, and the turn takes it.
+        /// Nothing was granted.
         case none
         /// ``EngineStateMachine/Starter/itself``: start the granted command.
         case itself(Contender)
         /// ``EngineStateMachine/Starter/helper(_:)``: wake the helper, which was handed the
         /// granted command (`job`) under the lock.
         case helper(Contender, job: Contender)
+        /// ``EngineStateMachine/Starter/releaser``: the releasing block runs the granted command.
+        case releaser(Contender)
     }
 
     /// A transition's actions as the storage holds them between its two halves: how to start the
@@ -62,7 +63,9 @@ extension CommandEngine {
 
     /// Runs one transition under the engine lock, takes its actions there and performs them after
     /// unlocking. For the rarer transitions, which return their actions by value (`nil`: none).
-    final func apply(_ transition: (inout Machine) -> Machine.Actions?) {
+    /// - Returns: what ``perform(_:_:)`` returned.
+    @discardableResult
+    final func apply(_ transition: (inout Machine) -> Machine.Actions?) -> Contender? {
         SyncPoints.inheritance(true)
         defer { SyncPoints.inheritance(false) }
         var deferred: [Deferred] = []
@@ -75,8 +78,8 @@ extension CommandEngine {
         }
         // A waiter left: the boost it asked for ends with it (see `PriorityInheritance.swift`).
         defer { if lowersBoost { lowerBoost() } }
-        guard let taken else { return }
-        perform(taken, deferred)
+        guard let taken else { return nil }
+        return perform(taken, deferred)
     }
 
     /// Under the engine lock, in the lock section of the transition that returned `actions` (or
@@ -126,21 +129,23 @@ extension CommandEngine {
         case .itself:
             if grant.kind == .dispatched && !grant.shared { publishGrantedDispatch(next, helper: nil) }
             start = .itself(next)
-        case .turn:
-            // A turn on its queue is outstanding: it takes the grant from the slot.
+        case .releaser:
             publishGrantedDispatch(next, helper: nil)
-            start = .none
+            start = .releaser(next)
         }
         return (start, ended, (grant.urgency, endBoost, freeValue), heir)
     }
 
     /// After unlocking: performs the actions taken by ``take(_:_:)``, in the order
     /// ``EngineStateMachine/Actions`` gives.
+    /// - Returns: the granted command when the machine chose the releasing block to run it
+    ///   (``EngineStateMachine/Starter/releaser``): the caller claims and runs it inline.
     @inline(__always)
-    final func perform(_ taken: consuming Taken, _ deferred: [Deferred]) {
+    final func perform(_ taken: consuming Taken, _ deferred: [Deferred]) -> Contender? {
         let (start, ended, flags, heir) = taken
         // A boosted holder hands the section on while still boosted, and only then goes back to
         // its own priority (below): at its own priority it might not get the processor to hand it on.
+        var inline: Contender?
         // The new holder inherits the urgency of the waiters still parked before it starts.
         if !flags.urgency.isNone { raiseHeir(heir, flags.urgency) }
         switch start {
@@ -151,6 +156,8 @@ extension CommandEngine {
         // mutant(helper-job-after-unlock): case .helper(let helper, let job): helper.assignJob(job)
         case .helper(let helper, job: _):
             helper.postJob()
+        case .releaser(let grant):
+            inline = grant
         }
         if flags.endBoost { endBoostOfCurrentThread() }
         if flags.freeValue { freeValue() }
@@ -165,5 +172,6 @@ extension CommandEngine {
             case .postJob(let helper): helper.postJob()
             }
         }
+        return inline
     }
 }

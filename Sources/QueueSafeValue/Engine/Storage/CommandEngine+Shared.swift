@@ -74,7 +74,7 @@ extension CommandEngine {
             }
             taken = take(machine.takeOutbox(), &deferred)
         }
-        perform(taken, deferred)
+        _ = perform(taken, deferred)
     }
 
     /// The block of a granted dispatched shared read claims it: `false` if a helper runs it.
@@ -183,7 +183,7 @@ extension CommandEngine {
             }
             taken = take(machine.takeOutbox(), &deferred)
         }
-        perform(taken, deferred)
+        _ = perform(taken, deferred)
     }
 
     // MARK: Blocking shared reads

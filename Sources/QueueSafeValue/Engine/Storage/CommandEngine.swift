@@ -157,14 +157,23 @@ class CommandEngine: @unchecked Sendable {
     }
 
     /// ``release(_:)``, inlined into the caller: on the idle path a store and a compare-and-swap,
-    /// with no call (blocking commands use it with `.blocking`); else ``releaseSlow(spendingTurnOn:)``.
+    /// with no call (blocking commands use it with `.blocking`).
     @inlinable
     @inline(__always)
     final func releaseBlocking(_ kind: CommandKind = .blocking) {
+        releaseReturningInline(kind)
+    }
+
+    /// The one release: the idle compare-and-swap, else ``releaseSlow(releaserQueue:)``.
+    /// - Returns: the successor the machine chose the releasing dispatched block to run inline.
+    @inlinable
+    @inline(__always)
+    @discardableResult
+    final func releaseReturningInline(_ kind: CommandKind, releaserQueue: Int = 0) -> Contender? {
         // Cleared first: once the word says free, another thread may take the section and set them.
         ownerThread.storeRelaxed(0)
-        if tryReleaseIdle(kind) { return }
-        releaseSlow()
+        if tryReleaseIdle(kind) { return nil }
+        return releaseSlow(releaserQueue: releaserQueue)
     }
 
     // MARK: Transitions
@@ -184,26 +193,25 @@ class CommandEngine: @unchecked Sendable {
         }
     }
 
-    /// ``release(_:)`` for a dispatched command, wherever it ran (its block, a turn, a helper, the
-    /// arrival of its manual completion). Clears the dispatched holder's slot first (while the word
-    /// still says held), so the blocking release pays nothing for helping.
-    /// - Parameter turnQueue: a turn on this queue ran the command (see ``DispatchTurns``): the
-    ///   release goes through the lock, which spends that turn, even when nothing waits; 0 if no
-    ///   turn ran it.
+    /// ``release(_:)`` for a dispatched command's block running on `queue` (its identity).
+    /// Clears the dispatched holder's slot first (while the word still says held), so the blocking
+    /// release pays nothing for helping.
+    /// - Parameter inlineQueue: the block could run a granted successor for this queue inline
+    ///   (0: it cannot).
+    /// - Returns: the successor the machine chose this block to run (see
+    ///   ``EngineStateMachine/Starter/releaser``); every other grant was started already.
     @inline(__always)
-    final func releaseDispatched(turnQueue: Int) {
+    final func releaseDispatched(inlineQueue: Int) -> Contender? {
         pendingDispatch.storeRelaxed(0)
-        ownerThread.storeRelaxed(0)
-        if turnQueue == 0 && tryReleaseIdle(.dispatched) { return }
-        releaseSlow(spendingTurnOn: turnQueue)
+        return releaseReturningInline(.dispatched, releaserQueue: inlineQueue)
     }
 
-    /// A release the idle path could not take (or a dispatched command's that spends its turn):
-    /// the machine decides, and the actions are performed after unlocking.
-    /// - Parameter turnQueue: the releaser was run by a turn on this queue, which is spent now; 0
-    ///   if not (see ``DispatchTurns``).
+    /// A release the idle path could not take: the machine decides, and the actions are performed
+    /// after unlocking.
+    /// - Returns: the granted command the releasing block runs inline, if the machine chose it.
     @usableFromInline
-    final func releaseSlow(spendingTurnOn turnQueue: Int = 0) {
+    @discardableResult
+    final func releaseSlow(releaserQueue: Int = 0) -> Contender? {
         // The release may hand a raise on to the heir, and ends the releaser's own.
         SyncPoints.inheritance(true)
         defer { SyncPoints.inheritance(false) }
@@ -211,11 +219,11 @@ class CommandEngine: @unchecked Sendable {
         var taken = Self.nothingTaken
         machine.withLock { machine in
             transitionWhileHeld(&machine) { machine, observed in
-                ((), machine.releaseIntoOutbox(observed: observed, now: coarseNow(), turnQueue: turnQueue))
+                ((), machine.releaseIntoOutbox(observed: observed, now: coarseNow(), releaserQueue: releaserQueue))
             }
             taken = take(machine.takeOutbox(), &deferred)
         }
-        perform(taken, deferred)
+        return perform(taken, deferred)
     }
 
     /// Takes a waiting command out of the queue (a cancellation), if it still waits: it never runs

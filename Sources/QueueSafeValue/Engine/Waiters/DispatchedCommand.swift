@@ -5,11 +5,10 @@ import Dispatch
 /// A command whose closures run on a `DispatchQueue`.
 ///
 /// It takes its place in the engine at the moment of the call; only its execution is dispatched.
-/// A command that takes a free section dispatches its own block. One that has to wait is a record
-/// in the queue, and dispatches a *turn* on its queue at once (see ``DispatchTurns``): a block that
-/// runs whichever command the machine has granted for that queue, if any, when it runs. A grant
-/// with no turn left on its queue dispatches a block of its own. So a queue draining a backlog
-/// runs one block per command, dispatched by the submitter, as a plain `queue.async` does.
+/// While it waits it is a record in the queue, not a blocked thread or a queued block. When granted
+/// it is dispatched onto its queue; when it finishes there and the next granted command targets the
+/// same queue, that command runs in the same block (up to ``batchLimit`` in a row), which saves a
+/// dispatch per command when a queue drains a backlog.
 // @unchecked Sendable: runs on one queue at a time; fields immutable
 class DispatchedCommand<Value>: Contender, @unchecked Sendable {
     enum Operation {
@@ -30,8 +29,11 @@ class DispatchedCommand<Value>: Contender, @unchecked Sendable {
             @Sendable (Result<Value, QueueSafeValueError>, @escaping CommandCompletionClosure) -> Void)
     }
 
+    /// How many granted commands for the same queue one dispatched block runs back to back.
+    static var batchLimit: Int { 64 }
+
     // The fields are in this order so that the object takes 88 bytes, a 96-byte allocation (the
-    // benchmark's memory per pending command, ≤ 128 bytes with the machine's record): the flags
+    // benchmark's memory per pending command, ≤ 128 bytes with the machine's record): the flag
     // beside `Contender.isGranted`, then the 17-byte operation at the next 8-byte boundary. Put
     // anywhere else, the operation's tag byte spills into a word of its own and every command
     // takes a 112-byte allocation.
@@ -40,10 +42,6 @@ class DispatchedCommand<Value>: Contender, @unchecked Sendable {
     /// takes and gives back its share through the lock, by ``Contender/readerTicket``, and is never
     /// published in the dispatched holder's slot nor run inline by a releasing block.
     private let isShared: Bool
-    // @unchecked Sendable (the class's): written by the turn that claimed the command, before it
-    // runs it; read by its release, on the same thread or after the manual completion arrived.
-    /// A turn ran it: its release spends that turn (see ``DispatchTurns``).
-    private var ranInTurn = false
     private let operation: Operation
     private let engine: ValueEngine<Value>
     private let queue: DispatchQueue
@@ -82,12 +80,7 @@ class DispatchedCommand<Value>: Contender, @unchecked Sendable {
         let command = Self(engine: engine, queue: queue, operation: operation, completion: completion)
         if engine.tryAcquireIdle(.dispatched) { return command.publishAndStart() }
         do {
-            if try engine.enqueueDispatched(command, priority: priority) {
-                command.publishAndStart()
-            } else {
-                // Queued: the machine counted a turn on its queue, dispatched now.
-                SyncPoints.async(queue) { command.runTurn() }
-            }
+            if try engine.enqueueDispatched(command, priority: priority) { command.publishAndStart() }
         } catch {
             SyncPoints.async(queue) { command.deliverFailure(error) }
         }
@@ -151,19 +144,8 @@ class DispatchedCommand<Value>: Contender, @unchecked Sendable {
 
     override var targetQueueID: Int { queueID }
 
-    /// A turn on this command's queue, dispatched when it was queued: runs the command granted for
-    /// the queue, if any (this one or another; see ``CommandEngine/claimTurn(on:)``).
-    private func runTurn() {
-        guard let claimed = engine.claimTurn(on: queueID) else { return }
-        // A command of this value (an engine grants only its own) for this queue: of this type.
-        let command = unsafeDowncast(claimed, to: Self.self)
-        command.ranInTurn = true
-        command.runInBlock()
-    }
-
-    /// Dispatches the block of its own of the granted (and published) command: it took a free
-    /// section, or no turn was left on its queue when it was granted. Until the block claims it, a
-    /// blocking waiter that runs on `queue`, or a turn, may take it over (see
+    /// Dispatches the block of the granted (and published) command. Until the block claims it, a
+    /// blocking waiter that runs on `queue` may take it over (see
     /// ``CommandEngine/publishPendingDispatch(_:)``).
     override func start() {
         if isShared {
@@ -175,7 +157,7 @@ class DispatchedCommand<Value>: Contender, @unchecked Sendable {
         }
         SyncPoints.async(queue) {
             guard self.engine.claimPendingDispatch(self) else { return }  // taken over
-            self.runInBlock()
+            self.runBatch()
         }
     }
 
@@ -183,84 +165,118 @@ class DispatchedCommand<Value>: Contender, @unchecked Sendable {
     /// delivered in a block of its own, after the thread's current block (the waiter) ends.
     override func runOnHelper() {
         if isShared { return executeShared() }
-        if let delivery = execute(deliverHere: false) {
+        if let delivery = execute(inlineQueue: 0, deliverHere: false).delivery {
             let box = UncheckedSendable(delivery)
             SyncPoints.async(queue) { box.value() }
         }
     }
 
-    /// Runs on `queue`, in its own block or a turn: the command, then its delivery. A command with
-    /// a completion (or a `map` delivery) releases first, which starts its successor (or publishes
-    /// it for a turn that is already queued), and only then delivers: the delivery may wait for
-    /// that successor (a blocking command on the same value, or work on another queue).
-    private func runInBlock() {
-        if let delivery = execute(deliverHere: true) { delivery() }
+    /// Runs on `queue`: this command, then any granted successors for the same queue.
+    ///
+    /// A successor runs inline only after a command that delivers nothing once it released the
+    /// value. A command with a completion (or a `map` delivery) starts its successor first and only
+    /// then delivers: the delivery may wait for that successor (a blocking command on the same
+    /// value, or work on another queue), and on a concurrent queue running the successor behind the
+    /// delivery on this thread would deadlock where a plain dispatch would not.
+    ///
+    /// Whether a successor runs inline is the machine's decision (``EngineStateMachine/Starter``):
+    /// the block offers its queue when it releases, while its budget lasts, and the machine takes
+    /// the offer only for a successor on the same queue that no waiting thread must run.
+    private func runBatch() {
+        var command = self
+        var budget = Self.batchLimit
+        while true {
+            budget -= 1
+            let (next, delivery) = command.execute(inlineQueue: budget > 0 ? queueID : 0, deliverHere: true)
+            if let delivery {
+                delivery()
+                return
+            }
+            // Run inline, unless a waiter took it over since its grant published it.
+            guard let next, engine.claimPendingDispatch(next) else { return }
+            command = next
+        }
     }
 
     /// What runs after the command released the value: its completion or `map` delivery.
     private typealias Delivery = () -> Void
 
     /// Runs the command on its queue while it holds the section.
+    /// - Parameter inlineQueue: this block's queue if it could run a granted successor inline; 0 if
+    ///   not (it is not a batch, or its budget ran out). A command that delivers something never
+    ///   offers: it starts its successor first and only then delivers, since the delivery may wait
+    ///   for that successor (a blocking command on the same value, or work on another queue), and
+    ///   on a concurrent queue running the successor behind the delivery on this thread would
+    ///   deadlock where a plain dispatch would not.
     /// - Parameter deliverHere: the caller is the command's own block, which delivers right after
     ///   the release anyway: a plain `set`'s completion is then called here, with no closure
-    ///   allocated to carry it (`nil` is returned).
-    /// - Returns: the delivery to run after the release, if any (`nil` also when the release is
-    ///   left to a manual completion).
-    private func execute(deliverHere: Bool) -> Delivery? {
+    ///   allocated to carry it (`nil, nil` is returned).
+    /// - Returns: the successor the machine chose this block to run inline (`nil` if there is none,
+    ///   it was started otherwise, or the release is left to a manual completion), and the delivery
+    ///   to run after the release.
+    private func execute(inlineQueue: Int, deliverHere: Bool) -> (next: DispatchedCommand?, delivery: Delivery?) {
         engine.setOwnerThread(currentThreadID())
         switch operation {
         case .read(let body):
             read(body)
         case .access(let body):
             body(&engine.pointer.pointee)
-            return finish(changed: true, deliverHere: deliverHere)
+            return finish(changed: true, inlineQueue: inlineQueue, deliverHere: deliverHere)
         case .map(let transform):
             let deliver = map(transform)  // inside the section: before the release
-            release()
-            return deliver
+            _ = engine.releaseDispatched(inlineQueue: 0)
+            return (nil, deliver)
         case .readManual(let body):
             let value = engine.pointer.pointee
-            return executeManual { done in body(.success(value), done) }
+            return (nil, executeManual { done in body(.success(value), done) })
         case .accessManual(let body):
-            return executeManual { done in body(&engine.pointer.pointee, done) }
+            return (nil, executeManual { done in body(&engine.pointer.pointee, done) })
         case .sharedRead, .sharedReadManual:
             preconditionFailure("a shared read run as an exclusive command")
         }
-        return finish(changed: false, deliverHere: deliverHere)
+        return finish(changed: false, inlineQueue: inlineQueue, deliverHere: deliverHere)
     }
 
-    /// The one end of an exclusive command's hold, whichever way it ran (its block, a turn, a
-    /// helper, the arrival of its manual completion). In the section: captures the change for the
-    /// observers (if `changed` and the value has any) and reads the result for the completion.
-    /// Then releases: the machine grants the next command, which is started or published for its
-    /// turn. After the release: offers the change, then delivers the completion here
-    /// (`deliverHere`) or returns it.
+    /// The one end of an exclusive command's hold, whichever way it ran (its block, a helper, the
+    /// arrival of its manual completion). In the section: captures the change for the observers
+    /// (if `changed` and the value has any) and reads the result for the completion. Then
+    /// releases: the machine grants the next command, which is started, or returned when it is
+    /// this block's to run inline. After the release: offers the change, then delivers the
+    /// completion here (`deliverHere`) or returns it.
     /// - Parameters:
     ///   - changed: the command may have changed the value.
+    ///   - inlineQueue: this block's queue, if it may run a granted successor inline; 0 if not. A
+    ///     command that delivers something or offers a change never does: it starts its successor
+    ///     first, since the delivery may wait for that successor (see ``execute(inlineQueue:deliverHere:)``).
     ///   - deliverHere: the caller is the command's own block, which delivers right after the
     ///     release anyway: the completion is called here, with no closure allocated to carry it.
-    /// - Returns: the delivery to run (on this command's queue) if it was not delivered here.
-    private func finish(changed: Bool, deliverHere: Bool) -> Delivery? {
+    /// - Returns: the successor to run inline, and the delivery to run (on this command's queue)
+    ///   if it was not delivered here.
+    private func finish(changed: Bool, inlineQueue: Int, deliverHere: Bool) -> (
+        next: DispatchedCommand?, delivery: Delivery?
+    ) {
         let change = changed && engine.observing.loadRelaxed() != 0 ? engine.captureChange() : nil
         guard let completion else {
-            release()
-            if let change { engine.deliverChange(change) }
-            return nil
+            let next = engine.releaseDispatched(inlineQueue: change == nil ? inlineQueue : 0)
+            guard let change else { return (successor(next), nil) }
+            engine.deliverChange(change)
+            return (nil, nil)
         }
         let result = engine.pointer.pointee
-        release()
+        _ = engine.releaseDispatched(inlineQueue: 0)
         if let change { engine.deliverChange(change) }
         if deliverHere {
             completion(.success(result))
-            return nil
+            return (nil, nil)
         }
-        return { completion(.success(result)) }
+        return (nil, { completion(.success(result)) })
     }
 
-    /// Releases the section; a turn that ran the command is spent by it.
+    /// The successor the machine chose this block to run inline: a command of this value (the engine
+    /// of a value grants only its own commands) and on this queue (the releaser's), so of this type.
     @inline(__always)
-    private func release() {
-        engine.releaseDispatched(turnQueue: ranInTurn ? queueID : 0)
+    private func successor(_ next: Contender?) -> DispatchedCommand? {
+        next.map { unsafeDowncast($0, to: Self.self) }
     }
 
     // The `Result` cases live in functions of their own: in unspecialized code, naming
@@ -290,11 +306,12 @@ class DispatchedCommand<Value>: Contender, @unchecked Sendable {
         return finishManual()
     }
 
-    /// ``finish(changed:deliverHere:)`` for a manual completion (from its closure's return or from
-    /// the completion's arrival): the delivery is returned.
+    /// ``finish(changed:inlineQueue:deliverHere:)`` for a manual completion (from its closure's
+    /// return or from the completion's arrival): no successor runs inline, and the delivery is
+    /// returned.
     private func finishManual() -> Delivery? {
         let changed = if case .accessManual = operation { true } else { false }
-        return finish(changed: changed, deliverHere: false)
+        return finish(changed: changed, inlineQueue: 0, deliverHere: false).delivery
     }
 
     /// The manual completion arrived after the closure returned, on some thread (possibly not
