@@ -409,6 +409,25 @@ enum CheckerScenarios {
         return { run.finalCheck(value.engine, commands: ["c0", "c1", "c2", "c3"]) }
     }
 
+    /// Dispatch commands queue behind a thread, one with a completion and one without, from one
+    /// issuer: the thread's release grants the first, whose block delivers its completion only
+    /// after it started the second (a grant for the same queue, by a block that must not run it
+    /// inline behind a delivery).
+    static let dispatchBehindAThread = CheckerScenario(
+        name: "dispatch commands queued behind a thread, one with a completion", preemptionBound: 2
+    ) { world in
+        let run = CheckerRun(world)
+        let value = QueueSafeValue(value: 0, label: "behind a thread")
+        let queue = DispatchQueue(label: "Q")
+        world.quiescentCheck = run.quiescentCheck([value.engine])
+        world.spawn("holder") { run.blocking("c0", value.wait, .highest) }
+        world.spawn("off") {
+            dispatchOnItsQueue(run, "c1", value, .high, on: queue)
+            dispatchOnItsQueue(run, "c2", value, .medium, on: queue, completion: false)
+        }
+        return { run.finalCheck(value.engine, commands: ["c0", "c1", "c2"], delivering: ["c1"]) }
+    }
+
     static let waiterOnAnotherQueue = CheckerScenario(
         name: "a waiter on another queue takes over the command while a waiter on its queue registers",
         preemptionBound: 2

@@ -15,7 +15,7 @@ extension Explorers {
             CheckerScenarios.boundedOvertaking, CheckerScenarios.waiterBehindItsQueue,
             CheckerScenarios.twoDispatchAndTwoWaiters, CheckerScenarios.dispatchArrivingFromOffTheQueue,
             CheckerScenarios.timedWaiterOnTheQueue, CheckerScenarios.silentSuccessorsInline,
-            CheckerScenarios.silentCommandsOfTwoQueues,
+            CheckerScenarios.silentCommandsOfTwoQueues, CheckerScenarios.dispatchBehindAThread,
             CheckerScenarios.waiterOnAnotherQueue, CheckerScenarios.queueTaggedAfterTheWaiterParked,
             CheckerScenarios.boostAndCancellation, CheckerScenarios.inheritanceChain,
             CheckerScenarios.inheritanceChainTimedWaiter, CheckerScenarios.inheritanceChainThroughATask,

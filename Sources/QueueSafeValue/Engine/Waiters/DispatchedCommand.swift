@@ -263,6 +263,7 @@ class DispatchedCommand<Value>: Contender, @unchecked Sendable {
             return (nil, nil)
         }
         let result = engine.pointer.pointee
+        // mutant(completion-offers-its-queue): _ = engine.releaseDispatched(inlineQueue: inlineQueue)
         _ = engine.releaseDispatched(inlineQueue: 0)
         if let change { engine.deliverChange(change) }
         if deliverHere {
