@@ -205,4 +205,56 @@ import Testing
         #expect(counter.wait.read { $0 } == .success(3))
         #expect(try await counter.async.read { $0 } == 3)
     }
+
+    /// The original library's grammar with the priority left out, on the blocking and awaiting
+    /// schedules: each command runs, at `.medium`, and reports as its explicit form does.
+    @Test func theSeedsGrammar_withoutAPriority_onTheBlockingAndAwaitingSchedules() async throws {
+        let counter = QueueSafeValue(value: 0)
+        #expect(counter.wait.set { $0 += 1 } == .success(1))
+        #expect(counter.wait(timeout: .seconds(30)).set { $0 += 1 } == .success(2))
+        #expect(
+            counter.wait.set(manualCompletion: { value, done in
+                value += 1
+                done()
+            }) == .success(3))
+        #expect(counter.wait.map { $0 * 10 } == .success(30))
+        var seen: [Int] = []
+        counter.wait.get { seen.append((try? $0.get()) ?? -1) }
+        counter.wait.get(manualCompletion: { result, done in
+            seen.append((try? result.get()) ?? -1)
+            done()
+        })
+        #expect(seen == [3, 3])
+        let read = counter.wait.read(manualCompletion: { value, done in
+            seen.append(value)
+            done()
+        })
+        #expect((try? read.get()) != nil)
+        #expect(seen == [3, 3, 3])
+        #expect(throws: DecodeError.self) { try counter.wait.withValue { try Self.decode("x\($0)") } }
+        #expect(try await counter.async.set { $0 += 1 } == 4)
+        #expect(try await counter.async(timeout: .seconds(30)).set { $0 += 1 } == 5)
+        #expect(try await counter.async.map { $0 * 10 } == 50)
+
+        // A nil closure is refused as its explicit form refuses it.
+        let noClosure: ((inout Int) -> Void)? = nil
+        #expect(counter.wait.set(completion: noClosure) == .failure(.commandClosureDeallocated))
+    }
+
+    /// `value.wait.set { }` without a priority queues at `.medium`, between the explicit extremes.
+    @Test func theSeedsSet_withoutAPriority_queuesAtMedium() {
+        let order = QueueSafeValue(value: [String]())
+        let holder = SectionHolder(order)
+        let threads = ThreadGroup()
+        threads.spawn { _ = order.wait.lowestPriority.set { $0.append("lowest") } }
+        waitForPending(order.engine, count: 1)
+        threads.spawn { _ = order.wait.set { $0.append("default") } }
+        waitForPending(order.engine, count: 2)
+        threads.spawn { _ = order.wait.highestPriority.set { $0.append("highest") } }
+        waitForPending(order.engine, count: 3)
+        #expect(order.diagnostics.waiting[.medium] == 1)
+        holder.release()
+        threads.join()
+        #expect(order.wait.get() == .success(["highest", "default", "lowest"]))
+    }
 }

@@ -58,6 +58,77 @@ extension WaitSchedule where Value: Sendable {
     public func read<R>(_ body: (Value) -> R) -> Result<R, QueueSafeValueError> {
         defaultPriority.read(body)
     }
+
+    /// `withValue` at the default priority, for a closure that throws.
+    /// See the throwing `withValue(_:)` of ``WaitCommands``.
+    /// - Throws: the closure's error, or a ``QueueSafeValueError`` if the command did not run.
+    @inlinable
+    public func withValue<R, E: Error>(_ body: (Value) throws(E) -> R) throws -> R {
+        try defaultPriority.withValue(body)
+    }
+
+    /// A shared read with a manual completion at the default priority: the read holds its share
+    /// until both `body` returned and `done()` was called. See ``WaitCommands/read(manualCompletion:)``.
+    /// - Returns: `.success` once the read ended, or why it did not run (then `body` was not called).
+    @inlinable
+    @discardableResult
+    public func read(
+        manualCompletion body: (Value, @escaping CommandCompletionClosure) -> Void
+    ) -> Result<Void, QueueSafeValueError> {
+        defaultPriority.read(manualCompletion: body)
+    }
+
+    /// Runs `commandClosure` with the value as the critical section at the default priority, on the
+    /// calling thread; on failure it is called with the error. See ``WaitCommands/get(completion:)``.
+    @inlinable
+    public func get(completion commandClosure: ((Result<Value, QueueSafeValueError>) -> Void)?) {
+        defaultPriority.get(completion: commandClosure)
+    }
+
+    /// `get` with a manual completion at the default priority: the value stays exclusively held, and
+    /// the caller blocked, until both the closure returned and `done()` was called.
+    /// See ``WaitCommands/get(manualCompletion:)``.
+    @inlinable
+    public func get(
+        manualCompletion commandClosure: (
+            (Result<Value, QueueSafeValueError>, @escaping CommandCompletionClosure) -> Void
+        )?
+    ) {
+        defaultPriority.get(manualCompletion: commandClosure)
+    }
+
+    /// Gives `accessClosure` in-place access to the value as the critical section at the default
+    /// priority, on the calling thread (`value.wait.set { $0 += 1 }`). The closure does not run if
+    /// the command fails; a discarded failure that would lose the update is reported to
+    /// ``LostUpdates/handler``. See ``WaitCommands/set(completion:)``.
+    /// - Returns: the value after the closure, or why the command did not run.
+    @inlinable
+    @discardableResult
+    public func set(completion accessClosure: ((inout Value) -> Void)?) -> Result<Value, QueueSafeValueError> {
+        defaultPriority.set(completion: accessClosure)
+    }
+
+    /// `set` with a manual completion at the default priority: the value stays exclusively held, and
+    /// the caller blocked, until both the closure returned and `done()` was called.
+    /// See ``WaitCommands/set(manualCompletion:)``.
+    /// - Returns: the value when the command ended, or why it did not run.
+    @inlinable
+    @discardableResult
+    public func set(
+        manualCompletion accessClosure: ((inout Value, @escaping CommandCompletionClosure) -> Void)?
+    ) -> Result<Value, QueueSafeValueError> {
+        defaultPriority.set(manualCompletion: accessClosure)
+    }
+
+    /// Transforms the value inside the critical section at the default priority, on the calling
+    /// thread. See ``WaitCommands/map(completion:)``.
+    /// - Returns: the transformed value, or why the command did not run.
+    @inlinable
+    public func map<MappedValue>(
+        completion commandClosure: ((Value) -> MappedValue)?
+    ) -> Result<MappedValue, QueueSafeValueError> {
+        defaultPriority.map(completion: commandClosure)
+    }
 }
 
 extension AwaitSchedule {
@@ -111,6 +182,30 @@ extension AwaitSchedule where Value: Sendable {
         _ body: nonisolated(nonsending) (Value) async -> R
     ) async throws(QueueSafeValueError) -> R {
         try await defaultPriority.read(isolation: isolation, body)
+    }
+
+    /// Gives `accessClosure` in-place access to the value at the default priority, as a critical
+    /// section that lasts across the closure's suspension points (`try await value.async.set { $0 += 1 }`),
+    /// and returns the value after it. See ``AwaitCommands/set(isolation:_:)``.
+    /// - Throws: ``QueueSafeValueError`` if the command did not run (then the closure did not run).
+    @inlinable
+    @discardableResult
+    public func set(
+        isolation: isolated (any Actor)? = #isolation,
+        _ accessClosure: nonisolated(nonsending) (inout Value) async -> Void
+    ) async throws(QueueSafeValueError) -> Value {
+        try await defaultPriority.set(isolation: isolation, accessClosure)
+    }
+
+    /// Transforms the value at the default priority, inside a critical section that lasts across the
+    /// transform's suspension points, and returns the result. See ``AwaitCommands/map(isolation:_:)``.
+    /// - Throws: ``QueueSafeValueError`` if the command did not run.
+    @inlinable
+    public func map<MappedValue>(
+        isolation: isolated (any Actor)? = #isolation,
+        _ transform: nonisolated(nonsending) (Value) async -> MappedValue
+    ) async throws(QueueSafeValueError) -> MappedValue {
+        try await defaultPriority.map(isolation: isolation, transform)
     }
 }
 
