@@ -492,4 +492,59 @@ import Testing
             }
         }
     }
+
+    // MARK: The default priority
+
+    /// The original grammar on the dispatch schedule with the priority left out: each form runs on
+    /// its queue, in issue order, and delivers what its explicit form delivers.
+    @Test func everyCommand_withoutAPriority_runsOnItsQueue_inIssueOrder() {
+        let queue = TaggedQueue(label: "default")
+        let value = QueueSafeValue(value: 0)
+        let log = Recorder<String>()
+        let finished = DispatchSemaphore(value: 0)
+        let commands = value.async(performIn: queue.queue)
+        @Sendable func note(_ text: String) { log.append(queue.isCurrent ? text : "\(text) off the queue") }
+        commands.set(newValue: 1) { note("set \($0.valueOrZero)") }
+        commands.set(accessClosure: { $0 += 1 }, completion: { note("access \($0.valueOrZero)") })
+        commands.set(
+            manualCompletion: { value, done in
+                value += 1
+                done()
+            },
+            completion: { note("manual \($0.valueOrZero)") })
+        commands.get { note("get \($0.valueOrZero)") }
+        commands.get(manualCompletion: { result, done in
+            note("manual get \(result.valueOrZero)")
+            done()
+        })
+        commands.map({ $0 * 10 }, completion: { note("map \($0.valueOrZero)") })
+        commands.read { note("read \($0.valueOrZero)") }
+        commands.read(manualCompletion: { result, done in
+            note("manual read \(result.valueOrZero)")
+            done()
+            finished.signal()
+        })
+        waitOrFail(finished)
+        #expect(
+            log.snapshot == [
+                "set 1", "access 2", "manual 3", "get 3", "manual get 3", "map 30", "read 3", "manual read 3",
+            ])
+    }
+
+    /// A dispatch command without a priority queues at `.medium`, between the explicit extremes.
+    @Test func setWithoutAPriority_queuesAtMedium() {
+        let queue = TaggedQueue(label: "medium")
+        let value = QueueSafeValue(value: [String]())
+        let holder = SectionHolder(value)
+        let finished = DispatchSemaphore(value: 0)
+        value.async(performIn: queue.queue).lowestPriority.set(
+            accessClosure: { $0.append("lowest") }, completion: { _ in finished.signal() })
+        value.async(performIn: queue.queue).set(accessClosure: { $0.append("default") })
+        value.async(performIn: queue.queue).highestPriority.set(accessClosure: { $0.append("highest") })
+        waitForPending(value.engine, count: 3)
+        #expect(value.diagnostics.waiting[.medium] == 1)
+        holder.release()
+        waitOrFail(finished)
+        #expect(value.waitBounded.lowestPriority.get() == .success(["highest", "default", "lowest"]))
+    }
 }

@@ -222,4 +222,75 @@ extension DispatchSchedule where Value: Sendable {
     ) {
         defaultPriority.withLock(body, completion: completion)
     }
+
+    /// Runs `commandClosure` on the queue with the value, as the critical section, at the default
+    /// priority; on failure it is called with the error. See ``DispatchCommands/get(completion:)``.
+    public func get(completion commandClosure: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)?) {
+        defaultPriority.get(completion: commandClosure)
+    }
+
+    /// `get` with a manual completion at the default priority: the value stays exclusively held until
+    /// both the closure returned and `done()` was called. See ``DispatchCommands/get(manualCompletion:)``.
+    public func get(
+        manualCompletion commandClosure: (
+            @Sendable (Result<Value, QueueSafeValueError>, @escaping CommandCompletionClosure) -> Void
+        )?
+    ) {
+        defaultPriority.get(manualCompletion: commandClosure)
+    }
+
+    /// Replaces the value in its turn at the default priority; `commandClosure`, if given, then
+    /// receives the stored value (or the failure) on the queue.
+    /// See ``DispatchCommands/set(newValue:completion:)``.
+    public func set(
+        newValue: Value,
+        completion commandClosure: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)? = nil
+    ) {
+        defaultPriority.set(newValue: newValue, completion: commandClosure)
+    }
+
+    /// Gives `accessClosure` in-place access to the value on the queue at the default priority;
+    /// `commandClosure`, if given, then receives the updated value (or the failure) on the queue.
+    /// See ``DispatchCommands/set(accessClosure:completion:)``.
+    public func set(
+        accessClosure: (@Sendable (inout Value) -> Void)?,
+        completion commandClosure: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)? = nil
+    ) {
+        defaultPriority.set(accessClosure: accessClosure, completion: commandClosure)
+    }
+
+    /// `set` with a manual completion at the default priority: the value stays exclusively held until
+    /// both the closure returned and `done()` was called; then `commandClosure`, if given, receives
+    /// the value on the queue. See ``DispatchCommands/set(manualCompletion:completion:)``.
+    public func set(
+        manualCompletion accessClosure: (@Sendable (inout Value, @escaping CommandCompletionClosure) -> Void)?,
+        completion commandClosure: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)? = nil
+    ) {
+        defaultPriority.set(manualCompletion: accessClosure, completion: commandClosure)
+    }
+
+    /// Transforms the value on the queue inside the critical section at the default priority;
+    /// `commandClosure` then receives the result on the queue, after the value was released.
+    /// See ``DispatchCommands/map(_:completion:)``.
+    public func map<MappedValue>(
+        _ transform: @escaping @Sendable (Value) -> MappedValue,
+        completion commandClosure: @escaping @Sendable (Result<MappedValue, QueueSafeValueError>) -> Void
+    ) {
+        defaultPriority.map(transform, completion: commandClosure)
+    }
+
+    /// A shared read on the queue at the default priority. See ``DispatchCommands/read(_:)``.
+    public func read(_ body: @escaping @Sendable (Result<Value, QueueSafeValueError>) -> Void) {
+        defaultPriority.read(body)
+    }
+
+    /// A shared read with a manual completion at the default priority: the share is held until both
+    /// `body` returned and `done()` was called. See ``DispatchCommands/read(manualCompletion:)``.
+    public func read(
+        manualCompletion body:
+            @escaping @Sendable (Result<Value, QueueSafeValueError>, @escaping CommandCompletionClosure)
+            -> Void
+    ) {
+        defaultPriority.read(manualCompletion: body)
+    }
 }
