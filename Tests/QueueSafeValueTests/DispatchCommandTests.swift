@@ -547,4 +547,46 @@ import Testing
         waitOrFail(finished)
         #expect(value.waitBounded.lowestPriority.get() == .success(["highest", "default", "lowest"]))
     }
+
+    /// The two single-schedule containers take the priority left out too: a synced value's blocking
+    /// commands (with the container's timeout) and an asynced value's dispatch commands (on its
+    /// queue), at `.medium`.
+    @Test func theContainers_withoutAPriority_runAtMedium() {
+        let synced = QueueSafeSyncedValue(value: 1, timeout: .seconds(30))
+        #expect(synced.set { $0 += 1 } == .success(2))
+        #expect(synced.get() == .success(2))
+        #expect(synced.map { $0 * 10 } == .success(20))
+        #expect((try? synced.withLock { $0 += 1 }) != nil)
+        #expect(synced.read { $0 } == .success(3))
+        #expect(synced.defaultPriority.priority == .medium)
+
+        let queue = TaggedQueue(label: "asynced")
+        let asynced = QueueSafeAsyncedValue(value: [String](), queue: queue.queue)
+        let held = Locked<CommandCompletionClosure?>(nil)
+        let finished = DispatchSemaphore(value: 0)
+        asynced.highestPriority.get(manualCompletion: { _, done in
+            held.set(done)
+            finished.signal()
+        })
+        waitOrFail(finished)
+        let onQueue = Locked<Bool?>(nil)
+        asynced.lowestPriority.set(accessClosure: { $0.append("lowest") }, completion: { _ in finished.signal() })
+        asynced.set(accessClosure: {
+            $0.append("default")
+            onQueue.set(queue.isCurrent)
+        })
+        asynced.highestPriority.set(accessClosure: { $0.append("highest") })
+        waitForPending(asynced.engine, count: 3)
+        #expect(asynced.diagnostics.waiting[.medium] == 1)
+        held.value?()
+        waitOrFail(finished)
+        let final = Locked<[String]?>(nil)
+        asynced.get { result in
+            final.set(try? result.get())
+            finished.signal()
+        }
+        waitOrFail(finished)
+        #expect(final.value == ["highest", "default", "lowest"])
+        #expect(onQueue.value == true, "the command did not run on the container's queue")
+    }
 }

@@ -11,11 +11,30 @@ extension CommandPriority {
     @inlinable public static var `default`: CommandPriority { .medium }
 }
 
-extension WaitSchedule {
+/// What issues blocking commands without naming a priority: a blocking schedule (`value.wait`,
+/// `value.wait(timeout:)`) and a ``QueueSafeSyncedValue``. Every command of ``WaitCommands`` is
+/// here, at ``CommandPriority/default`` (`value.wait.set { $0 += 1 }`): it forwards to
+/// ``defaultPriority``, so its ordering, the thread it runs on and how it fails are the explicit
+/// form's.
+public protocol BlockingCommandIssuer {
+    associatedtype Value
+    /// Commands of ``CommandPriority/default`` priority.
+    var defaultPriority: WaitCommands<Value> { get }
+}
+
+extension WaitSchedule: BlockingCommandIssuer {
     /// Commands of ``CommandPriority/default`` priority.
     @inlinable
     public var defaultPriority: WaitCommands<Value> { priority(.default) }
+}
 
+extension QueueSafeSyncedValue: BlockingCommandIssuer {
+    /// Commands of ``CommandPriority/default`` priority, with the container's timeout, if it has one.
+    @inlinable
+    public var defaultPriority: WaitCommands<Value> { priority(.default) }
+}
+
+extension BlockingCommandIssuer {
     /// `withLock` at the default priority: runs `body` with in-place access to the value as the
     /// critical section, on the calling thread, and returns what it returns.
     /// - Throws: ``QueueSafeValueError`` if the command did not run.
@@ -32,7 +51,7 @@ extension WaitSchedule {
     }
 }
 
-extension WaitSchedule where Value: Sendable {
+extension BlockingCommandIssuer where Value: Sendable {
     /// Returns a copy of the value, read in its turn at the default priority. See ``WaitCommands/get()``.
     @inlinable
     public func get() -> Result<Value, QueueSafeValueError> {
@@ -209,11 +228,29 @@ extension AwaitSchedule where Value: Sendable {
     }
 }
 
-extension DispatchSchedule where Value: Sendable {
+/// What issues dispatch commands without naming a priority: a dispatch schedule
+/// (`value.async(performIn: queue)`) and a ``QueueSafeAsyncedValue``. Every command of
+/// ``DispatchCommands`` is here, at ``CommandPriority/default``: it forwards to ``defaultPriority``,
+/// so its ordering, the queue its closures run on and how it fails are the explicit form's.
+public protocol DispatchCommandIssuer {
+    associatedtype Value
+    /// Commands of ``CommandPriority/default`` priority.
+    var defaultPriority: DispatchCommands<Value> { get }
+}
+
+extension DispatchSchedule: DispatchCommandIssuer {
     /// Commands of ``CommandPriority/default`` priority.
     @inlinable
     public var defaultPriority: DispatchCommands<Value> { priority(.default) }
+}
 
+extension QueueSafeAsyncedValue: DispatchCommandIssuer {
+    /// Commands of ``CommandPriority/default`` priority, on the container's queue.
+    @inlinable
+    public var defaultPriority: DispatchCommands<Value> { priority(.default) }
+}
+
+extension DispatchCommandIssuer where Value: Sendable {
     /// `withLock` at the default priority: runs `body` on the queue with in-place access, then
     /// delivers its outcome to `completion` on the same queue.
     public func withLock<R: Sendable>(
