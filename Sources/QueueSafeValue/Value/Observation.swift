@@ -357,7 +357,8 @@ extension QueueSafeValue where Value: Sendable {
     /// ```
     ///
     /// Each iteration is an observer of its own. A slow consumer skips to the newest value (it never
-    /// sees a value that was not committed, nor values out of order) and never holds up a command;
+    /// sees a value that was not committed, nor values out of order; so a loop that waits for one
+    /// intermediate value may miss it: wait for a condition that stays true) and never holds up a command;
     /// values are delivered outside every lock and critical section, so the loop may issue commands
     /// on the same value. See ``ObservedValues``.
     public var values: ObservedValues<Value> {
