@@ -180,20 +180,34 @@ import Testing
     // MARK: The default priority
 
     @Test func theDefaultPriority_isMedium_betweenTheExplicitOnes() {
+        expectQueuedAtMedium { value in _ = try? value.wait.withLock { $0.append("default") } }
+        #expect(CommandPriority.default == .medium)
+    }
+
+    /// `value.wait.set { }` without a priority queues at `.medium`, between the explicit extremes.
+    @Test func theSeedsSet_withoutAPriority_queuesAtMedium() {
+        expectQueuedAtMedium { value in _ = value.wait.set { $0.append("default") } }
+    }
+
+    /// Lines up a lowest, then `issueDefault` (which appends "default"), then a highest command
+    /// behind a held section: the default one must wait at `.medium` and run between the two.
+    private func expectQueuedAtMedium(
+        sourceLocation: SourceLocation = #_sourceLocation,
+        _ issueDefault: @escaping @Sendable (QueueSafeValue<[String]>) -> Void
+    ) {
         let value = QueueSafeValue(value: [String]())
         let holder = SectionHolder(value)
         let threads = ThreadGroup()
         threads.spawn { _ = value.wait.lowestPriority.set { $0.append("lowest") } }
         waitForPending(value.engine, count: 1)
-        threads.spawn { _ = try? value.wait.withLock { $0.append("default") } }
+        threads.spawn { issueDefault(value) }
         waitForPending(value.engine, count: 2)
         threads.spawn { _ = value.wait.highestPriority.set { $0.append("highest") } }
         waitForPending(value.engine, count: 3)
-        #expect(value.diagnostics.waiting[.medium] == 1)
+        #expect(value.diagnostics.waiting[.medium] == 1, sourceLocation: sourceLocation)
         holder.release()
         threads.join()
-        #expect(value.wait.get() == .success(["highest", "default", "lowest"]))
-        #expect(CommandPriority.default == .medium)
+        #expect(value.wait.get() == .success(["highest", "default", "lowest"]), sourceLocation: sourceLocation)
     }
 
     @Test func defaultPriorityForms_onEverySchedule() async throws {
@@ -239,22 +253,5 @@ import Testing
         // A nil closure is refused as its explicit form refuses it.
         let noClosure: ((inout Int) -> Void)? = nil
         #expect(counter.wait.set(completion: noClosure) == .failure(.commandClosureDeallocated))
-    }
-
-    /// `value.wait.set { }` without a priority queues at `.medium`, between the explicit extremes.
-    @Test func theSeedsSet_withoutAPriority_queuesAtMedium() {
-        let order = QueueSafeValue(value: [String]())
-        let holder = SectionHolder(order)
-        let threads = ThreadGroup()
-        threads.spawn { _ = order.wait.lowestPriority.set { $0.append("lowest") } }
-        waitForPending(order.engine, count: 1)
-        threads.spawn { _ = order.wait.set { $0.append("default") } }
-        waitForPending(order.engine, count: 2)
-        threads.spawn { _ = order.wait.highestPriority.set { $0.append("highest") } }
-        waitForPending(order.engine, count: 3)
-        #expect(order.diagnostics.waiting[.medium] == 1)
-        holder.release()
-        threads.join()
-        #expect(order.wait.get() == .success(["highest", "default", "lowest"]))
     }
 }

@@ -17,6 +17,7 @@ extension CommandPriority {
 /// ``defaultPriority``, so its ordering, the thread it runs on and how it fails are the explicit
 /// form's.
 public protocol BlockingCommandIssuer {
+    /// The type of the guarded value.
     associatedtype Value
     /// Commands of ``CommandPriority/default`` priority.
     var defaultPriority: WaitCommands<Value> { get }
@@ -233,6 +234,7 @@ extension AwaitSchedule where Value: Sendable {
 /// ``DispatchCommands`` is here, at ``CommandPriority/default``: it forwards to ``defaultPriority``,
 /// so its ordering, the queue its closures run on and how it fails are the explicit form's.
 public protocol DispatchCommandIssuer {
+    /// The type of the guarded value.
     associatedtype Value
     /// Commands of ``CommandPriority/default`` priority.
     var defaultPriority: DispatchCommands<Value> { get }

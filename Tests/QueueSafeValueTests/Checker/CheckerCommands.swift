@@ -266,6 +266,16 @@ extension CheckerRun {
         return task
     }
 
+    /// On this thread: `set` on `outer` (blocking, highest priority), and inside its closure
+    /// ``blocking(_:_:_:)`` on `inner` at `priority`; each records how it ended under its name.
+    func blockingNested(
+        _ outerName: String, _ outer: QueueSafeValue<Int>, _ innerName: String, _ inner: QueueSafeValue<Int>,
+        _ priority: CommandPriority = .highest
+    ) {
+        let result = outer.wait.highestPriority.set { [self] _ in blocking(innerName, inner.wait, priority) }
+        end(outerName, Self.describe(result))
+    }
+
     /// In a task of the world: `set` on `outer` (awaiting), and inside its closure `set` on
     /// `inner` (awaiting, `+= 1`); each records how it ended under its name.
     func awaitingNested(

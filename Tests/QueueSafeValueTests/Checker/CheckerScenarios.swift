@@ -498,10 +498,7 @@ enum CheckerScenarios {
             let (a, b) = (QueueSafeValue(value: 0, label: "A"), QueueSafeValue(value: 0, label: "B"))
             world.quiescentCheck = run.quiescentCheck([a.engine, b.engine])
             world.spawn("X") { run.blocking("x", b.wait, .high) }
-            world.spawn("L") {
-                let outer = a.wait.highestPriority.set { _ in run.blocking("l inner", b.wait, .high) }
-                run.end("l outer", CheckerRun.describe(outer))
-            }
+            world.spawn("L") { run.blockingNested("l outer", a, "l inner", b, .high) }
             world.spawn("H", urgency: 20) {
                 run.blocking("h", timedWaiter ? a.wait(timeout: .seconds(60)) : a.wait, .high)
             }
@@ -524,10 +521,7 @@ enum CheckerScenarios {
         world.quiescentCheck = run.quiescentCheck(values.map(\.engine))
         world.spawn("X") { run.blocking("x", values[2].wait, .high) }
         world.spawn("issuer") { run.awaitingNested("t", values[1], "t inner", values[2]) }
-        world.spawn("L") {
-            let outer = values[0].wait.highestPriority.set { _ in run.blocking("l inner", values[1].wait, .high) }
-            run.end("l outer", CheckerRun.describe(outer))
-        }
+        world.spawn("L") { run.blockingNested("l outer", values[0], "l inner", values[1], .high) }
         world.spawn("H", urgency: 20) { run.blocking("h", values[0].wait, .high) }
         return {
             if let problem = run.expectEnded(["x", "t", "t inner", "l inner", "l outer", "h"]) { return problem }
@@ -573,14 +567,8 @@ enum CheckerScenarios {
         let first = QueueSafeValue(value: 0, label: "first")
         let second = QueueSafeValue(value: 0, label: "second")
         world.quiescentCheck = run.quiescentCheck([first.engine, second.engine])
-        world.spawn("A") {
-            let outer = first.wait.highestPriority.set { _ in run.blocking("A inner", second.wait, .highest) }
-            run.end("A outer", CheckerRun.describe(outer))
-        }
-        world.spawn("B") {
-            let outer = second.wait.highestPriority.set { _ in run.blocking("B inner", first.wait, .highest) }
-            run.end("B outer", CheckerRun.describe(outer))
-        }
+        world.spawn("A") { run.blockingNested("A outer", first, "A inner", second) }
+        world.spawn("B") { run.blockingNested("B outer", second, "B inner", first) }
         return {
             if let problem = run.expectEnded(["A outer", "B outer", "A inner", "B inner"]) { return problem }
             for inner in ["A inner", "B inner"] where run.outcome(of: inner) == "deadlock" && run.didRun(inner) {
@@ -602,10 +590,7 @@ enum CheckerScenarios {
         let second = QueueSafeValue(value: 0, label: "second")
         world.quiescentCheck = run.quiescentCheck([first.engine, second.engine])
         world.spawn("issuer") { run.awaitingNested("T outer", first, "T inner", second) }
-        world.spawn("B") {
-            let outer = second.wait.highestPriority.set { _ in run.blocking("B inner", first.wait, .highest) }
-            run.end("B outer", CheckerRun.describe(outer))
-        }
+        world.spawn("B") { run.blockingNested("B outer", second, "B inner", first) }
         return {
             if let problem = run.expectEnded(["T outer", "B outer", "T inner", "B inner"]) { return problem }
             for inner in ["T inner", "B inner"] where !["ran", "deadlock"].contains(run.outcome(of: inner)) {
@@ -628,10 +613,7 @@ enum CheckerScenarios {
         world.quiescentCheck = run.quiescentCheck(values.map(\.engine))
         for index in 0..<2 {
             world.spawn("T\(index)") {
-                let outer = values[index].wait.highestPriority.set { _ in
-                    run.blocking("inner \(index)", values[index + 1].wait, .highest)
-                }
-                run.end("outer \(index)", CheckerRun.describe(outer))
+                run.blockingNested("outer \(index)", values[index], "inner \(index)", values[index + 1])
             }
         }
         world.spawn("T2") { run.blocking("inner 2", values[2].wait, .highest) }
