@@ -52,7 +52,7 @@ struct Comparison: Sendable {
             baseline: "async mutex floor contended 8 tasks",
             target: nil),
         // A shared read of an idle value against the exclusive read it replaces and a read lock.
-        Comparison(library: "wait.read uncontended", baseline: "wait.withValue uncontended", target: .ratioAtMost(1.5)),
+        Comparison(library: "wait.read uncontended", baseline: "wait.get uncontended", target: .ratioAtMost(1.5)),
         Comparison(
             library: "wait.read uncontended", baseline: "pthread_rwlock read uncontended", target: .ratioAtMost(2)),
         Comparison(library: "await read uncontended", baseline: "await get uncontended", target: nil),

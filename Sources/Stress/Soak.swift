@@ -273,9 +273,11 @@ final class Soak: @unchecked Sendable {
                 let schedule =
                     random.next() % 2 == 0
                     ? generation.wait : generation.timed[Int.random(in: 0..<generation.timed.count, using: &random)]
-                let result = schedule.priority(priority).read { ledger -> Bool in
-                    record.markRan(command)
-                    return ledger.isWhole
+                let result = Result { () throws(QueueSafeValueError) -> Bool in
+                    try schedule.priority(priority).read { ledger -> Bool in
+                        record.markRan(command)
+                        return ledger.isWhole
+                    }
                 }
                 reportShared(result, command, generation)
             case 52..<54:

@@ -557,7 +557,7 @@ import Testing
         #expect(synced.get() == .success(2))
         #expect(synced.map { $0 * 10 } == .success(20))
         #expect((try? synced.withLock { $0 += 1 }) != nil)
-        #expect(synced.read { $0 } == .success(3))
+        #expect(try synced.read { $0 } == 3)
         #expect(synced.defaultPriority.priority == .medium)
 
         let queue = TaggedQueue(label: "asynced")

@@ -74,10 +74,47 @@ import Testing
         #expect(total == 10)
     }
 
-    @Test func withValue_readsWithoutChanging() throws {
+    @Test func read_returnsWhatTheClosureReturns_andThrowsItsError() throws {
+        let value = QueueSafeValue(value: "abc")
+        #expect(try value.wait.read { $0.count } == 3)
+        #expect(try value.wait(timeout: .seconds(30)).lowestPriority.read { $0.count } == 3)
+        #expect(throws: DecodeError()) { try value.wait.highestPriority.read { try Self.decode($0) } }
+        #expect(throws: DecodeError()) {
+            try value.wait.read { (text: String) throws(DecodeError) in try Self.decode(text) }
+        }
+        #expect(value.wait.get() == .success("abc"))
+    }
+
+    @Test func read_throwsWhyItDidNotRun() throws {
+        let value = QueueSafeValue(value: 1)
+        #expect(throws: QueueSafeValueError.reentrantAccess) {
+            try value.wait.withLock { _ in try value.wait.read { $0 } }
+        }
+        #expect(throws: QueueSafeValueError.reentrantAccess) {
+            try value.wait.read { _ in try value.wait.highestPriority.read { $0 } }
+        }
+        let negative = #expect(throws: QueueSafeValueError.self) { try value.wait(timeout: .seconds(-1)).read { $0 } }
+        guard case .invalidArgument = negative else {
+            Issue.record("a negative timeout: \(String(describing: negative))")
+            return
+        }
+    }
+
+    /// The forms replaced in issue 31 keep compiling and working, with a deprecation warning in a
+    /// user's code: `withValue` (exclusive, read-only) and the blocking `read` that answered with a
+    /// `Result` where a `Result` is asked for.
+    @available(*, deprecated, message: "exercises the deprecated forms")
+    @Test func deprecatedForms_keepWorking() throws {
         let value = QueueSafeValue(value: "abc")
         #expect(try value.wait.withValue { $0.count } == 3)
+        #expect(try value.wait.highestPriority.withValue { $0.count } == 3)
         #expect(throws: DecodeError()) { try value.wait.highestPriority.withValue { try Self.decode($0) } }
+        #expect(throws: DecodeError()) { try value.wait.withValue { try Self.decode($0) } }
+        let answer: Result<Int, QueueSafeValueError> = value.wait.lowestPriority.read { $0.count }
+        #expect(answer == .success(3))
+        let defaultAnswer: Result<Int, QueueSafeValueError> = value.wait.read { $0.count }
+        #expect(defaultAnswer == .success(3))
+        #expect(try value.wait.read { $0.count }.get() == 3)
     }
 
     @Test func timedWithLock_timesOut_andThrows() {
@@ -216,7 +253,7 @@ import Testing
         #expect(counter.wait.set(newValue: 2) == .success(2))
         #expect(try await counter.async.get() == 2)
         #expect(try await counter.async.set(newValue: 3) == 3)
-        #expect(counter.wait.read { $0 } == .success(3))
+        #expect(try counter.wait.read { $0 } == 3)
         #expect(try await counter.async.read { $0 } == 3)
     }
 
@@ -245,7 +282,7 @@ import Testing
         })
         #expect((try? read.get()) != nil)
         #expect(seen == [3, 3, 3])
-        #expect(throws: DecodeError.self) { try counter.wait.withValue { try Self.decode("x\($0)") } }
+        #expect(throws: DecodeError.self) { try counter.wait.read { try Self.decode("x\($0)") } }
         #expect(try await counter.async.set { $0 += 1 } == 4)
         #expect(try await counter.async(timeout: .seconds(30)).set { $0 += 1 } == 5)
         #expect(try await counter.async.map { $0 * 10 } == 50)

@@ -67,22 +67,49 @@ extension BlockingCommandIssuer where Value: Sendable {
     }
 
     /// `withValue` at the default priority: runs `body` with the value (read-only, exclusive).
+    /// Replaced by `read`; see the `withValue(_:)` of ``WaitCommands``.
     /// - Throws: ``QueueSafeValueError`` if the command did not run.
     @inlinable
+    @available(
+        *, deprecated, renamed: "read",
+        message: "read answers the same way and shares the value with other reads; withLock holds it alone"
+    )
     public func withValue<R>(_ body: (Value) -> R) throws(QueueSafeValueError) -> R {
         try defaultPriority.withValue(body)
     }
 
-    /// A shared read at the default priority. See ``WaitCommands/read(_:)``.
+    /// A shared read at the default priority, on the calling thread (`try value.wait.read { $0.count }`).
+    /// See ``WaitCommands/read(_:)-((Value)->R)->R``.
+    /// - Throws: ``QueueSafeValueError`` if the read did not run; `body` was then not called.
     @inlinable
+    public func read<R>(_ body: (Value) -> R) throws(QueueSafeValueError) -> R {
+        try defaultPriority.read(body)
+    }
+
+    /// A shared read at the default priority, for a closure that throws: its error is rethrown after
+    /// the read released its share.
+    /// - Throws: the closure's error, or a ``QueueSafeValueError`` if the read did not run.
+    @inlinable
+    public func read<R, E: Error>(_ body: (Value) throws(E) -> R) throws -> R {
+        try defaultPriority.read(body)
+    }
+
+    /// The default-priority shared read in its earlier shape, answering with a `Result`; kept so code
+    /// written against it compiles. Write `try value.wait.read { … }`.
+    @inlinable
+    @_disfavoredOverload  // the throwing read wins wherever both fit; this one only where a Result is asked for
+    @available(*, deprecated, message: "read throws now, as withLock does: write 'try value.wait.read { … }'")
     public func read<R>(_ body: (Value) -> R) -> Result<R, QueueSafeValueError> {
         defaultPriority.read(body)
     }
 
-    /// `withValue` at the default priority, for a closure that throws.
-    /// See the throwing `withValue(_:)` of ``WaitCommands``.
+    /// `withValue` at the default priority, for a closure that throws. Replaced by `read`.
     /// - Throws: the closure's error, or a ``QueueSafeValueError`` if the command did not run.
     @inlinable
+    @available(
+        *, deprecated, renamed: "read",
+        message: "read answers the same way and shares the value with other reads; withLock holds it alone"
+    )
     public func withValue<R, E: Error>(_ body: (Value) throws(E) -> R) throws -> R {
         try defaultPriority.withValue(body)
     }
@@ -195,12 +222,23 @@ extension AwaitSchedule where Value: Sendable {
         try await defaultPriority.set(newValue: newValue, isolation: isolation)
     }
 
-    /// A shared read at the default priority. See ``AwaitCommands/read(isolation:_:)``.
+    /// A shared read at the default priority. See ``AwaitCommands/read(isolation:_:)-ndua``.
     @inlinable
     public func read<R>(
         isolation: isolated (any Actor)? = #isolation,
         _ body: nonisolated(nonsending) (Value) async -> R
     ) async throws(QueueSafeValueError) -> R {
+        try await defaultPriority.read(isolation: isolation, body)
+    }
+
+    /// A shared read at the default priority, for a closure that throws: its error is rethrown after
+    /// the read released its share. See ``AwaitCommands/read(isolation:_:)-ndua``.
+    /// - Throws: the closure's error, or a ``QueueSafeValueError`` if the read did not run.
+    @inlinable
+    public func read<R, E: Error>(
+        isolation: isolated (any Actor)? = #isolation,
+        _ body: nonisolated(nonsending) (Value) async throws(E) -> R
+    ) async throws -> R {
         try await defaultPriority.read(isolation: isolation, body)
     }
 
@@ -254,7 +292,17 @@ extension QueueSafeAsyncedValue: DispatchCommandIssuer {
 
 extension DispatchCommandIssuer where Value: Sendable {
     /// `withLock` at the default priority: runs `body` on the queue with in-place access, then
-    /// delivers its outcome to `completion` on the same queue.
+    /// delivers its result to `completion`, if given, on the same queue
+    /// (`value.async(performIn: queue).withLock { $0 += 1 }`). See ``DispatchCommands``.
+    public func withLock<R: Sendable>(
+        _ body: @escaping @Sendable (inout Value) -> R,
+        completion: (@Sendable (Result<R, QueueSafeValueError>) -> Void)? = nil
+    ) {
+        defaultPriority.withLock(body, completion: completion)
+    }
+
+    /// `withLock` at the default priority, for a closure that throws: runs `body` on the queue with
+    /// in-place access, then delivers what it returned or threw to `completion` on the same queue.
     public func withLock<R: Sendable>(
         _ body: @escaping @Sendable (inout Value) throws -> R,
         completion: @escaping @Sendable (Result<R, any Error>) -> Void

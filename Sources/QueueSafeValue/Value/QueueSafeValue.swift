@@ -21,7 +21,7 @@ import Dispatch
 /// - The **priority** decides when the command runs: highest priority first, first-come-first-served
 ///   within a priority. A running command is never preempted.
 /// - The **command** decides what happens to the value: `withLock` (returns the closure's result,
-///   throws on failure) and `withValue`; `read`, shared with other reads; or the original `get`,
+///   throws on failure) and `read`, which does the same beside other reads; or the original `get`,
 ///   `set` and `map`, which return a `Result`, each with automatic or manual completion. A priority
 ///   left out (`counter.wait.get()`) is ``CommandPriority/default``.
 ///

@@ -170,7 +170,7 @@ extension CheckerRun {
 
     /// A shared `read` on the blocking schedule.
     func readBlocking(_ name: String, _ value: WaitSchedule<Int>, _ priority: CommandPriority) {
-        let result = value.priority(priority).read { [self] _ in
+        let result = value.priority(priority).readResult { [self] _ in
             enterShared(name)
             SyncPoints.relax()
             exitShared(name)

@@ -655,7 +655,7 @@ enum CheckerScenarios {
         let (writes, early, late) = (DispatchQueue(label: "W"), DispatchQueue(label: "R1"), DispatchQueue(label: "R2"))
         world.quiescentCheck = run.quiescentCheck([value.engine])
         world.spawn("issuer") {
-            _ = value.wait.highestPriority.read { _ in
+            _ = value.wait.highestPriority.readResult { _ in
                 run.dispatch("w1", value, .medium, on: writes, completion: false)
                 run.readDispatch("r1", value, .medium, on: early)
                 run.readDispatch("r2", value, .high, on: late)
@@ -688,7 +688,7 @@ enum CheckerScenarios {
         let writerWaits = Parker()
         world.quiescentCheck = run.quiescentCheck([value.engine])
         world.spawn("A") {
-            let outer = value.wait.read { _ in
+            let outer = value.wait.readResult { _ in
                 run.dispatch("w1", value, .medium, on: writes, completion: false)
                 writerWaits.unpark()
             }
@@ -724,12 +724,12 @@ enum CheckerScenarios {
         let leave = Parker()
         world.quiescentCheck = run.quiescentCheck([value.engine])
         world.spawn("A") {
-            let outer = value.wait.read { _ in run.readDispatch("r1", value, .medium, on: queue) }
+            let outer = value.wait.readResult { _ in run.readDispatch("r1", value, .medium, on: queue) }
             run.end("r0", CheckerRun.describe(outer))
             leave.unpark()
         }
         world.spawn("C") {
-            let read = value.wait.read { _ in leave.park() }
+            let read = value.wait.readResult { _ in leave.park() }
             run.end("r2", CheckerRun.describe(read))
             run.writeBlocking("w3", value.wait, .medium)
         }
@@ -807,11 +807,11 @@ enum CheckerScenarios {
         let second = QueueSafeValue(value: 0, label: "second")
         world.quiescentCheck = run.quiescentCheck([first.engine, second.engine])
         world.spawn("A") {
-            let outer = first.wait.highestPriority.read { _ in run.blocking("A inner", second.wait, .highest) }
+            let outer = first.wait.highestPriority.readResult { _ in run.blocking("A inner", second.wait, .highest) }
             run.end("A outer", CheckerRun.describe(outer))
         }
         world.spawn("B") {
-            let outer = second.wait.highestPriority.read { _ in run.blocking("B inner", first.wait, .highest) }
+            let outer = second.wait.highestPriority.readResult { _ in run.blocking("B inner", first.wait, .highest) }
             run.end("B outer", CheckerRun.describe(outer))
         }
         return {

@@ -48,7 +48,7 @@ import Testing
         let consumer = Consumer(value)
         try await waitUntil("the current value") { consumer.seen.value == [1] }
         _ = value.wait.highestPriority.get()
-        _ = value.wait.highestPriority.read { $0 }
+        _ = value.wait.highestPriority.readResult { $0 }
         _ = try await value.async.highestPriority.get()
         value.wait.highestPriority.set { $0 = 2 }
         try await waitUntil("the change") { consumer.seen.value.last == 2 }

@@ -43,7 +43,7 @@ import Testing
         let results = Locked<[Result<Int, QueueSafeValueError>]>([])
         for _ in 0..<3 {
             threads.spawn {
-                let result = value.waitBounded.highestPriority.read { number -> Int in
+                let result = value.waitBounded.highestPriority.readResult { number -> Int in
                     rendezvous.meet()
                     return number
                 }
@@ -59,8 +59,8 @@ import Testing
         let value = QueueSafeValue(value: "shared")
         let rendezvous = Rendezvous(4)
         let threads = ThreadGroup()
-        threads.spawn { _ = value.waitBounded.priority(.medium).read { _ in rendezvous.meet() } }
-        threads.spawn { _ = value.wait(timeout: .seconds(30)).priority(.low).read { _ in rendezvous.meet() } }
+        threads.spawn { _ = value.waitBounded.priority(.medium).readResult { _ in rendezvous.meet() } }
+        threads.spawn { _ = value.wait(timeout: .seconds(30)).priority(.low).readResult { _ in rendezvous.meet() } }
         let dispatched = DispatchSemaphore(value: 0)
         value.async(performIn: DispatchQueue(label: "reader")).highestPriority.read { result in
             #expect(result == .success("shared"))
@@ -106,7 +106,7 @@ import Testing
         let threads = ThreadGroup()
         let events = Locked<[String]>([])
         threads.spawn {
-            _ = value.waitBounded.highestPriority.read { _ in
+            _ = value.waitBounded.highestPriority.readResult { _ in
                 events.withLock { $0.append("read begins") }
                 inRead.signal()
                 waitOrFail(finishRead, "the test to end the read")
@@ -123,7 +123,8 @@ import Testing
         waitForPending(value.engine, count: 1)
         threads.spawn {
             // Same priority as the waiting writer: it waits behind it instead of joining.
-            _ = value.waitBounded.highestPriority.read { number in events.withLock { $0.append("late read \(number)") }
+            _ = value.waitBounded.highestPriority.readResult { number in
+                events.withLock { $0.append("late read \(number)") }
             }
         }
         waitForPending(value.engine, count: 2)
@@ -141,7 +142,7 @@ import Testing
         let finishRead = DispatchSemaphore(value: 0)
         let threads = ThreadGroup()
         threads.spawn {
-            _ = value.waitBounded.priority(.medium).read { _ in
+            _ = value.waitBounded.priority(.medium).readResult { _ in
                 inRead.signal()
                 waitOrFail(finishRead, "the test to end the read")
             }
@@ -150,7 +151,7 @@ import Testing
         threads.spawn { _ = value.waitBounded.priority(.medium).set { $0 += 1 } }
         waitForPending(value.engine, count: 1)
         // Joins while the first read and the writer wait: it must not wait for either.
-        #expect(value.waitBounded.priority(.high).read { $0 } == .success(0))
+        #expect(value.waitBounded.priority(.high).readResult { $0 } == .success(0))
         #expect(value.diagnostics.holder?.sharedReads == 1)
         finishRead.signal()
         threads.join()
@@ -165,7 +166,7 @@ import Testing
         for _ in 0..<4 {
             threads.spawn {
                 while !stop.value {
-                    _ = value.waitBounded.priority(.medium).read { _ in usleep(200) }
+                    _ = value.waitBounded.priority(.medium).readResult { _ in usleep(200) }
                     reads.increment()
                 }
             }
@@ -229,8 +230,8 @@ import Testing
 
     @Test func anyCommandFromInsideARead_isReentrant() async throws {
         let value = QueueSafeValue(value: 0)
-        let inner = value.waitBounded.highestPriority.read { _ in
-            (value.waitBounded.lowestPriority.get(), value.waitBounded.lowestPriority.read { $0 })
+        let inner = value.waitBounded.highestPriority.readResult { _ in
+            (value.waitBounded.lowestPriority.get(), value.waitBounded.lowestPriority.readResult { $0 })
         }
         #expect(try inner.get().0 == .failure(.reentrantAccess))
         #expect(try inner.get().1 == .failure(.reentrantAccess))
@@ -251,13 +252,13 @@ import Testing
         let holder = SectionHolder(value)
         let ran = Locked(false)
         #expect(
-            value.wait(timeout: .milliseconds(30)).highestPriority.read { _ -> Int in
+            value.wait(timeout: .milliseconds(30)).highestPriority.readResult { _ -> Int in
                 ran.set(true)
                 return 1
             } == .failure(.anyTimedOut))
         #expect(value.engine.pendingCount == 0)
         holder.release()
-        #expect(value.waitBounded.lowestPriority.read { $0 } == .success(0))
+        #expect(value.waitBounded.lowestPriority.readResult { $0 } == .success(0))
         sleepBriefly(milliseconds: 20)
         #expect(!ran.value)
     }
@@ -290,14 +291,14 @@ import Testing
         let finishRead = DispatchSemaphore(value: 0)
         let threads = ThreadGroup()
         threads.spawn {
-            _ = reads.read { _ in
+            _ = reads.readResult { _ in
                 inRead.signal()
                 waitOrFail(finishRead, "the test to end the read")
             }
         }
         #expect(waitOrFail(inRead))
         value = nil
-        #expect(reads.read { _ in 0 } == .failure(.valueContainerDeinited))
+        #expect(reads.readResult { _ in 0 } == .failure(.valueContainerDeinited))
         sleepBriefly(milliseconds: 20)
         #expect(!freed.value, "the value was freed while a reader held it")
         finishRead.signal()
@@ -324,7 +325,7 @@ import Testing
         let threads = ThreadGroup()
         let outcomes = Locked<[Result<Int, QueueSafeValueError>]>([])
         threads.spawn {
-            let outcome = first.waitBounded.highestPriority.read { _ -> Result<Int, QueueSafeValueError> in
+            let outcome = first.waitBounded.highestPriority.readResult { _ -> Result<Int, QueueSafeValueError> in
                 bothHold.meet()
                 return second.waitBounded.highestPriority.set { $0 += 1 }
             }
@@ -373,7 +374,7 @@ import Testing
         init(_ value: QueueSafeValue<Int>, _ threads: ThreadGroup) {
             threads.spawn { [self] in
                 // No timeout: the idle path of a read without one.
-                let outcome = value.wait.priority(.medium).read { number -> Int in
+                let outcome = value.wait.priority(.medium).readResult { number -> Int in
                     inside.signal()
                     waitOrFail(finish, "the test to end the read")
                     return number
@@ -423,7 +424,8 @@ import Testing
         // The writer waits: the idle path is closed to the readers that come after it.
         #expect(value.engine.state.loadAcquire() & EngineWord.slowRelease != 0)
         threads.spawn {
-            _ = value.wait.priority(.medium).read { number in events.withLock { $0.append("late read \(number)") } }
+            _ = value.wait.priority(.medium).readResult { number in events.withLock { $0.append("late read \(number)") }
+            }
         }
         waitForPending(value.engine, count: 2)
         first.end()
@@ -463,7 +465,7 @@ import Testing
         #expect(waitUntil("the dispatch read to give its share back") { value.engine.state.loadAcquire() == 0 })
         #expect(listedResult.value == .success(3))
         // Idle again: the next read joins on the word.
-        #expect(value.wait.read { _ in value.engine.state.loadAcquire() } == .success(EngineWord.idleReaderUnit))
+        #expect(value.wait.readResult { _ in value.engine.state.loadAcquire() } == .success(EngineWord.idleReaderUnit))
     }
 
     @Test func nestedReadsOfFiveValues_theFifthTakesTheLock_andEveryOneIsInsideACriticalSection() {
@@ -472,7 +474,7 @@ import Testing
         var inside: [Bool] = []
         func nest(_ index: Int) -> Int {
             guard index < values.count else { return 0 }
-            let result = values[index].wait.read { number -> Int in
+            let result = values[index].wait.readResult { number -> Int in
                 words.append(values[index].engine.state.loadAcquire())
                 inside.append(values[index].isInsideCriticalSection)
                 return number + nest(index + 1)
@@ -486,7 +488,7 @@ import Testing
         #expect(inside == [true, true, true, true, true])
         #expect(values.allSatisfy { $0.engine.state.loadAcquire() == 0 })
         // The same value inside its own idle read: refused, as on every path.
-        let nested = values[0].wait.read { _ in values[0].wait.read { $0 } }
+        let nested = values[0].wait.readResult { _ in values[0].wait.readResult { $0 } }
         #expect(nested == .success(.failure(.reentrantAccess)))
     }
 }

@@ -124,7 +124,7 @@
             for _ in 0..<2 {
                 readersDone.enter()
                 Thread {
-                    _ = value.wait.highestPriority.read { _ in
+                    _ = value.wait.highestPriority.readResult { _ in
                         readersIn.increment()
                         _ = waiterParked.wait(timeout: .now() + 30)
                         waiterParked.signal()  // for the other reader

@@ -104,7 +104,7 @@ import Testing
             value.isInsideCriticalSection && !other.isInsideCriticalSection
         }
 
-        #expect(try value.wait.highestPriority.read(guardedHelper).get())
+        #expect(try value.wait.highestPriority.readResult(guardedHelper).get())
         #expect(!value.isInsideCriticalSection, "still inside after the blocking read ended")
 
         // A blocking read that another thread's read holds beside: both are inside, each on its own.
@@ -113,9 +113,9 @@ import Testing
         bothHold.enter()
         let seen = Locked<[Bool]>([])
         let nestedEnded = DispatchSemaphore(value: 0)
-        let outer = try value.wait.highestPriority.read { x -> Bool in
+        let outer = try value.wait.highestPriority.readResult { x -> Bool in
             Thread {
-                let nested = try? value.wait.highestPriority.read { y -> Bool in
+                let nested = try? value.wait.highestPriority.readResult { y -> Bool in
                     bothHold.leave()
                     _ = bothHold.wait(timeout: .now() + 10)
                     return guardedHelper(y)
@@ -157,7 +157,7 @@ import Testing
     @Test func preconditionInsideARead_holdsOnEverySchedule() async {
         await #expect(processExitsWith: .success) {
             let value = QueueSafeValue(value: 0, label: "read")
-            _ = value.wait.highestPriority.read { _ in value.preconditionInsideCriticalSection("blocking read") }
+            _ = value.wait.highestPriority.readResult { _ in value.preconditionInsideCriticalSection("blocking read") }
             let done = DispatchSemaphore(value: 0)
             value.async(performIn: DispatchQueue(label: "read")).highestPriority.read { _ in
                 value.preconditionInsideCriticalSection("dispatch read")

@@ -26,10 +26,34 @@ extension WaitCommands where Value: Sendable {
     /// that of every waiting exclusive command; otherwise it waits behind them, so writers are never
     /// starved by readers. A command on the same value issued from inside `body` fails with
     /// `.reentrantAccess`.
-    /// - Returns: what `body` returned, or why it did not run: `.valueContainerDeinited`,
-    ///   `.reentrantAccess`, `.timedOut(_:)` (through `wait(timeout:)`), `.deadlock(_:)`, or
-    ///   `.invalidArgument` for a negative timeout.
+    /// - Returns: what `body` returned.
+    /// - Throws: ``QueueSafeValueError`` if the read did not run (`.valueContainerDeinited`,
+    ///   `.reentrantAccess`, `.timedOut(_:)` through `wait(timeout:)`, `.deadlock(_:)`, or
+    ///   `.invalidArgument` for a negative timeout); `body` was then not called.
     @inlinable
+    public func read<R>(_ body: (Value) -> R) throws(QueueSafeValueError) -> R {
+        try engine.withSharedBlockingAccess(priority: priority, timeout: timeout, body).get()
+    }
+
+    /// Like `read(_:)`, for a closure that throws: its error is rethrown after the read released
+    /// its share of the value.
+    /// - Throws: the closure's error, or a ``QueueSafeValueError`` if the read did not run.
+    @inlinable
+    public func read<R, E: Error>(_ body: (Value) throws(E) -> R) throws -> R {
+        let outcome = try engine.withSharedBlockingAccess(priority: priority, timeout: timeout) { value in
+            Result<R, E> { () throws(E) -> R in try body(value) }
+        }.get()
+        return try outcome.get()
+    }
+
+    /// The shared read in its earlier shape, which answered with a `Result` instead of throwing.
+    ///
+    /// Same ordering and failures as the throwing `read(_:)`; kept so code written against that
+    /// shape compiles. Write `try value.wait.read { … }`, or `Result { try value.wait.read { … } }`
+    /// where a `Result` is wanted.
+    @inlinable
+    @_disfavoredOverload  // the throwing read wins wherever both fit; this one only where a Result is asked for
+    @available(*, deprecated, message: "read throws now, as withLock does: write 'try value.wait.read { … }'")
     public func read<R>(_ body: (Value) -> R) -> Result<R, QueueSafeValueError> {
         engine.withSharedBlockingAccess(priority: priority, timeout: timeout, body)
     }
@@ -37,7 +61,7 @@ extension WaitCommands where Value: Sendable {
     /// Runs `body` with the value and a completion closure on the calling thread, and keeps its
     /// **shared** hold of the value until both `body` has returned and `done()` was called (from any
     /// thread, in either order); the caller stays blocked until then. Ordering and failures as
-    /// ``read(_:)``; if `done` is released without being called the read still ends, and the
+    /// ``read(_:)-((Value)->R)->R``; if `done` is released without being called the read still ends, and the
     /// container's `abandonedCompletionCount` records it.
     /// - Returns: `.success` once the read ended, or why it did not run (then `body` was not called).
     @inlinable
@@ -53,7 +77,7 @@ extension DispatchCommands where Value: Sendable {
     /// Runs `body` on the queue with the value, holding it **shared**: other shared reads may run at
     /// the same moment (on this queue, if it is concurrent, or on others), exclusive commands may not.
     /// The read takes its place in the value's order when this method is called; ordering as
-    /// ``WaitCommands/read(_:)``. On failure (`.valueContainerDeinited`) `body` is called on the
+    /// ``WaitCommands/read(_:)-((Value)->R)->R``. On failure (`.valueContainerDeinited`) `body` is called on the
     /// queue with the error.
     public func read(_ body: @escaping @Sendable (Result<Value, QueueSafeValueError>) -> Void) {
         engine.sharedReadCommandType.submitShared(
@@ -76,7 +100,7 @@ extension DispatchCommands where Value: Sendable {
 extension AwaitCommands where Value: Sendable {
     /// Runs `body` with the value in the caller's isolation, holding the value **shared** across
     /// every suspension point of `body`: other shared reads may hold it at the same time, exclusive
-    /// commands may not. Ordering as ``WaitCommands/read(_:)``.
+    /// commands may not. Ordering as ``WaitCommands/read(_:)-((Value)->R)->R``.
     /// - Returns: what `body` returned.
     /// - Throws: `.cancelled` (the task was cancelled before the read started, or while it waited),
     ///   `.reentrantAccess`, `.deadlock(_:)`, `.valueContainerDeinited`, `.timedOut(_:)` (through
@@ -87,5 +111,21 @@ extension AwaitCommands where Value: Sendable {
         _ body: nonisolated(nonsending) (Value) async -> R
     ) async throws(QueueSafeValueError) -> R {
         try await engine.withSharedAwaitingAccess(priority: priority, timeout: timeout, isolation: isolation, body)
+    }
+
+    /// Like `read(isolation:_:)`, for a closure that throws: its error is rethrown after the read
+    /// released its share of the value.
+    /// - Throws: the closure's error, or a ``QueueSafeValueError`` if the read did not run.
+    @inlinable
+    public func read<R, E: Error>(
+        isolation: isolated (any Actor)? = #isolation,
+        _ body: nonisolated(nonsending) (Value) async throws(E) -> R
+    ) async throws -> R {
+        let outcome = try await engine.withSharedAwaitingAccess(
+            priority: priority, timeout: timeout, isolation: isolation
+        ) { (value: Value) async -> Result<R, E> in
+            do throws(E) { return .success(try await body(value)) } catch { return .failure(error) }
+        }
+        return try outcome.get()
     }
 }

@@ -34,18 +34,31 @@ extension WaitCommands {
 
 extension WaitCommands where Value: Sendable {
     /// Runs `body` with the value (read-only) as the critical section, on the calling thread, and
-    /// returns what it returns. Exclusive, like every command but ``read(_:)``, and available for
-    /// any `Value`.
+    /// returns what it returns. Exclusive, like every command but ``read(_:)-((Value)->R)->R``.
+    ///
+    /// Replaced by ``read(_:)-((Value)->R)->R``, which answers the same way (returns the closure's result, throws
+    /// when the command did not run) but shares the value with other reads: a closure that only
+    /// reads a `Sendable` value has no need to hold it alone, and `withValue` means "change in place"
+    /// in other libraries (`LockIsolated.withValue`), which here is ``withLock(_:)-((Value)->R)``. Existing calls
+    /// keep working, in the same order, exclusively.
     /// - Throws: ``QueueSafeValueError`` if the command did not run, as `withLock(_:)`.
     @inlinable
+    @available(
+        *, deprecated, renamed: "read",
+        message: "read answers the same way and shares the value with other reads; withLock holds it alone"
+    )
     public func withValue<R>(_ body: (Value) -> R) throws(QueueSafeValueError) -> R {
         try engine.withBlockingAccess(priority: priority, timeout: timeout, mutates: false) { value in body(value) }
             .get()
     }
 
-    /// Like `withValue(_:)`, for a closure that throws.
+    /// Like `withValue(_:)`, for a closure that throws. Replaced by the throwing `read(_:)`.
     /// - Throws: the closure's error, or a ``QueueSafeValueError`` if the command did not run.
     @inlinable
+    @available(
+        *, deprecated, renamed: "read",
+        message: "read answers the same way and shares the value with other reads; withLock holds it alone"
+    )
     public func withValue<R, E: Error>(_ body: (Value) throws(E) -> R) throws -> R {
         let outcome = try engine.withBlockingAccess(priority: priority, timeout: timeout, mutates: false) { value in
             Result<R, E> { () throws(E) -> R in try body(value) }
@@ -81,12 +94,44 @@ extension AwaitCommands {
 
 extension DispatchCommands where Value: Sendable {
     /// Runs `body` on the queue with in-place access to the value, as the critical section, then
-    /// delivers what it returned — or threw — to `completion`, on the same queue, after the value
-    /// was released.
+    /// delivers what it returned to `completion`, if given, on the same queue, after the value was
+    /// released (`value.async(performIn: queue).withLock { $0.append(entry) }`).
     ///
     /// The command takes its place in the value's order when this method is called. If it cannot
     /// run (`.valueContainerDeinited`), `body` is not called and `completion` receives the
-    /// ``QueueSafeValueError``.
+    /// ``QueueSafeValueError``: the closure cannot throw, so the `Result` is typed.
+    public func withLock<R: Sendable>(
+        _ body: @escaping @Sendable (inout Value) -> R,
+        completion: (@Sendable (Result<R, QueueSafeValueError>) -> Void)? = nil
+    ) {
+        guard let completion else {
+            engine.dispatchedCommandType.submit(
+                engine: engine, queue: queue, priority: priority,
+                operation: .access { value in _ = body(&value) }, completion: nil)
+            return
+        }
+        let outcome = TypedOutcomeBox<R>()
+        engine.dispatchedCommandType.submit(
+            engine: engine, queue: queue, priority: priority,
+            operation: .access { value in outcome.value = body(&value) },
+            completion: { command in
+                // The access closure ran in the section before this delivery: the engine's release
+                // orders its write before this read.
+                switch command {
+                case .success:
+                    completion(outcome.value.map { .success($0) } ?? .failure(.commandClosureDeallocated))
+                case .failure(let error): completion(.failure(error))
+                }
+            })
+    }
+
+    /// Runs `body` on the queue with in-place access to the value, as the critical section, then
+    /// delivers what it returned — or threw — to `completion`, on the same queue, after the value
+    /// was released. Changes `body` made before throwing stay.
+    ///
+    /// The command takes its place in the value's order when this method is called. If it cannot
+    /// run (`.valueContainerDeinited`), `body` is not called and `completion` receives the
+    /// ``QueueSafeValueError``. The completion is required: without it a thrown error would be lost.
     public func withLock<R: Sendable>(
         _ body: @escaping @Sendable (inout Value) throws -> R,
         completion: @escaping @Sendable (Result<R, any Error>) -> Void
@@ -110,4 +155,10 @@ extension DispatchCommands where Value: Sendable {
 // @unchecked Sendable: written once in the critical section, read once after the release that ends it
 final class OutcomeBox<R: Sendable>: @unchecked Sendable {
     var result: Result<R, any Error>?
+}
+
+/// Carries a dispatched non-throwing `withLock`'s result from its closure to its completion.
+// @unchecked Sendable: written once in the critical section, read once after the release that ends it
+final class TypedOutcomeBox<R: Sendable>: @unchecked Sendable {
+    var value: R?
 }
