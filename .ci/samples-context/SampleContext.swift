@@ -82,6 +82,8 @@ public let legacyAuth = LegacyAuth()
 // MARK: - Getting started
 
 public let cache = QueueSafeValue(value: [String: Data]())
+/// The account balance of the README's first sample, for the samples after it.
+public let balance = QueueSafeValue(value: 100)
 public let data = Data()
 public func render(_ entries: [String: Data]) {}
 public let ioQueue = DispatchQueue(label: "io")
