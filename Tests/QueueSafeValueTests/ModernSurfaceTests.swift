@@ -178,6 +178,58 @@ import Testing
         #expect(value.wait.get() == .success([1, 9]))
     }
 
+    /// A closure that cannot throw: the completion may be left out (the change still happens, in
+    /// order), and when given it receives a typed `Result<R, QueueSafeValueError>`.
+    @Test func dispatchWithLock_withoutCompletion_andWithATypedOne() {
+        let value = QueueSafeValue(value: [1])
+        let queue = DispatchQueue(label: "withLock typed")
+        value.async(performIn: queue).withLock { $0.append(2) }
+        value.async(performIn: queue).lowestPriority.withLock { $0.append(3) }
+        let delivered = Locked<Result<Int, QueueSafeValueError>?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        value.async(performIn: queue).withLock(
+            { $0.count },
+            completion: { (result: Result<Int, QueueSafeValueError>) in
+                delivered.set(result)
+                done.signal()
+            })
+        #expect(waitOrFail(done, "the typed completion"))
+        #expect(delivered.value == .success(3))
+        #expect(value.wait.get() == .success([1, 2, 3]))
+    }
+
+    @Test func dispatchWithLock_ofAReleasedContainer_deliversATypedError_andDoesNotRun() {
+        var value: QueueSafeValue<Int>? = QueueSafeValue(value: 0)
+        let commands = value!.async(performIn: DispatchQueue(label: "released")).highestPriority
+        value = nil
+        let ran = Locked(false)
+        let delivered = Locked<Result<Int, QueueSafeValueError>?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        commands.withLock(
+            { value -> Int in
+                ran.set(true)
+                return value
+            },
+            completion: { result in
+                delivered.set(result)
+                done.signal()
+            })
+        #expect(waitOrFail(done, "the completion"))
+        #expect(delivered.value == .failure(.valueContainerDeinited))
+        #expect(!ran.value)
+    }
+
+    @Test func awaitingRead_rethrowsTheClosuresError_afterReleasingItsShare() async throws {
+        let value = QueueSafeValue(value: "abc")
+        await #expect(throws: DecodeError()) { try await value.async.read { try Self.decode($0) } }
+        await #expect(throws: DecodeError()) {
+            try await value.async.highestPriority.read { (text: String) async throws(DecodeError) in
+                try Self.decode(text)
+            }
+        }
+        #expect(try await value.async.withLock { $0.count } == 3, "the share was released")
+    }
+
     // MARK: Any value
 
     /// Not Sendable: a class with mutable state.
