@@ -551,7 +551,7 @@ import Testing
     /// The two single-schedule containers take the priority left out too: a synced value's blocking
     /// commands (with the container's timeout) and an asynced value's dispatch commands (on its
     /// queue), at `.medium`.
-    @Test func theContainers_withoutAPriority_runAtMedium() {
+    @Test func theContainers_withoutAPriority_runAtMedium() throws {
         let synced = QueueSafeSyncedValue(value: 1, timeout: .seconds(30))
         #expect(synced.set { $0 += 1 } == .success(2))
         #expect(synced.get() == .success(2))
