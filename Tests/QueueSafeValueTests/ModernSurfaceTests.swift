@@ -184,7 +184,7 @@ import Testing
         let value = QueueSafeValue(value: [1])
         let queue = DispatchQueue(label: "withLock typed")
         value.async(performIn: queue).withLock { $0.append(2) }
-        value.async(performIn: queue).lowestPriority.withLock { $0.append(3) }
+        value.async(performIn: queue).defaultPriority.withLock { $0.append(3) }  // same priority: FIFO
         let delivered = Locked<Result<Int, QueueSafeValueError>?>(nil)
         let done = DispatchSemaphore(value: 0)
         value.async(performIn: queue).withLock(
