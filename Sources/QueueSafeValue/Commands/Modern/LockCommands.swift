@@ -110,19 +110,7 @@ extension DispatchCommands where Value: Sendable {
                 operation: .access { value in _ = body(&value) }, completion: nil)
             return
         }
-        let outcome = TypedOutcomeBox<R>()
-        engine.dispatchedCommandType.submit(
-            engine: engine, queue: queue, priority: priority,
-            operation: .access { value in outcome.value = body(&value) },
-            completion: { command in
-                // The access closure ran in the section before this delivery: the engine's release
-                // orders its write before this read.
-                switch command {
-                case .success:
-                    completion(outcome.value.map { .success($0) } ?? .failure(.commandClosureDeallocated))
-                case .failure(let error): completion(.failure(error))
-                }
-            })
+        submitAccess({ value in body(&value) }, deliver: completion)
     }
 
     /// Runs `body` on the queue with in-place access to the value, as the critical section, then
@@ -136,29 +124,33 @@ extension DispatchCommands where Value: Sendable {
         _ body: @escaping @Sendable (inout Value) throws -> R,
         completion: @escaping @Sendable (Result<R, any Error>) -> Void
     ) {
-        let outcome = OutcomeBox<R>()
+        submitAccess(
+            { value in Result { try body(&value) } },
+            deliver: { outcome in completion(outcome.mapError { $0 as any Error }.flatMap { $0 }) })
+    }
+
+    /// Submits an exclusive command that runs `run` on the queue with in-place access, and hands
+    /// what it returned to `deliver` on the same queue after the release; or, if the command did not
+    /// run, why.
+    private func submitAccess<Outcome: Sendable>(
+        _ run: @escaping @Sendable (inout Value) -> Outcome,
+        deliver: @escaping @Sendable (Result<Outcome, QueueSafeValueError>) -> Void
+    ) {
+        let box = OutcomeBox<Outcome>()
         engine.dispatchedCommandType.submit(
             engine: engine, queue: queue, priority: priority,
-            operation: .access { value in outcome.result = Result { try body(&value) } },
+            operation: .access { value in box.outcome = run(&value) },
             completion: { command in
                 // The access closure ran in the section before this delivery: the engine's release
                 // orders its write before this read.
-                switch command {
-                case .success: completion(outcome.result ?? .failure(QueueSafeValueError.commandClosureDeallocated))
-                case .failure(let error): completion(.failure(error))
-                }
+                deliver(
+                    command.flatMap { _ in box.outcome.map { .success($0) } ?? .failure(.commandClosureDeallocated) })
             })
     }
 }
 
 /// Carries a dispatched `withLock`'s outcome from its closure to its completion.
 // @unchecked Sendable: written once in the critical section, read once after the release that ends it
-final class OutcomeBox<R: Sendable>: @unchecked Sendable {
-    var result: Result<R, any Error>?
-}
-
-/// Carries a dispatched non-throwing `withLock`'s result from its closure to its completion.
-// @unchecked Sendable: written once in the critical section, read once after the release that ends it
-final class TypedOutcomeBox<R: Sendable>: @unchecked Sendable {
-    var value: R?
+final class OutcomeBox<Outcome: Sendable>: @unchecked Sendable {
+    var outcome: Outcome?
 }
