@@ -132,7 +132,13 @@ import Testing
             try await first.value
             try await second.value
         }
-        #expect(log.snapshot == ["first starts", "second", "first ends"])
+        // Isolated to nothing, the two run side by side once the first has started (given up its
+        // turn): the second's line may come before the first's first line, as the ordering's
+        // documentation says. What is certain is that the first could only end after the second ran.
+        let entries = log.snapshot
+        #expect(entries.count == 3)
+        #expect(Set(entries.prefix(2)) == ["first starts", "second"])
+        #expect(entries.last == "first ends")
     }
 
     @Test func cancelAll_cancelsOperationsThatHaveNotStarted_andLeavesStartedOnesAlone() async throws {
