@@ -1,6 +1,6 @@
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// What each command returns and leaves behind, through every schedule at every priority: the same
 /// body for `wait`, `wait(timeout:)`, `async(performIn:)` and `async`. (What only one schedule does,

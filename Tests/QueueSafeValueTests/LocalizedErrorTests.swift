@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// `QueueSafeValueError` is a `LocalizedError`: where an app shows `error.localizedDescription`,
 /// every case reads as a sentence, and each has a reason and a recovery suggestion.

@@ -2,7 +2,7 @@ import Dispatch
 import Foundation
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 @Suite(.runsAlongsideOthers) struct ManualCompletionTests {
     // MARK: Held until done

@@ -2,7 +2,7 @@ import Dispatch
 import Foundation
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// The one-liners a Swift developer writes with `Mutex`, `NSLock.withLock` or an actor, each as one
 /// line here: throwing, value-returning commands on every schedule, and a default priority.

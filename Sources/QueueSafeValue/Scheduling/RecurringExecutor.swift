@@ -73,7 +73,7 @@ public final class RecurringExecutor: Sendable {
             operation: operation
         )
         self.core = core
-        Task.detached { await core.runLoop() }
+        SyncPoints.task(detached: true) { await core.runLoop() }
     }
 
     /// Creates an executor whose every run is an awaiting `set` command on `value`: the operation gets

@@ -99,7 +99,7 @@ final class RecurringExecutorCore: @unchecked Sendable {
         var work = AfterUnlock(cancel: actions.cancel, resumeDriver: actions.resumeDriver)
         let outboxCount = guarded.outbox.count
         if !actions.events.isEmpty {
-            let now = DispatchTime.now()
+            let now = SyncPoints.now()
             let subscribers = Array(guarded.subscribers.values)
             if hasHandler || !subscribers.isEmpty {
                 for kind in actions.events {
@@ -126,7 +126,7 @@ final class RecurringExecutorCore: @unchecked Sendable {
         for task in work.cancel { task.cancel() }
         work.resumeDriver?.resumeFromAnotherThread()
         if work.scheduleDrain {
-            deliveryQueue.async { self.drain() }
+            SyncPoints.async(deliveryQueue) { self.drain() }
         }
     }
 
@@ -275,7 +275,7 @@ final class RecurringExecutorCore: @unchecked Sendable {
     private func wait(token: UInt64, nanoseconds: UInt64?) async {
         if let nanoseconds {
             let sleeper = self.sleeper
-            let sleep = Task<Void, any Error>.detached { [weak self] in
+            let sleep = SyncPoints.throwingTask(detached: true) { [weak self] in
                 do {
                     try await sleeper.sleep(nanoseconds: nanoseconds)
                 } catch {

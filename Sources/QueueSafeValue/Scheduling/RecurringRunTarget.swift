@@ -27,7 +27,7 @@ public struct RecurringRunTarget: Sendable {
     /// Each run is a detached task (no actor, no inherited task-locals or priority) that starts at
     /// once.
     public static let detached = RecurringRunTarget { operation in
-        Task.detached { try await operation() }
+        SyncPoints.throwingTask(detached: true) { try await operation() }
     }
 
     /// Each run is enqueued on `queue` with ``CommandQueue/enqueue(priority:policy:_:)`` at the

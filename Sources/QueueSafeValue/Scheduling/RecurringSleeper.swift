@@ -27,7 +27,8 @@ public protocol RecurringSleeper: Sendable {
 // MARK: - TaskRecurringSleeper
 
 /// The default ``RecurringSleeper``: `Task.sleep(nanoseconds:)`, which ends early with
-/// `CancellationError` when its task is cancelled.
+/// `CancellationError` when its task is cancelled. Inside a `QueueSafeValueTesting` exploration
+/// (debug builds) it sleeps on the exploration's virtual clock instead (see <doc:TestingYourCode>).
 public struct TaskRecurringSleeper: RecurringSleeper {
     /// Creates the sleeper.
     public init() {}
@@ -35,6 +36,6 @@ public struct TaskRecurringSleeper: RecurringSleeper {
     /// Suspends the calling task for `nanoseconds` with `Task.sleep(nanoseconds:)`.
     /// - Throws: `CancellationError` when the task is cancelled first.
     public func sleep(nanoseconds: UInt64) async throws {
-        try await Task.sleep(nanoseconds: nanoseconds)
+        try await SyncPoints.sleep(nanoseconds: nanoseconds)
     }
 }

@@ -151,7 +151,7 @@ public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {  // `
         let call = Call()
         // Inherits the caller's priority and task-locals (so `get()` from inside `refresh` still
         // fails with `.reentrantAccess`), not its cancellation.
-        let task = Task { call.finish(await self.command(ticket: ticket, call: call)) }
+        let task = SyncPoints.task { call.finish(await self.command(ticket: ticket, call: call)) }
         call.setTask(task)
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
@@ -258,9 +258,9 @@ public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {  // `
     /// completion handlers. `completion` runs on that task (not on the caller's thread or queue).
     /// Calls made one after another may be served in either order.
     public func get(completion: @escaping @Sendable (Result<Value, any Error>) -> Void) {
-        Task {
+        SyncPoints.task {
             do {
-                completion(.success(try await get()))
+                completion(.success(try await self.get()))
             } catch {
                 completion(.failure(error))
             }

@@ -14,7 +14,7 @@ func commandDeadline(after timeout: DispatchTimeInterval?) throws(QueueSafeValue
     guard let timeout else { return nil }
     if timeout.isNegative { throw negativeTimeout(timeout) }
     if case .never = timeout { return nil }
-    return .now() + timeout
+    return SyncPoints.now() + timeout
 }
 
 /// The error for a negative timeout (out of line: it builds a string).

@@ -1,7 +1,8 @@
 import Dispatch
 import Foundation
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
+@testable import QueueSafeValueTesting
 
 // The commands the checker's scenarios issue, each through the public API, each telling the run
 // when its closure begins and ends (exclusivity), how it ended (exactly once), and when its

@@ -1,7 +1,8 @@
 import Dispatch
 import Foundation
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
+@testable import QueueSafeValueTesting
 
 /// What the commands of one controlled run did, told by the commands themselves (their closures,
 /// their results, their completions), and the checks made on it. Shared by the run's threads; an

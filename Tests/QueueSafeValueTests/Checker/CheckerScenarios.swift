@@ -1,7 +1,8 @@
 import Dispatch
 import Foundation
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
+@testable import QueueSafeValueTesting
 
 /// A program for the controlled scheduler: what one run builds (values, queues, the threads of
 /// the world), and what it checks at the end.

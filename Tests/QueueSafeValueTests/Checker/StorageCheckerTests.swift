@@ -1,7 +1,8 @@
 import Foundation
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
+@testable import QueueSafeValueTesting
 
 extension Explorers {
     /// The real storage under the controlled scheduler: every schedule of each scenario, within its

@@ -2,7 +2,7 @@ import Dispatch
 import Foundation
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// A plain actor with the same read-`await`-write increment, to show what an actor does not give.
 private actor ActorCounter {

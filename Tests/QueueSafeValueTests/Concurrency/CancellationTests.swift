@@ -2,7 +2,7 @@ import Dispatch
 import Foundation
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// Cancellation of awaiting commands: before the command is issued, while it waits in the queue,
 /// and after its closure has started.

@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// `CommandQueue.Policy.discardable`: a waiting discardable operation never starts once a later
 /// operation is enqueued, and its task throws `.cancelled` at once ("latest wins").

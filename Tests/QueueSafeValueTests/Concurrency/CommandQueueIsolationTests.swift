@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// Main-actor state that operations change synchronously: only code isolated to the main actor can
 /// touch it, so these tests compile only because operations inherit the caller's isolation.

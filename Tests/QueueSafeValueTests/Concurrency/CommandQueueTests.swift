@@ -2,7 +2,7 @@ import Dispatch
 import Foundation
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// Records, under one lock, which operations ended before `cancelAll()` was called.
 private final class CancelAllProbe: @unchecked Sendable {

@@ -2,7 +2,7 @@ import Dispatch
 import Foundation
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// Blocking (`wait`), dispatch (`async(performIn:)`) and awaiting (`async`) commands share one
 /// queue and one priority order: highest priority first, first-come-first-served within a priority.

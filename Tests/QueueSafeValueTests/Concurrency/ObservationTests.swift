@@ -2,7 +2,7 @@ import Dispatch
 import Foundation
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// Observing a value: the current value first, then every committed change in commit order, with
 /// latest-value skipping for a slow consumer, many consumers each on their own, the end at the

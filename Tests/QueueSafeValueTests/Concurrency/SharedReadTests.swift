@@ -2,7 +2,7 @@ import Dispatch
 import Foundation
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// Shared reads through the public API, on real threads, queues and tasks: several reads hold the
 /// value at once (each waits, bounded, until the others are inside too, which would never happen

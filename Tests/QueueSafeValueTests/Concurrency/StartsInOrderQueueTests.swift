@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// `CommandQueue(ordering: .startsInOrder)`: the guarantee of swift-async-queue's `ActorQueue`
 /// (operations start in order; one that suspends lets the next start; awaiting the own queue from

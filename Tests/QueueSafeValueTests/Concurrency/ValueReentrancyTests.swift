@@ -2,7 +2,7 @@ import Dispatch
 import Foundation
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// Reentrancy of awaiting commands on a value: a command that would wait for the critical section
 /// its own task (or a parent task) holds fails with `.reentrantAccess` at once instead of hanging.

@@ -2,7 +2,7 @@ import Dispatch
 import Foundation
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// Blocking commands inside tasks: a short or uncontended one works as it does anywhere, but the
 /// one that would park the last free thread of the cooperative pool while a task holds the value

@@ -2,7 +2,7 @@ import Dispatch
 import Foundation
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// Cycles that pass through a `CommandQueue`: an operation holds the queue, and `perform` awaits the
 /// operation's task. The task that awaits waits for whatever its operation waits for, so a cycle

@@ -2,7 +2,7 @@ import Dispatch
 import Foundation
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// Lock-order cycles between threads (and tasks) fail with `.deadlock` instead of hanging, and
 /// nothing that is not a cycle ever does.

@@ -2,7 +2,7 @@ import Dispatch
 import Foundation
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// A blocking command issued from a block running on a queue, behind a dispatch command for that
 /// same queue, does not hang: the waiting thread runs the dispatch command itself (it runs on the

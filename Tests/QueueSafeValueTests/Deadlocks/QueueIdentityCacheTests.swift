@@ -2,7 +2,7 @@ import Dispatch
 import Foundation
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// The engine's one-entry queue identity cache gives every queue its own identity, the one its tag
 /// carries, whichever queue the previous command targeted and whichever thread asks: a wrong one

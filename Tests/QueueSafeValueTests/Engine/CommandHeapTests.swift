@@ -1,6 +1,6 @@
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// The waiting order's two parts: arrivals in increasing key order go to the FIFO run, overtaking
 /// ones to the heap, and every pop takes the smallest key of both.

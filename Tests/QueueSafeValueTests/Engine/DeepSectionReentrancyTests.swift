@@ -1,6 +1,6 @@
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// A task keeps the first three sections it is inside in its task-local stack and the deeper ones
 /// in a second task-local: reentrancy is refused at every depth, from the task and from its child

@@ -1,6 +1,6 @@
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// The state machine's side of `CommandQueue.Policy.discardable`, driven without threads: which
 /// operation a later enqueue discards, and when a discarded one may still begin.

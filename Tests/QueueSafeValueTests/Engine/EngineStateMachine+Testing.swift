@@ -1,4 +1,4 @@
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// The transition tests and the cycle explorer keep plain integers as the machine's handles: no
 /// integer runs on a dispatch queue of its own, so no helper or inline successor is ever chosen.

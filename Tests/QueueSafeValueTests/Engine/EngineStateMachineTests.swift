@@ -1,6 +1,6 @@
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// The engine's pure state machine, driven without threads: every transition and its action.
 @Suite(.runsAlongsideOthers) struct EngineStateMachineTests {

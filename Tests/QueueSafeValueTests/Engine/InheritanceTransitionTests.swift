@@ -1,6 +1,6 @@
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// Priority inheritance in the state machine alone: what the holder must run at follows its parked
 /// waiters up and down, including what a waiter inherits from a section it holds elsewhere (a link

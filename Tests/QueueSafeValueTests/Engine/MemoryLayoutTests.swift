@@ -1,7 +1,7 @@
 import Dispatch
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 #if canImport(Glibc)
     // Unsafe: declared by hand (it lives in <malloc.h>, which Glibc's module does not export),

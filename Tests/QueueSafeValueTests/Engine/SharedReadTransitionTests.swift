@@ -1,6 +1,6 @@
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// Shared reads in the pure state machine: each rule of the order, driven without threads.
 @Suite(.runsAlongsideOthers) struct SharedReadTransitionTests {

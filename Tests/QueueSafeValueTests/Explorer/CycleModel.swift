@@ -1,4 +1,4 @@
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 // The world the deadlock explorer runs: several engines (each the real `EngineStateMachine` with a
 // modelled state word, lock, and `ownerThread` word) and threads that take their sections nested,

@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 extension Explorers {
     /// Every interleaving of threads taking sections of several engines, nested, with the real wait-for

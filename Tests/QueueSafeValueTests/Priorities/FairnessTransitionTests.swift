@@ -1,6 +1,6 @@
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// The bounded-overtaking policy in the pure state machine: which command each release grants.
 @Suite(.runsAlongsideOthers) struct FairnessTransitionTests {

@@ -2,7 +2,7 @@ import Dispatch
 import Foundation
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// The shape, with the bounded-overtaking policy: two threads looping highest-priority
 /// commands no longer starve a lowest-priority command; it waits for at most `maxOvertakes` of the

@@ -2,7 +2,7 @@ import Dispatch
 import Foundation
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// A task that holds a value (an awaiting command, a `CommandQueue` operation) runs at least at the
 /// priority of the most urgent party waiting for it: waiting tasks and threads escalate it, and a

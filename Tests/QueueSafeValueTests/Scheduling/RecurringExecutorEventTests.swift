@@ -1,7 +1,7 @@
 import Dispatch
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// A clock whose first sleep throws `error` once the test opens `gate` (a sleeper that fails while
 /// the executor waits on it, without being cancelled).

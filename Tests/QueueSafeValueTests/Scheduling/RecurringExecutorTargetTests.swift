@@ -2,7 +2,7 @@ import Dispatch
 import Foundation
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// `RecurringExecutor` running its operations in a `CommandQueue` or inside a `QueueSafeValue`'s
 /// critical section: runs take their turn at their priority and cancellation reaches them.

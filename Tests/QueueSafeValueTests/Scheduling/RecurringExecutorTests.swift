@@ -2,7 +2,7 @@ import Dispatch
 import Foundation
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// `RecurringExecutor`: interval runs, `runNow()` hand-off and collapsing, policy changes, failing
 /// and uncooperative operations, events on both channels, stop and release.

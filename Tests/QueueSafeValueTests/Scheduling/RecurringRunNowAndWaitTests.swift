@@ -1,6 +1,6 @@
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// `RecurringExecutor.runNowAndWait()`: which run serves the request, how it ended, and what the
 /// caller's cancellation, a stop and reentrancy do.

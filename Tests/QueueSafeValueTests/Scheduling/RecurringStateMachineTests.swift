@@ -1,6 +1,6 @@
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// The executor's pure state machine, driven without threads, tasks or sleepers: each scenario is a
 /// table of inputs and what each one must return (events, tasks to cancel, the driver to resume,

@@ -2,7 +2,7 @@ import Dispatch
 import Foundation
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// Randomized, seeded contention tests: several threads issue random sequences of blocking and
 /// dispatch commands of random priorities against one value, and the outcome is checked against a

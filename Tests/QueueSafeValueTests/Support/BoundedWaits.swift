@@ -2,7 +2,7 @@ import Dispatch
 import Foundation
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 // Bounded waits on things that signal (semaphores, groups, tasks, an engine's queue): each one turns
 // a hang into a failure after `hangTimeout`.

@@ -1,4 +1,4 @@
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 extension CommandPriority {
     /// The priorities the tests draw from: the five named levels and two unnamed ones.

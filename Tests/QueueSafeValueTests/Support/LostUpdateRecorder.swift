@@ -1,4 +1,4 @@
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// Records every `LostUpdate` the library reports, for the whole test process. The handler is
 /// process-wide and tests run in parallel, so it is installed once and never restored; a test

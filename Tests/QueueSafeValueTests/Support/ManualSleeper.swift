@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// A clock the test drives by hand: every `sleep(nanoseconds:)` stays suspended until the test fires
 /// it. With `honorsCancellation`, a cancelled sleep throws at once, as `Task.sleep` does; without it,

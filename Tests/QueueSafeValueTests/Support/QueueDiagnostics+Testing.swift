@@ -1,4 +1,4 @@
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 extension QueueDiagnostics {
     /// An empty snapshot, for errors built in tests.

@@ -1,6 +1,6 @@
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// Enqueues an operation that holds `queue` until `gate` opens, and returns once it runs.
 /// - Returns: its task, whose value says whether the operation saw its task cancelled.

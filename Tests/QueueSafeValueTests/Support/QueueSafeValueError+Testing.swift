@@ -1,4 +1,4 @@
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 extension QueueSafeValueError {
     /// A `.timedOut` to compare results with: errors compare by case, not by the diagnostics they

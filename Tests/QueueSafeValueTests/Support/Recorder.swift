@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// An append-only log shared across threads, queues and tasks.
 final class Recorder<Element>: @unchecked Sendable {  // @unchecked Sendable: every access takes the lock

@@ -1,7 +1,7 @@
 import Dispatch
 import Foundation
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// The schedules a command on a value can be issued with, for tests whose body differs only in the
 /// schedule. Each command returns what the schedule reports: the blocking ones run on a thread of

@@ -1,7 +1,7 @@
 import Dispatch
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// Holds a value's critical section through a manual-completion dispatch command until
 /// ``release()`` is called, so a test can line up waiting commands behind it.

@@ -2,7 +2,7 @@ import Dispatch
 import Foundation
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// `value.async(timeout:)` and `CommandQueue.enqueue/perform(timeout:)`: a command that has not
 /// started within its timeout throws `.timedOut` with a snapshot of the queue, leaves the queue and

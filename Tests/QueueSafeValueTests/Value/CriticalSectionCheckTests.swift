@@ -2,7 +2,7 @@ import Dispatch
 import Foundation
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// `isInsideCriticalSection` / `isInsideOperation` and the preconditions built on them: true in the
 /// closure of a command of that value (every schedule) or an operation of that queue, and in child

@@ -2,7 +2,7 @@ import Dispatch
 import Foundation
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// What `diagnostics` and deadlock reports tell a person: the queue a stuck dispatch command waits
 /// to run on, threads by their names and queues, and grammar that reads right.

@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-@testable import QueueSafeValue
+@_spi(Testing) @testable import QueueSafeValue
 
 /// A blocking `set` that fails because of how the calling code is built (reentrant, or closing a
 /// wait cycle) is reported to `LostUpdates.handler`: its result may be discarded, and the update must

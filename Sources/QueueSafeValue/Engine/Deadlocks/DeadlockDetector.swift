@@ -18,8 +18,8 @@ import QueueSafeValueShims
 ///
 /// Engines are identified by their address; an engine stays alive while anything waits for it (the
 /// waiter's frame holds it), and a party always unregisters before its wait returns.
-// @unchecked Sendable: the graph is only touched under its lock; `poolWidth` is immutable
-final class DeadlockDetector: @unchecked Sendable {
+@_spi(Testing)
+public final class DeadlockDetector: @unchecked Sendable {  // @unchecked Sendable: graph under its lock
     /// An engine, by identity, without keeping it alive: while registered, its waiter keeps it.
     // @unchecked Sendable: only compared, or read while a waiter keeps the engine alive
     struct EngineHandle: Hashable, @unchecked Sendable {
@@ -59,6 +59,10 @@ final class DeadlockDetector: @unchecked Sendable {
     /// How many threads Swift's cooperative pool runs tasks on: one per processor. (Not
     /// `ProcessInfo`: only the `LocalizedError` conformance's file imports Foundation.)
     let poolWidth = max(1, sysconf(Int32(_SC_NPROCESSORS_ONLN)))
+
+    /// A detector of its own (the process's is ``shared``), for a controlled scheduler's world.
+    @_spi(Testing)
+    public init() {}
 
     /// Registers a party about to block for `engine`; see ``WaitForGraph/register(_:waitingFor:poolThread:poolWidth:holder:)``.
     /// - Parameter watcher: a blocking waiter that does not know which queue it runs on, with the

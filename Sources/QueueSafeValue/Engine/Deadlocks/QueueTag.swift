@@ -15,7 +15,8 @@ import QueueSafeValueShims
 /// it blocks that queue. So tagging a queue tells every parked waiter that did not know its queue
 /// to look again (``DeadlockDetector/tagQueue(_:)``): whether a waiting thread runs on a queue
 /// never depends on what happened before its wait began.
-struct QueueTag: Sendable, Hashable {
+@_spi(Testing)
+public struct QueueTag: Sendable, Hashable {
     /// The queue's identity: ``mainQueue``, or a number no other queue of the process has.
     let id: Int
     /// The queue's label, for reports.
@@ -26,7 +27,15 @@ struct QueueTag: Sendable, Hashable {
     /// queue itself, recognises it.
     /// The key of the tags (for the test suite's virtual queues, which read a tag the way Dispatch
     /// does for a thread running on the queue).
-    static var specificKey: DispatchSpecificKey<QueueTag> { key }
+    @_spi(Testing)
+    public static var specificKey: DispatchSpecificKey<QueueTag> { key }
+
+    /// The tag of `queue` in `detector`'s identities, tagging the queue if it carries no tag yet (a
+    /// controlled scheduler's virtual queues).
+    @_spi(Testing)
+    public static func tag(of queue: DispatchQueue, in detector: DeadlockDetector) -> QueueTag {
+        QueueTag(id: identity(of: queue, in: detector), label: queue.label)
+    }
 
     private static let key: DispatchSpecificKey<QueueTag> = {
         let key = DispatchSpecificKey<QueueTag>()

@@ -16,11 +16,13 @@ import QueueSafeValueShims
 /// giving up a lock, parking and waking a thread, a busy-wait, `queue.async`, resuming a task.
 ///
 /// In release builds each of these is the plain primitive, inlined: the seam costs nothing. In debug
-/// builds a thread that a *controlled scheduler* runs (the test suite's, see
-/// `Tests/…/Checker/ControlledScheduler.swift`) hands each point to it, and the scheduler decides
-/// which thread goes next: that is how the test suite explores the interleavings of the real
-/// engine, not of a copy of it. Every other thread (of the app, of the other tests) finds no
-/// scheduler and goes straight to the primitive.
+/// builds a thread that a *controlled scheduler* runs hands each point to it, and the scheduler
+/// decides which thread goes next. The seam has two clients, one scheduler
+/// (`Sources/QueueSafeValueTesting/ControlledWorld.swift`): the test suite's checker, which explores
+/// the interleavings of the real engine (not of a copy of it) at every sync point, and the
+/// `QueueSafeValueTesting` library, which explores a user's code at its commands
+/// (``commandPoint()``). Every other thread (of the app, of the other tests) finds no scheduler and
+/// goes straight to the primitive.
 @usableFromInline
 enum SyncPoints {
     #if DEBUG
@@ -38,6 +40,91 @@ enum SyncPoints {
             precondition(status == 0, "pthread_setspecific failed: \(status)")
         }
     #endif
+
+    /// A command arrives, is released or changes the section's state (each of the state word's six
+    /// operations, see `CommandEngine+Word.swift`), or a user's own point: where a user's code can
+    /// be interleaved with another party's (the testing library explores these; the checker, every
+    /// sync point).
+    @inlinable
+    @inline(__always)
+    static func commandPoint() {
+        #if DEBUG
+            commandPointSlow()
+        #endif
+    }
+
+    #if DEBUG
+        @usableFromInline
+        static func commandPointSlow() {
+            scheduler?.commandPoint()
+        }
+    #endif
+
+    /// Now, on the calling thread's clock: the scheduler's virtual clock under the testing library,
+    /// else `DispatchTime.now()`. Every deadline a command computes reads it.
+    @inlinable
+    @inline(__always)
+    static func now() -> DispatchTime {
+        #if DEBUG
+            if let virtual = virtualNow() { return virtual }
+        #endif
+        return .now()
+    }
+
+    #if DEBUG
+        @usableFromInline
+        static func virtualNow() -> DispatchTime? {
+            scheduler?.now
+        }
+    #endif
+
+    /// Suspends the calling task for `nanoseconds` (`Task.sleep`), on the scheduler's virtual clock
+    /// under the testing library.
+    static func sleep(nanoseconds: UInt64) async throws {
+        #if DEBUG
+            if let scheduler, let virtual = scheduler.virtualSleep {
+                try await virtual(nanoseconds)
+                return
+            }
+        #endif
+        try await Task.sleep(nanoseconds: nanoseconds)
+    }
+
+    /// An unstructured task that the library starts for its own work (`Task {}`, or `Task.detached {}`
+    /// when `detached`): under a controlled scheduler it prefers the scheduler as its executor, so the
+    /// scheduler runs it too (an unstructured task inherits no executor preference).
+    @discardableResult
+    static func task<T: Sendable>(
+        detached: Bool = false, _ operation: sending @escaping () async -> T
+    ) -> Task<T, Never> {
+        #if DEBUG
+            if #available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *),
+                let executor = controlledTaskExecutor()
+            {
+                return detached
+                    ? Task.detached(executorPreference: executor, operation: operation)
+                    : Task(executorPreference: executor, operation: operation)
+            }
+        #endif
+        return detached ? Task.detached(operation: operation) : Task(operation: operation)
+    }
+
+    /// ``task(detached:_:)`` for an operation that throws.
+    @discardableResult
+    static func throwingTask<T: Sendable>(
+        detached: Bool = false, _ operation: sending @escaping () async throws -> T
+    ) -> Task<T, any Error> {
+        #if DEBUG
+            if #available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *),
+                let executor = controlledTaskExecutor()
+            {
+                return detached
+                    ? Task.detached(executorPreference: executor, operation: operation)
+                    : Task(executorPreference: executor, operation: operation)
+            }
+        #endif
+        return detached ? Task.detached(operation: operation) : Task(operation: operation)
+    }
 
     /// Before an atomic operation on a word another thread may touch.
     @inlinable
@@ -197,19 +284,39 @@ enum SyncPoints {
 }
 
 #if DEBUG
+    /// The seam's entry for a controlled scheduler in another module (the `QueueSafeValueTesting`
+    /// library): debug builds only, as the seam.
+    @_spi(Testing)
+    public enum ControlledSchedulers {
+        /// Makes `scheduler` the scheduler of the calling thread (`nil`: none).
+        public static func install(_ scheduler: (any ControlledScheduler)?) {
+            SyncPoints.install(scheduler)
+        }
+
+        /// The scheduler of the calling thread, if any.
+        public static var current: (any ControlledScheduler)? { SyncPoints.scheduler }
+
+        /// A nonzero identifier of the calling thread.
+        public static var currentThread: Int { currentThreadID() }
+    }
+
     /// A scheduler that runs some threads one at a time and decides, at every sync point, which of
-    /// them goes next (the test suite's checker). Every call comes from one of its own threads.
-    protocol ControlledScheduler: AnyObject {
+    /// them goes next (the test suite's checker, and the `QueueSafeValueTesting` library). Every call
+    /// comes from one of its own threads.
+    @_spi(Testing)
+    public protocol ControlledScheduler: AnyObject {
         /// Before an atomic operation on a shared word.
         func atomicPoint()
+        /// A command point (see ``SyncPoints/commandPoint()``).
+        func commandPoint()
         /// Before taking `lock`, whose role is the type of what it guards, at `site`: returns once
         /// the calling thread may take it without blocking.
         func willLock(_ lock: ObjectIdentifier, role: Any.Type, site: LockSite)
         /// After giving up `lock`.
         func didUnlock(_ lock: ObjectIdentifier)
-        /// Parks the calling thread on `parker` until a `unpark` (returns `true`) or, if `timed`,
-        /// until the scheduler lets its deadline pass (returns `false`).
-        func park(_ parker: ObjectIdentifier, timed: Bool) -> Bool
+        /// Parks the calling thread on `parker` until a `unpark` (returns `true`) or, with a
+        /// `deadline`, until the scheduler lets it pass (returns `false`).
+        func park(_ parker: ObjectIdentifier, deadline: DispatchTime?) -> Bool
         /// Wakes a thread parked on `parker`, or lets the next park on it return at once.
         func unpark(_ parker: ObjectIdentifier)
         /// A busy-wait turn.
@@ -235,14 +342,28 @@ enum SyncPoints {
         var boostRegistry: BoostRegistry { get }
         /// See ``SyncPoints/inheritance(_:)``.
         func inheritance(_ begins: Bool)
+        /// The virtual clock's now, or `nil` for the real clock.
+        var now: DispatchTime? { get }
+        /// A sleep on the virtual clock, or `nil` for `Task.sleep`.
+        var virtualSleep: (@Sendable (UInt64) async throws -> Void)? { get }
     }
 
     /// Where a lock is taken (the caller of `LockedState.withLock`), for the lock-order check.
-    struct LockSite: CustomStringConvertible {
-        let file: StaticString
-        let line: UInt
+    @_spi(Testing)
+    public struct LockSite: CustomStringConvertible {
+        /// The file that takes the lock.
+        public let file: StaticString
+        /// The line that takes it.
+        public let line: UInt
 
-        var description: String { "\(file):\(line)" }
+        /// The site at `file`:`line`.
+        public init(file: StaticString, line: UInt) {
+            self.file = file
+            self.line = line
+        }
+
+        /// `file:line`.
+        public var description: String { "\(file):\(line)" }
     }
 
     /// The thread-specific slot for ``SyncPoints/scheduler`` (unretained).
@@ -268,7 +389,7 @@ final class Parker: @unchecked Sendable {
     func park() {
         #if DEBUG
             if let scheduler = SyncPoints.scheduler {
-                _ = scheduler.park(ObjectIdentifier(self), timed: false)
+                _ = scheduler.park(ObjectIdentifier(self), deadline: nil)
                 return
             }
         #endif
@@ -278,7 +399,9 @@ final class Parker: @unchecked Sendable {
     /// Parks until woken (`true`) or until `deadline` (`false`).
     func park(until deadline: DispatchTime) -> Bool {
         #if DEBUG
-            if let scheduler = SyncPoints.scheduler { return scheduler.park(ObjectIdentifier(self), timed: true) }
+            if let scheduler = SyncPoints.scheduler {
+                return scheduler.park(ObjectIdentifier(self), deadline: deadline)
+            }
         #endif
         return semaphore.wait(timeout: deadline) == .success
     }

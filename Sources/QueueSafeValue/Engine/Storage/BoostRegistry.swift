@@ -28,8 +28,8 @@ import QueueSafeValueShims
 /// A thread is changed only while it is alive: a contribution is set only by an engine that has
 /// the thread among its raised parties (``BoostRecord/targets``), and the thread removes that
 /// engine's contribution itself, under that engine's boost lock, before it leaves the holder's code.
-// @unchecked Sendable: the entries are only touched under their lock; `count` is atomic
-final class BoostRegistry: @unchecked Sendable {
+@_spi(Testing)
+public final class BoostRegistry: @unchecked Sendable {  // @unchecked Sendable: locked; `count` atomic
     typealias Node = DeadlockDetector.Node
 
     /// The process's registry (a controlled scheduler's threads use their world's own).
@@ -63,7 +63,9 @@ final class BoostRegistry: @unchecked Sendable {
     /// urgency each thread would run at, for the checker to compare with what waits for it.
     let isVirtual: Bool
 
-    init(isVirtual: Bool) {
+    /// A registry of its own (the process's is ``shared``); a virtual one changes no real thread.
+    @_spi(Testing)
+    public init(isVirtual: Bool) {
         self.isVirtual = isVirtual
     }
 
@@ -143,7 +145,8 @@ final class BoostRegistry: @unchecked Sendable {
     // MARK: The checker's view
 
     /// A virtual registry: the priority of its own that `thread` runs at.
-    func setOwnUrgency(ofThread thread: Int, to urgency: Int32) {
+    @_spi(Testing)
+    public func setOwnUrgency(ofThread thread: Int, to urgency: Int32) {
         state.withLock { $0.own[thread] = urgency }
     }
 

@@ -62,6 +62,7 @@ extension CommandEngine {
         priority: CommandPriority,
         discardable: Bool = false
     ) -> (waiter: AwaitingWaiter, granted: Bool) {
+        SyncPoints.commandPoint()  // an operation arrives
         let waiter = AwaitingWaiter()
         SyncPoints.inheritance(true)
         defer { SyncPoints.inheritance(false) }
@@ -246,7 +247,7 @@ extension CommandEngine {
                 }
                 if let deadline, let timer {
                     // A deadline already past gives up now, like `wait(timeout:)`.
-                    if deadline <= .now() {
+                    if deadline <= SyncPoints.now() {
                         timer.perform()
                     } else {
                         SyncPoints.asyncAfter(deadline, timer)

@@ -46,7 +46,8 @@ extension CommandEngine {
         priority: CommandPriority,
         reentrant: Bool
     ) -> Machine.Admission {
-        machine.withLock { machine in
+        SyncPoints.commandPoint()  // a shared read arrives
+        return machine.withLock { machine in
             transition(announcing: EngineWord.slowRelease, &machine) { machine, observed in
                 let (admission, word) = machine.enqueue(
                     waiter, kind: kind, priority: priority, reentrant: reentrant, observed: observed, now: coarseNow(),
@@ -63,6 +64,7 @@ extension CommandEngine {
     /// The shared read `ticket` ends: it gives its share back; the last reader hands the section
     /// on (the actions are performed after unlocking).
     final func releaseReader(_ ticket: Ticket) {
+        SyncPoints.commandPoint()  // a shared read is released
         SyncPoints.inheritance(true)
         defer { SyncPoints.inheritance(false) }
         var deferred: [Deferred] = []

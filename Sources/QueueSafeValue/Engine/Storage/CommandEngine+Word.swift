@@ -12,7 +12,8 @@ extension CommandEngine {
     @inlinable
     @inline(__always)
     final func tryAcquireIdle(_ kind: CommandKind) -> Bool {
-        state.compareExchange(expected: 0, desired: kind.wordBits)
+        SyncPoints.commandPoint()  // a command arrives
+        return state.compareExchange(expected: 0, desired: kind.wordBits)
     }
 
     /// Idle release: `kind → 0`, one compare-and-swap, no lock. Fails when `slowRelease` or `closed`
@@ -20,7 +21,8 @@ extension CommandEngine {
     @inlinable
     @inline(__always)
     final func tryReleaseIdle(_ kind: CommandKind) -> Bool {
-        state.compareExchange(expected: kind.wordBits, desired: 0)
+        SyncPoints.commandPoint()  // a command is released
+        return state.compareExchange(expected: kind.wordBits, desired: 0)
     }
 
     /// Idle join of a blocking shared read: `w → w + unit` while the word admits idle readers
@@ -34,6 +36,7 @@ extension CommandEngine {
     @inlinable
     @inline(__always)
     final func tryJoinReadersIdle() -> IdleRead? {
+        SyncPoints.commandPoint()  // a shared read arrives
         let record = qsv_idle_reads_current()!
         let place = qsv_idle_reads_push(record, idleReadIdentity)
         guard place != 0 else { return nil }
@@ -57,6 +60,7 @@ extension CommandEngine {
     @inlinable
     @inline(__always)
     final func tryLeaveReadersIdle(_ read: IdleRead) -> Bool {
+        SyncPoints.commandPoint()  // a shared read is released
         qsv_idle_reads_pop(read.record, read.place)
         var word = state.loadRelaxed()
         while EngineWord.releasesIdleReader(word) {

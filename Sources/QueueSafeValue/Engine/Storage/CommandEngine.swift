@@ -283,6 +283,7 @@ class CommandEngine: @unchecked Sendable {
 
     /// The completion of the manual-completion command `ticket` was called, or dropped uncalled.
     final func manualCompletionArrived(_ ticket: Ticket, dropped: Bool) {
+        SyncPoints.commandPoint()  // a manual completion
         apply { $0.manualCompletionArrived(ticket, dropped: dropped) }
     }
 
