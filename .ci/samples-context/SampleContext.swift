@@ -4,6 +4,7 @@
 import Dispatch
 import Foundation
 import QueueSafeValue
+import QueueSafeValueTesting
 
 // MARK: - Services
 
@@ -106,3 +107,23 @@ public let value = QueueSafeValue(value: 0)
 /// The avatar a sample loads (it may throw) or downloads.
 public func loadAvatar() throws -> Data { Data() }
 public func downloadAvatar() async -> Data { Data() }
+
+// MARK: - Testing your code
+
+/// A withdrawal that reads in one command and writes in another (the article's race).
+public func withdraw(_ amount: Int, from balance: QueueSafeValue<Int>) throws {
+    let current = try balance.wait.read { $0 }
+    guard current >= amount else { return }
+    try balance.wait.withLock { $0 = current - amount }
+}
+
+public enum Session: Sendable, Equatable {
+    case signedIn(token: String, expiresAt: DispatchTime)
+    case signedOut
+}
+
+/// The refresh endpoint: a second on the network, on the exploration's clock.
+public func refreshToken() async throws -> Session {
+    try await Exploration.sleep(nanoseconds: 1_000_000_000)
+    return .signedIn(token: "fresh", expiresAt: Exploration.now + .seconds(30))
+}
