@@ -134,19 +134,24 @@ struct ExplorationHarnessTests {
 
     @Test func aTaskThatNeverFinishes_isReported() throws {
         guard #available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *) else { return }
+        let gates = Box<[AsyncGate]>([])
         let failure = try #require(throws: ExplorationFailure.self) {
             try Exploration.explore { scenario in
                 let gate = AsyncGate()
+                gates.update { $0.append(gate) }
                 scenario.task("waits forever") { await gate.wait() }
             }
         }
         #expect(failure.message.contains("task 'waits forever' never finished"), "\(failure)")
+        // Let the task end (outside the exploration), or it would leak.
+        for gate in gates.value { gate.open() }
     }
 
     /// Something a task awaits that nobody provides.
-    final class AsyncGate: @unchecked Sendable {  // @unchecked Sendable: `continuation` is set once, by the waiter
-        var continuation: CheckedContinuation<Void, Never>?
-        func wait() async { await withCheckedContinuation { continuation = $0 } }
+    final class AsyncGate: Sendable {
+        private let waiter = Box<CheckedContinuation<Void, Never>?>(nil)
+        func wait() async { await withCheckedContinuation { waiter.value = $0 } }
+        func open() { waiter.value?.resume() }
     }
 
     // MARK: Parties of every kind
