@@ -224,8 +224,19 @@
                     isOver = true
                 }
             }
+            if lock.withLock({ everyPartyWaited }) {
+                // Who waits for whom, as the library's detector knows it (from this thread, which
+                // runs in no world, while the waiting threads stay parked).
+                let waits = detector.describeWaits()
+                if !waits.isEmpty {
+                    lock.withLock { outcome.violation? += ". Who waits for whom: " + waits.joined(separator: "; ") }
+                }
+            }
             return lock.withLock { outcome }
         }
+
+        /// The run ended with every party waiting (see ``run(timeout:)``).
+        private var everyPartyWaited = false
 
         /// Under `lock`: the threads that may go on now, `(thread index, times out)`.
         private func currentOptions() -> [(thread: Int, timeout: Bool)] {
@@ -292,6 +303,7 @@
                     threads.contains(where: { if case .finished = $0.state { false } else { true } })
                 {
                     fail("every party waits, and none can go on: \(describeWaits())")
+                    everyPartyWaited = true
                 } else if let stuck = threads.first(where: { if case .finished = $0.state { false } else { true } }) {
                     fail("a run ended with \(stuck.name) stuck (\(stuck.state)): a hang or a lost wake-up")
                 } else {

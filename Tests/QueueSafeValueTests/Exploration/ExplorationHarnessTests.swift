@@ -106,6 +106,9 @@ struct ExplorationHarnessTests {
         }
         #expect(failure.message.contains("every party waits"), "\(failure)")
         #expect(failure.message.contains("reader waits for its turn"), "\(failure)")
+        // And for whom: the value, held by the party that never called done().
+        #expect(failure.message.contains("thread 'reader'"), "\(failure)")
+        #expect(failure.message.contains("held by thread 'forgets done()'"), "\(failure)")
         storedDone.value?()
     }
 
