@@ -83,6 +83,9 @@
             var queue: QueueTag?
             /// It runs a task's job.
             var isTask = false
+            /// The platform's identifier of the thread (see `ControlledSchedulers.currentThread`),
+            /// once it started.
+            var osThread = 0
             /// It runs code the concurrency runtime called under a lock of its own.
             var insideRuntimeLock = 0
             /// The progress count at its last sync point (not a busy-wait turn): what it saw was read
@@ -181,6 +184,8 @@
             }
             let os = Thread { [self] in
                 Self.nameCurrentThread(name)  // for the library's own reports (a deadlock's parties)
+                let osThread = ControlledSchedulers.currentThread
+                lock.withLock { thread.osThread = osThread }
                 thread.baton.wait()
                 // Installed first: the registry's lock is the world's to grant (taken before, a thread
                 // could block on it outside the world while a paused thread held it).
@@ -227,7 +232,10 @@
             if lock.withLock({ everyPartyWaited }) {
                 // Who waits for whom, as the library's detector knows it (from this thread, which
                 // runs in no world, while the waiting threads stay parked).
-                let waits = detector.describeWaits()
+                let names = lock.withLock {
+                    Dictionary(threads.map { ($0.osThread, $0.name) }, uniquingKeysWith: { first, _ in first })
+                }
+                let waits = detector.describeWaits(names: names)
                 if !waits.isEmpty {
                     lock.withLock { outcome.violation? += ". Who waits for whom: " + waits.joined(separator: "; ") }
                 }
