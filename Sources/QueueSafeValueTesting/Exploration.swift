@@ -190,17 +190,21 @@ public enum Exploration {
     /// write of a variable that is not in a `QueueSafeValue`, for instance). Outside an exploration
     /// it does nothing.
     public static func point() {
+        userPoint()
+    }
+
+    /// ``point()`` from async code.
+    public static func point() async {
+        userPoint()
+    }
+
+    /// What both forms of ``point()`` do (from async code, `point()` names the async form itself).
+    private static func userPoint() {
         #if DEBUG
             if let world = ControlledSchedulers.current as? ControlledWorld, world.granularity == .commands {
                 world.userPoint()
             }
         #endif
-    }
-
-    /// ``point()`` from async code.
-    public static func point() async {
-        let synchronous: () -> Void = point
-        synchronous()
     }
 
     /// Now, on the exploration's virtual clock (inside a party), else `DispatchTime.now()`.

@@ -100,6 +100,11 @@
             }
         }
 
+        /// The generator of run number `run` of a seeded strategy: each run draws its own stream.
+        private static func generator(seed: UInt64, run: Int) -> SplitMix64 {
+            SplitMix64(seed: seed &+ UInt64(run) &* 0x9E37_79B9_7F4A_7C15)
+        }
+
         /// The strategy's choice past the replayed prefix, for run number `run`.
         private func makeChooser(
             run: Int, decisionsEstimate: Int
@@ -108,10 +113,10 @@
             case .exhaustive:
                 return nil
             case .random(let seed):
-                var generator = SplitMix64(seed: seed &+ UInt64(run) &* 0x9E37_79B9_7F4A_7C15)
+                var generator = Self.generator(seed: seed, run: run)
                 return { _, options in Int(generator.next() % UInt64(options.count)) }
             case .pct(let depth, let seed):
-                var generator = SplitMix64(seed: seed &+ UInt64(run) &* 0x9E37_79B9_7F4A_7C15)
+                var generator = Self.generator(seed: seed, run: run)
                 // Change points: depth - 1 decision numbers; the i-th drops the chosen thread to
                 // priority i (below every initial one).
                 var changePoints: [Int: Int] = [:]

@@ -3,6 +3,7 @@ import Foundation
 import Testing
 
 @_spi(Testing) @testable import QueueSafeValue
+@testable import QueueSafeValueTesting  // SplitMix64, the explorer's seeded generator
 
 @Suite(.runsAlongsideOthers) struct TimeoutTests {
     @Test func waitWithTimeout_whenValueHeldTooLong_timesOut_andNeverRunsLater() throws {

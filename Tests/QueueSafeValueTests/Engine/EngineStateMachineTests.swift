@@ -1,6 +1,7 @@
 import Testing
 
 @_spi(Testing) @testable import QueueSafeValue
+@testable import QueueSafeValueTesting  // SplitMix64, the explorer's seeded generator
 
 /// The engine's pure state machine, driven without threads: every transition and its action.
 @Suite(.runsAlongsideOthers) struct EngineStateMachineTests {

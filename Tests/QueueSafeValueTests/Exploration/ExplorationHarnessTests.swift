@@ -9,35 +9,20 @@ import Testing
 // are also the targets of the harness's mutants (see `.ci/mutants/run`).
 @Suite("Exploration: the harness")
 struct ExplorationHarnessTests {
-    /// Shared test state, behind an `NSLock` (seen by ThreadSanitizer).
-    final class Box<Value>: @unchecked Sendable {  // @unchecked Sendable: every access takes `lock`
-        private let lock = NSLock()
-        private var stored: Value
-
-        init(_ value: Value) { stored = value }
-
-        var value: Value {
-            get { lock.withLock { stored } }
-            set { lock.withLock { stored = newValue } }
-        }
-
-        func update(_ body: (inout Value) -> Void) { lock.withLock { body(&stored) } }
-    }
-
     // MARK: Virtual time
 
     @Test func sleeps_endOnTheVirtualClock_whichJumpsWhenEveryPartyWaits() throws {
         guard #available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *) else { return }
-        let elapsed = Box<[String: UInt64]>([:])
+        let elapsed = Locked<[String: UInt64]>([:])
         let realStart = DispatchTime.now()
         try Exploration.explore(.exhaustive(preemptionBound: 1)) { scenario in
-            elapsed.value = [:]
+            elapsed.set([:])
             for (name, seconds) in [("half a minute", 30), ("an hour", 3_600)] {
                 scenario.task(name) {
                     let start = Exploration.now
                     try await Exploration.sleep(nanoseconds: UInt64(seconds) * 1_000_000_000)
                     let slept = Exploration.now.uptimeNanoseconds - start.uptimeNanoseconds
-                    elapsed.update { $0[name] = slept }
+                    elapsed.withLock { $0[name] = slept }
                 }
             }
         }
@@ -49,9 +34,9 @@ struct ExplorationHarnessTests {
 
     @Test func commandTimeouts_passOnTheVirtualClock() throws {
         guard #available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *) else { return }
-        let outcome = Box<String?>(nil)
+        let outcome = Locked<String?>(nil)
         try Exploration.explore(.exhaustive(preemptionBound: 1)) { scenario in
-            outcome.value = nil
+            outcome.set(nil)
             let value = QueueSafeValue(value: 0)
             scenario.task("holder") {
                 try await value.async.withLock { _ in try await Exploration.sleep(nanoseconds: 60_000_000_000) }
@@ -61,10 +46,10 @@ struct ExplorationHarnessTests {
                 let start = Exploration.now
                 do {
                     try await value.async(timeout: .seconds(5)).withLock { $0 += 1 }
-                    outcome.value = "ran"
+                    outcome.set("ran")
                 } catch QueueSafeValueError.timedOut {
                     let waited = Exploration.now.uptimeNanoseconds - start.uptimeNanoseconds
-                    outcome.value = "timed out after \(waited / 1_000_000_000) s"
+                    outcome.set("timed out after \(waited / 1_000_000_000) s")
                 }
             }
         }
@@ -73,14 +58,14 @@ struct ExplorationHarnessTests {
 
     @Test func recurringExecutorIntervals_runOnTheVirtualClock() throws {
         guard #available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *) else { return }
-        let runs = Box<[UInt64]>([])
+        let runs = Locked<[UInt64]>([])
         try Exploration.explore(.exhaustive(preemptionBound: 0)) { scenario in
-            runs.value = []
+            runs.set([])
             scenario.task("owner") {
                 let start = Exploration.now.uptimeNanoseconds
                 let executor = RecurringExecutor(policy: try .interval(.seconds(30))) {
                     let at = Exploration.now.uptimeNanoseconds - start
-                    runs.update { $0.append(at / 1_000_000_000) }
+                    runs.withLock { $0.append(at / 1_000_000_000) }
                 }
                 try await Exploration.sleep(nanoseconds: 100_000_000_000)
                 await executor.stopAndWait()
@@ -93,13 +78,13 @@ struct ExplorationHarnessTests {
     // MARK: Failures
 
     @Test func everyPartyWaiting_isReported_withWhoWaits() throws {
-        let storedDone = Box<CommandCompletionClosure?>(nil)
+        let storedDone = Locked<CommandCompletionClosure?>(nil)
         let failure = try #require(throws: ExplorationFailure.self) {
             try Exploration.explore(.exhaustive(preemptionBound: 1)) { scenario in
                 let value = QueueSafeValue(value: 0)
                 scenario.thread("forgets done()") {
                     // Holds the value until `done` is called, which never happens.
-                    value.wait.highestPriority.set { _, done in storedDone.value = done }
+                    value.wait.highestPriority.set { _, done in storedDone.set(done) }
                 }
                 scenario.thread("reader") { _ = try value.wait.read { $0 } }
             }
@@ -137,24 +122,17 @@ struct ExplorationHarnessTests {
 
     @Test func aTaskThatNeverFinishes_isReported() throws {
         guard #available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *) else { return }
-        let gates = Box<[AsyncGate]>([])
+        let gates = Locked<[Gate]>([])
         let failure = try #require(throws: ExplorationFailure.self) {
             try Exploration.explore { scenario in
-                let gate = AsyncGate()
-                gates.update { $0.append(gate) }
+                let gate = Gate()  // nobody opens it while the exploration runs
+                gates.withLock { $0.append(gate) }
                 scenario.task("waits forever") { await gate.wait() }
             }
         }
         #expect(failure.message.contains("task 'waits forever' never finished"), "\(failure)")
         // Let the task end (outside the exploration), or it would leak.
         for gate in gates.value { gate.open() }
-    }
-
-    /// Something a task awaits that nobody provides.
-    final class AsyncGate: Sendable {
-        private let waiter = Box<CheckedContinuation<Void, Never>?>(nil)
-        func wait() async { await withCheckedContinuation { waiter.value = $0 } }
-        func open() { waiter.value?.resume() }
     }
 
     // MARK: Parties of every kind
@@ -195,12 +173,12 @@ struct ExplorationHarnessTests {
         // A counter behind an NSLock, read and written in two steps: a race only a point exposes.
         func scenario(withPoint: Bool) -> (Exploration.Scenario) -> Void {
             { scenario in
-                let counter = Box(0)
+                let counter = Locked(0)
                 for name in ["A", "B"] {
                     scenario.thread(name) {
                         let seen = counter.value
                         if withPoint { Exploration.point() }
-                        counter.value = seen + 1
+                        counter.set(seen + 1)
                     }
                 }
                 scenario.check { try Exploration.require(counter.value == 2, "an increment was lost") }

@@ -3,6 +3,7 @@ import Foundation
 import Testing
 
 @_spi(Testing) @testable import QueueSafeValue
+@testable import QueueSafeValueTesting  // SplitMix64, the explorer's seeded generator
 
 /// Randomized, seeded contention tests: several threads issue random sequences of blocking and
 /// dispatch commands of random priorities against one value, and the outcome is checked against a

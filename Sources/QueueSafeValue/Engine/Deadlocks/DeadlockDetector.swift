@@ -132,30 +132,32 @@ public final class DeadlockDetector: @unchecked Sendable {  // @unchecked Sendab
         state.withLock { $0.graph.waits }
     }
 
-    /// Who waits for which value, and who holds it, one line per registered wait: for a controlled
-    /// scheduler's report of a run where every party waits (`QueueSafeValueTesting`). Call it from
-    /// no world's thread, while the waiting threads are parked (their frames keep the engines alive).
-    @_spi(Testing)
-    /// - Parameter names: the names of threads the caller knows (the platform's name otherwise).
-    public func describeWaits(names: [Int: String] = [:]) -> [String] {
-        let waits = registeredWaits.sorted { Self.describe($0.key) < Self.describe($1.key) }
-        return waits.map { node, wait in
-            let engine = wait.engine.engine.takeUnretainedValue()
-            let holders = engine.holderNodes.map { holder in
-                if case .thread(let thread) = holder {
-                    Self.describe(holder, name: names[thread] ?? Self.threadName(thread), queue: nil)
-                } else {
-                    Self.describe(holder)
+    #if DEBUG
+        /// Who waits for which value, and who holds it, one line per registered wait: for a controlled
+        /// scheduler's report of a run where every party waits (`QueueSafeValueTesting`). Call it from
+        /// no world's thread, while the waiting threads are parked (their frames keep the engines alive).
+        @_spi(Testing)
+        /// - Parameter names: the names of threads the caller knows (the platform's name otherwise).
+        public func describeWaits(names: [Int: String] = [:]) -> [String] {
+            let waits = registeredWaits.sorted { Self.describe($0.key) < Self.describe($1.key) }
+            return waits.map { node, wait in
+                let engine = wait.engine.engine.takeUnretainedValue()
+                let holders = engine.holderNodes.map { holder in
+                    if case .thread(let thread) = holder {
+                        Self.describe(holder, name: names[thread] ?? Self.threadName(thread), queue: nil)
+                    } else {
+                        Self.describe(holder)
+                    }
                 }
+                var name: String?
+                if case .thread(let thread) = node { name = names[thread] ?? Self.threadName(thread) }
+                return "\(Self.describe(node, name: name, queue: nil)) waits for \(engine.displayName), "
+                    + (holders.isEmpty
+                        ? "held by no thread or task (a dispatch command, or a completion not called yet)"
+                        : "held by \(holders.joined(separator: " and "))")
             }
-            var name: String?
-            if case .thread(let thread) = node { name = names[thread] ?? Self.threadName(thread) }
-            return "\(Self.describe(node, name: name, queue: nil)) waits for \(engine.displayName), "
-                + (holders.isEmpty
-                    ? "held by no thread or task (a dispatch command, or a completion not called yet)"
-                    : "held by \(holders.joined(separator: " and "))")
         }
-    }
+    #endif
 
     /// The label of the queue with identity `id`, if it was tagged recently enough to be
     /// remembered (``labelLimit`` queues).

@@ -30,12 +30,14 @@ public struct QueueTag: Sendable, Hashable {
     @_spi(Testing)
     public static var specificKey: DispatchSpecificKey<QueueTag> { key }
 
-    /// The tag of `queue` in `detector`'s identities, tagging the queue if it carries no tag yet (a
-    /// controlled scheduler's virtual queues).
-    @_spi(Testing)
-    public static func tag(of queue: DispatchQueue, in detector: DeadlockDetector) -> QueueTag {
-        QueueTag(id: identity(of: queue, in: detector), label: queue.label)
-    }
+    #if DEBUG
+        /// The tag of `queue` in `detector`'s identities, tagging the queue if it carries no tag yet (a
+        /// controlled scheduler's virtual queues).
+        @_spi(Testing)
+        public static func tag(of queue: DispatchQueue, in detector: DeadlockDetector) -> QueueTag {
+            QueueTag(id: identity(of: queue, in: detector), label: queue.label)
+        }
+    #endif
 
     private static let key: DispatchSpecificKey<QueueTag> = {
         let key = DispatchSpecificKey<QueueTag>()
