@@ -59,13 +59,14 @@ public struct RecurringPolicy: Sendable, Hashable, CustomStringConvertible {
     /// - Throws: ``QueueSafeValueError/invalidArgument(_:)`` when `interval` is zero, negative or
     ///   `.never` (use ``onDemand`` for "never by itself").
     public static func interval(_ interval: DispatchTimeInterval) throws(QueueSafeValueError) -> RecurringPolicy {
-        let value: Int
-        let scale: Int
+        // In Int64: an `Int` of 32 bits (watchOS's arm64_32) holds about 2.1 s of nanoseconds.
+        let value: Int64
+        let scale: Int64
         switch interval {
-        case .seconds(let seconds): (value, scale) = (seconds, 1_000_000_000)
-        case .milliseconds(let milliseconds): (value, scale) = (milliseconds, 1_000_000)
-        case .microseconds(let microseconds): (value, scale) = (microseconds, 1_000)
-        case .nanoseconds(let nanoseconds): (value, scale) = (nanoseconds, 1)
+        case .seconds(let seconds): (value, scale) = (Int64(seconds), 1_000_000_000)
+        case .milliseconds(let milliseconds): (value, scale) = (Int64(milliseconds), 1_000_000)
+        case .microseconds(let microseconds): (value, scale) = (Int64(microseconds), 1_000)
+        case .nanoseconds(let nanoseconds): (value, scale) = (Int64(nanoseconds), 1)
         case .never:
             throw .invalidArgument("RecurringPolicy interval cannot be .never; use RecurringPolicy.onDemand")
         @unknown default:

@@ -87,7 +87,8 @@ public struct QueueDiagnostics: Sendable, CustomStringConvertible {
         }
 
         private static func format(_ seconds: Double) -> String {
-            let hundredths = Int((seconds * 100).rounded())
+            // Int64: an `Int` of 32 bits holds hundredths of a second for 248 days only.
+            let hundredths = Int64((seconds * 100).rounded())
             let fraction = hundredths % 100
             return "\(hundredths / 100).\(fraction < 10 ? "0" : "")\(fraction)"
         }

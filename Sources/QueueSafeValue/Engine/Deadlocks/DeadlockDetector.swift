@@ -359,13 +359,13 @@ struct OperationAwaiters: Sendable {
 // MARK: - Tickets in the graph
 
 extension CommandEngine {
-    /// A ticket as the wait-for graph keeps it (slot, then generation).
+    /// A ticket as the wait-for graph keeps it (``EngineStateMachine/Ticket/packed``).
     static func packedTicket(_ ticket: Ticket) -> UInt64 {
-        UInt64(ticket.slot) << 32 | UInt64(ticket.generation)
+        ticket.packed
     }
 
     /// The ticket ``packedTicket(_:)`` packed.
     static func unpackedTicket(_ packed: UInt64) -> Ticket {
-        Ticket(slot: UInt32(truncatingIfNeeded: packed >> 32), generation: UInt32(truncatingIfNeeded: packed))
+        Ticket(packed: packed)
     }
 }

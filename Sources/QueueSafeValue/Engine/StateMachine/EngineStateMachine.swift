@@ -21,6 +21,21 @@ struct EngineStateMachine<Handle: EngineHandle> {
 
         /// A ticket that matches no command.
         static var none: Ticket { Ticket(slot: .max, generation: 0) }
+
+        init(slot: UInt32, generation: UInt32) {
+            self.slot = slot
+            self.generation = generation
+        }
+
+        /// The ticket in one 64-bit word on every platform (the slot in the high half): how the
+        /// wait-for graph and a shared read's token keep it. Never an `Int`, which has 32 bits on
+        /// watchOS's arm64_32.
+        var packed: UInt64 { UInt64(slot) << 32 | UInt64(generation) }
+
+        /// The ticket ``packed`` packed.
+        init(packed: UInt64) {
+            self.init(slot: UInt32(truncatingIfNeeded: packed >> 32), generation: UInt32(truncatingIfNeeded: packed))
+        }
     }
 
     /// What ``enqueue(_:kind:priority:reentrant:observed:)`` decided.

@@ -44,7 +44,11 @@ struct Inheritance {
     var hasParked: Bool { parkedCount > 0 }
 
     /// The urgency the parked waiter in `slot` runs at (with what it inherits), if it parked.
-    func urgency(of slot: UInt32) -> Urgency? { Int(slot) < urgencies.count ? urgencies[Int(slot)] : nil }
+    func urgency(of slot: UInt32) -> Urgency? {
+        // Compared as `UInt`: `Int(slot)` traps where `Int` has 32 bits and the slot is a stale
+        // ticket's or `Ticket.none`'s (`UInt32.max`).
+        UInt(slot) < UInt(urgencies.count) ? urgencies[Int(slot)] : nil
+    }
 
     /// The own and inherited urgency of the parked waiter in `slot`, if it is a link of a chain.
     func chainedUrgency(of slot: UInt32) -> ChainedUrgency? { chained.isEmpty ? nil : chained[slot] }

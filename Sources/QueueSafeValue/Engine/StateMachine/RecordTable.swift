@@ -127,7 +127,9 @@ struct RecordTable<Handle: EngineHandle> {
     // MARK: Records
 
     func isCurrent(_ ticket: Ticket) -> Bool {
-        Int(ticket.slot) < records.count && records[Int(ticket.slot)].generation == ticket.generation
+        // Compared as `UInt`: `Int(ticket.slot)` traps where `Int` has 32 bits and the ticket is
+        // `Ticket.none` (slot `UInt32.max`). Every slot below `records.count` fits an `Int`.
+        UInt(ticket.slot) < UInt(records.count) && records[Int(ticket.slot)].generation == ticket.generation
             && records[Int(ticket.slot)].state != .free
     }
 

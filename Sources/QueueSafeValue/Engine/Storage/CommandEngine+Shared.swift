@@ -19,21 +19,23 @@ import QueueSafeValueShims
 struct ReaderParty: Hashable {
     let thread: Int
     let task: Int
-    let token: Int
+    let token: UInt64
 }
 
 extension CommandEngine {
-    /// The token of the shared read `ticket`: a negative number that no exclusive task section's
-    /// generation can equal, which the inlinable command layer holds in place of the ticket (an
-    /// internal type) and which the task-local stack of sections records (see `Reentrancy.swift`).
-    static func readerToken(_ ticket: Ticket) -> Int {
-        Int.min + (Int(ticket.slot) << 32) + Int(ticket.generation)
+    /// The token of the shared read `ticket`: its ticket packed in 64 bits on every platform
+    /// (``EngineStateMachine/Ticket/packed``), which the inlinable command layer holds in place of
+    /// the ticket (an internal type) and which the task-local stack of sections records as a shared
+    /// read's (see `Reentrancy.swift`).
+    @inline(__always)
+    static func readerToken(_ ticket: Ticket) -> UInt64 {
+        ticket.packed
     }
 
     /// The ticket of the shared read with this token.
-    static func readerTicket(_ token: Int) -> Ticket {
-        let bits = token &- Int.min
-        return Ticket(slot: UInt32(truncatingIfNeeded: bits >> 32), generation: UInt32(truncatingIfNeeded: bits))
+    @inline(__always)
+    static func readerTicket(_ token: UInt64) -> Ticket {
+        Ticket(packed: token)
     }
 
     // MARK: Taking and giving back a share
@@ -200,7 +202,7 @@ extension CommandEngine {
     final func acquireReaderBlocking(
         priority: CommandPriority,
         deadline: DispatchTime?
-    ) -> Result<Int, QueueSafeValueError> {
+    ) -> Result<UInt64, QueueSafeValueError> {
         let thread = currentThreadID()
         let waiter = BlockingWaiter.forCurrentThread()
         let reentrant =
@@ -226,7 +228,7 @@ extension CommandEngine {
     /// Ends the blocking shared read with this token, begun by
     /// ``acquireReaderBlocking(priority:timeout:)``.
     @usableFromInline
-    final func releaseReaderBlocking(_ token: Int) {
+    final func releaseReaderBlocking(_ token: UInt64) {
         let ticket = Self.readerTicket(token)
         exitReader(ticket)
         releaseReader(ticket)
@@ -235,7 +237,7 @@ extension CommandEngine {
     /// Runs `body` with a completion closure while the calling thread holds the shared read
     /// `ticket`, then blocks until the completion is called (from any thread) or dropped.
     @usableFromInline
-    final func holdReaderUntilCompleted(_ token: Int, _ body: (@escaping CommandCompletionClosure) -> Void) {
+    final func holdReaderUntilCompleted(_ token: UInt64, _ body: (@escaping CommandCompletionClosure) -> Void) {
         let ticket = Self.readerTicket(token)
         beginReaderManual(ticket)
         CompletionToken.withCompletion(engine: self, ticket: ticket, body)
@@ -249,7 +251,7 @@ extension CommandEngine {
 
     /// Lists the current task as the shared read with this token.
     @usableFromInline
-    final func enterTaskReader(_ token: Int) {
+    final func enterTaskReader(_ token: UInt64) {
         enterReader(Self.readerTicket(token), thread: 0, task: currentTaskID())
     }
 
@@ -261,7 +263,7 @@ extension CommandEngine {
         priority: CommandPriority,
         deadline: DispatchTime?,
         isolation: isolated (any Actor)?
-    ) async throws(QueueSafeValueError) -> Int {
+    ) async throws(QueueSafeValueError) -> UInt64 {
         let waiter = AwaitingWaiter()
         let reentrant = isInsideRunningSection() || isInsideSharedRead(thread: 0)
         switch enqueueReader(waiter, kind: .awaiting, priority: priority, reentrant: reentrant) {
@@ -287,11 +289,11 @@ extension CommandEngine {
     /// caller's isolation, then gives its share back, whether `body` returns or throws.
     @inlinable
     final func runHeldReaderSection<R>(
-        _ token: Int,
+        _ token: UInt64,
         isolation: isolated (any Actor)?,
         _ body: nonisolated(nonsending) () async throws -> R
     ) async rethrows -> R {
-        let entry = SectionEntry(engine: ObjectIdentifier(self), generation: token)
+        let entry = SectionEntry(engine: ObjectIdentifier(self), readerToken: token)
         let sections = CriticalSectionContext.sections.get().pushing(entry)
         enterTaskReader(token)
         defer { releaseReaderBlocking(token) }

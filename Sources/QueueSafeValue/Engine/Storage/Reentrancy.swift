@@ -11,16 +11,30 @@
 
 // MARK: - Critical sections of the current task
 
-/// One critical section a task is inside: which engine, and which of its sections.
+/// One critical section a task is inside: which engine, and which of its sections: an exclusive
+/// task section's generation (see ``CommandEngine/enterTaskSection()``), or a shared read's token
+/// (its ticket, packed: see `CommandEngine.readerToken(_:)`). Both are 64 bits on every platform,
+/// and `isSharedRead` tells them apart, so a token may use all 64.
 @usableFromInline
 struct SectionEntry: Sendable, Equatable {
     @usableFromInline let engine: ObjectIdentifier
-    @usableFromInline let generation: Int
+    @usableFromInline let section: UInt64
+    @usableFromInline let isSharedRead: Bool
 
+    /// An exclusive task section, by its generation.
     @inlinable
     init(engine: ObjectIdentifier, generation: Int) {
         self.engine = engine
-        self.generation = generation
+        self.section = UInt64(UInt(bitPattern: generation))
+        self.isSharedRead = false
+    }
+
+    /// A shared read, by its token.
+    @inlinable
+    init(engine: ObjectIdentifier, readerToken: UInt64) {
+        self.engine = engine
+        self.section = readerToken
+        self.isSharedRead = true
     }
 }
 
@@ -62,16 +76,15 @@ struct SectionStack: Sendable {
     var overflows: Bool { depth > 3 }
 
     /// The tokens of the shared reads of `engine` this task is inside (see
-    /// `CommandEngine.readerToken(_:)`: negative, where an exclusive section's generation is
-    /// positive).
-    func readerTokens(of engine: ObjectIdentifier) -> [Int] {
-        var tokens: [Int] = []
+    /// `CommandEngine.readerToken(_:)`).
+    func readerTokens(of engine: ObjectIdentifier) -> [UInt64] {
+        var tokens: [UInt64] = []
         for entry in [first, second, third] {
-            if let entry, entry.engine == engine, entry.generation < 0 { tokens.append(entry.generation) }
+            if let entry, entry.engine == engine, entry.isSharedRead { tokens.append(entry.section) }
         }
         if overflows {
-            for entry in CriticalSectionContext.deeper.get() where entry.engine == engine && entry.generation < 0 {
-                tokens.append(entry.generation)
+            for entry in CriticalSectionContext.deeper.get() where entry.engine == engine && entry.isSharedRead {
+                tokens.append(entry.section)
             }
         }
         return tokens
@@ -101,8 +114,11 @@ extension CommandEngine {
     /// for itself. Call it while holding the section, and ``leaveTaskSection()`` before releasing.
     @usableFromInline
     final func enterTaskSection() -> (stack: SectionStack, entry: SectionEntry) {
-        // Only the holder writes `taskSection`, so a load and a store do.
-        let generation = -taskSection.loadRelaxed() + 1
+        // Only the holder writes `taskSection`, so a load and a store do. The generation wraps from
+        // `Int.max` back to 1 (after 2^31 sections where `Int` has 32 bits): a stale record could
+        // match again only if a task kept it across all of them.
+        let ended = taskSection.loadRelaxed()
+        let generation = ended == -Int.max ? 1 : -ended + 1
         taskSection.storeRelease(generation)
         ownerTask.storeRelease(currentTaskID())
         let entry = SectionEntry(engine: ObjectIdentifier(self), generation: generation)
