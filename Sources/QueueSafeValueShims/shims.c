@@ -69,96 +69,38 @@ int qsv_thread_name(uintptr_t thread, char *buffer, size_t size) {
     return 1;
 }
 
-// MARK: - Priority inheritance
+// MARK: - Priority inheritance: the platform calls
 
 #if defined(__APPLE__)
-int qsv_thread_urgency(void) {
-    return (int)qos_class_self();
+int qsv_qos_class_of_thread(uintptr_t thread) {
+    qos_class_t qos = QOS_CLASS_UNSPECIFIED;
+    int relative = 0;
+    if (pthread_get_qos_class_np((pthread_t)thread, &qos, &relative) != 0) return 0;
+    return (int)qos;
 }
 
-int qsv_boost_thread(uintptr_t thread, int urgency, qsv_boost *boost) {
-    if (boost->applied && boost->urgency >= urgency) return 1;
-    // An override tells the kernel to run the thread at least at that QoS until it is ended.
-    pthread_override_t override =
-        pthread_override_qos_class_start_np((pthread_t)thread, (qos_class_t)urgency, 0);
-    if (override == NULL) return boost->applied;
-    if (boost->applied && boost->override) pthread_override_qos_class_end_np((pthread_override_t)boost->override);
-    boost->override = override;
-    boost->urgency = urgency;
-    boost->applied = 1;
-    return 1;
+void *qsv_qos_override_start(uintptr_t thread, int qos_class) {
+    return (void *)pthread_override_qos_class_start_np((pthread_t)thread, (qos_class_t)qos_class, 0);
 }
 
-void qsv_end_boost(uintptr_t thread, qsv_boost *boost) {
-    (void)thread;
-    if (boost->applied && boost->override) pthread_override_qos_class_end_np((pthread_override_t)boost->override);
-    boost->applied = 0;
-    boost->override = NULL;
-}
-
-int qsv_set_boost(uintptr_t thread, int urgency, qsv_boost *boost) {
-    if (!boost->applied) return urgency > 0 ? qsv_boost_thread(thread, urgency, boost) : 0;
-    if (urgency <= 0) {
-        qsv_end_boost(thread, boost);
-        return 0;
-    }
-    if (urgency == boost->urgency) return 1;
-    // A new override at the new class first, then the old one ends: the thread is never unboosted.
-    pthread_override_t override =
-        pthread_override_qos_class_start_np((pthread_t)thread, (qos_class_t)urgency, 0);
-    if (override == NULL) return 1;
-    if (boost->override) pthread_override_qos_class_end_np((pthread_override_t)boost->override);
-    boost->override = override;
-    boost->urgency = urgency;
-    return 1;
+void qsv_qos_override_end(void *override_handle) {
+    (void)pthread_override_qos_class_end_np((pthread_override_t)override_handle);
 }
 #else
-int qsv_thread_urgency(void) {
-    int policy;
+int qsv_thread_scheduling(uintptr_t thread, int *policy, int *priority) {
     struct sched_param param;
-    if (pthread_getschedparam(pthread_self(), &policy, &param) != 0) return 0;
-    return (policy == SCHED_FIFO || policy == SCHED_RR) ? param.sched_priority : 0;
+    int status = pthread_getschedparam((pthread_t)thread, policy, &param);
+    if (status == 0) *priority = param.sched_priority;
+    return status;
 }
 
-int qsv_boost_thread(uintptr_t thread, int urgency, qsv_boost *boost) {
-    if (urgency <= 0) return 0;
-    if (boost->applied && boost->urgency >= urgency) return 1;
-    int policy;
-    struct sched_param param;
-    if (pthread_getschedparam((pthread_t)thread, &policy, &param) != 0) return boost->applied;
-    int current = (policy == SCHED_FIFO || policy == SCHED_RR) ? param.sched_priority : 0;
-    if (!boost->applied) {
-        if (current >= urgency) return 0;  // already at least that urgent on its own
-        boost->policy = policy;
-        boost->priority = param.sched_priority;
-    }
-    struct sched_param raised = {.sched_priority = urgency};
-    if (pthread_setschedparam((pthread_t)thread, SCHED_FIFO, &raised) != 0) return boost->applied;
-    boost->urgency = urgency;
-    boost->applied = 1;
-    return 1;
+int qsv_set_thread_scheduling(uintptr_t thread, int policy, int priority) {
+    struct sched_param param = {.sched_priority = priority};
+    return pthread_setschedparam((pthread_t)thread, policy, &param);
 }
 
-void qsv_end_boost(uintptr_t thread, qsv_boost *boost) {
-    if (!boost->applied) return;
-    struct sched_param saved = {.sched_priority = boost->priority};
-    (void)pthread_setschedparam((pthread_t)thread, boost->policy, &saved);
-    boost->applied = 0;
-}
-
-int qsv_set_boost(uintptr_t thread, int urgency, qsv_boost *boost) {
-    if (!boost->applied) return qsv_boost_thread(thread, urgency, boost);
-    int own = (boost->policy == SCHED_FIFO || boost->policy == SCHED_RR) ? boost->priority : 0;
-    if (urgency <= own) {
-        qsv_end_boost(thread, boost);
-        return 0;
-    }
-    if (urgency == boost->urgency) return 1;
-    struct sched_param moved = {.sched_priority = urgency};
-    if (pthread_setschedparam((pthread_t)thread, SCHED_FIFO, &moved) != 0) return 1;
-    boost->urgency = urgency;
-    return 1;
-}
+int qsv_sched_fifo(void) { return SCHED_FIFO; }
+int qsv_sched_rr(void) { return SCHED_RR; }
 #endif
 
 // The concurrency runtime's entry point behind `Task.escalatePriority(to:)` (Swift's calling

@@ -52,7 +52,7 @@
     }
 
     // @unchecked Sendable: its state is touched under `lock`
-    final class ControlledWorld: ControlledScheduler, TaskExecutor, @unchecked Sendable {
+    final class ControlledWorld: ControlledScheduler, @unchecked Sendable {
         // MARK: Threads
 
         enum ThreadState {
@@ -133,9 +133,20 @@
 
         /// The deadlock detector of this world (its tags, watchers and wait-for graph).
         let detector = DeadlockDetector()
-        /// The boost registry of this world: virtual, so raising a thread records the urgency it would
-        /// run at instead of changing a real thread's scheduling (see ``spawn(_:queue:isTask:urgency:_:)``).
-        let boostRegistry = BoostRegistry(isVirtual: true)
+        /// The platform's priority calls in this world: a fake that plays the kernel, so raising a
+        /// thread records the urgency it would run at instead of changing a real thread's
+        /// scheduling (see ``spawn(_:queue:isTask:urgency:sleepingUntil:_:)``). Linux's policy unless
+        /// ``simulate(_:)`` chose another.
+        private(set) var priorityCalls = RecordingPriorityBackend(.linux)
+        /// The boost registry of this world, which raises threads through ``priorityCalls``.
+        private(set) var boostRegistry: BoostRegistry
+
+        /// Runs priority inheritance with `platform`'s policy (Linux's by default): call while the
+        /// world is built, before it runs.
+        func simulate(_ platform: RecordingPriorityBackend.Platform) {
+            priorityCalls = RecordingPriorityBackend(platform)
+            boostRegistry = BoostRegistry(backend: priorityCalls.backend)
+        }
         /// How many threads are passing a change of urgency along a chain now (see
         /// `SyncPoints.inheritance`): the raised parties agree with the machines only when none is.
         private var inheritanceInProgress = 0
@@ -160,6 +171,7 @@
             self.stepLimit = stepLimit
             self.granularity = granularity
             self.chooser = chooser
+            boostRegistry = BoostRegistry(backend: priorityCalls.backend)
         }
 
         // MARK: Running
@@ -167,7 +179,8 @@
         /// Starts a thread of the world running `body` (it waits for its first turn).
         @discardableResult
         /// - Parameter urgency: the thread's own scheduling urgency, as priority inheritance reads it
-        ///   (a real-time priority on Linux); virtual, like every raise of it.
+        ///   (a real-time priority on Linux, a QoS class on Apple platforms: see ``simulate(_:)``);
+        ///   virtual, like every raise of it.
         /// - Parameter sleepingUntil: a timer of the virtual clock: the thread's first turn comes once the
         ///   clock reaches this deadline.
         func spawn(
@@ -191,7 +204,7 @@
                 // could block on it outside the world while a paused thread held it).
                 ControlledSchedulers.install(self)
                 if urgency != 0 {
-                    boostRegistry.setOwnUrgency(ofThread: ControlledSchedulers.currentThread, to: urgency)
+                    priorityCalls.setOwnUrgency(ofThread: ControlledSchedulers.currentThread, to: urgency)
                 }
                 if !isOverLocked { body() }
                 ControlledSchedulers.install(nil)
@@ -240,7 +253,20 @@
                     lock.withLock { outcome.violation? += ". Who waits for whom: " + waits.joined(separator: "; ") }
                 }
             }
-            return lock.withLock { outcome }
+            // Every thread ended: nothing holds, so nothing may still be raised, and no priority
+            // call may have been misused on the way (an override ended twice, say).
+            let platformProblem =
+                priorityCalls.firstMisuse
+                ?? priorityCalls.leftovers.map { "a raise outlived every hold (\(priorityCalls.platform)): \($0)" }
+            return lock.withLock {
+                if let platformProblem { fail(platformProblem) }
+                return outcome
+            }
+        }
+
+        /// The platform's identifiers of the world's threads that have started, with their names.
+        var startedThreads: [(thread: Int, name: String)] {
+            lock.withLock { threads.filter { $0.osThread != 0 }.map { ($0.osThread, $0.name) } }
         }
 
         /// The run ended with every party waiting (see ``run(timeout:)``).
@@ -741,7 +767,7 @@
             }
         }
 
-        // MARK: TaskExecutor
+        // MARK: Task jobs
 
         /// The name of the next task job's thread, once (a party's first job).
         private var nextJobName: String?
@@ -751,18 +777,31 @@
             lock.withLock { nextJobName = name }
         }
 
+        /// The name of the thread that runs the next task job, and whether the world is over (a job
+        /// then runs outside it).
+        fileprivate func takeJobName() -> (name: String, isOver: Bool) {
+            lock.withLock {
+                defer { nextJobName = nil }
+                return (nextJobName ?? "a task", isOver)
+            }
+        }
+    }
+
+    // The world as the executor its tasks prefer. `TaskExecutor`, `ExecutorJob` and running a job
+    // on an executor need the Swift 6.0 runtime (macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2):
+    // the rest of the world keeps the package's floor, and explorations with task parties need these
+    // systems (`Exploration.Scenario.task`).
+    @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
+    extension ControlledWorld: TaskExecutor {
         func enqueue(_ job: consuming ExecutorJob) {
             let job = UnownedJob(job)
-            if isOverLocked {
+            let (name, isOver) = takeJobName()
+            if isOver {
                 // A task resumed after its world ended (a test ending a wait it left behind): its
                 // job runs outside any world, so the task can finish instead of leaking.
                 let executor = asUnownedTaskExecutor()
                 Thread { job.runSynchronously(on: executor) }.start()
                 return
-            }
-            let name = lock.withLock { () -> String in
-                defer { nextJobName = nil }
-                return nextJobName ?? "a task"
             }
             spawn(name, isTask: true) { [self] in job.runSynchronously(on: asUnownedTaskExecutor()) }
         }

@@ -96,40 +96,34 @@ void qsv_sanitizer_ignore_accesses_end(void);
 /// with). The thread must stay alive during the call.
 int qsv_thread_name(uintptr_t thread, char *buffer, size_t size);
 
-/// How urgently the calling thread must run, as the operating system schedules it: on Linux its
-/// real-time priority (1...99 under SCHED_FIFO or SCHED_RR), 0 under every other policy; on Apple
-/// platforms its QoS class (`qos_class_self()`). Higher is more urgent; 0 means nothing to inherit.
-int qsv_thread_urgency(void);
+// Priority inheritance's platform calls, each a few lines: the policy that decides when to make
+// them is in Swift (`PriorityBackend.swift`), where the tests run both platforms' policies on a
+// recording fake.
 
-/// What a thread's boost changed, so that it can be undone: filled by `qsv_boost_thread`.
-typedef struct {
-    /// Whether a boost is in effect.
-    int applied;
-    /// The urgency the boost gave.
-    int urgency;
-    /// Linux: the policy and priority the thread had before.
-    int policy;
-    int priority;
-    /// Apple: the QoS override in effect (a `pthread_override_t`).
-    void *override;
-} qsv_boost;
+#if defined(__APPLE__)
+/// The QoS class the live thread `thread` (an id from `qsv_current_thread_id`) requested for itself
+/// (`pthread_get_qos_class_np`: overrides are not counted), or 0 (unspecified) if it cannot be read.
+int qsv_qos_class_of_thread(uintptr_t thread);
 
-/// Raises the live thread `thread` (an id from `qsv_current_thread_id`) to run at least at
-/// `urgency`, recording what it changed in `boost` (which the first boost of a hold starts zeroed).
-/// Returns 1 if the thread now runs boosted, 0 if it already ran at least that urgently or the
-/// system refused (Linux needs CAP_SYS_NICE, or an RLIMIT_RTPRIO, to raise another thread into a
-/// real-time policy): a boost is a best effort, and its failure changes nothing else.
-int qsv_boost_thread(uintptr_t thread, int urgency, qsv_boost *boost);
+/// Starts a QoS override of the live thread `thread` at `qos_class`: the kernel runs it at least at
+/// that class until the override ends. Returns the override, or NULL if the system refused.
+void *qsv_qos_override_start(uintptr_t thread, int qos_class);
 
-/// Ends the boost recorded in `boost` on the live thread `thread`: it gets back the policy and
-/// priority (or QoS) it had before the boost.
-void qsv_end_boost(uintptr_t thread, qsv_boost *boost);
+/// Ends an override `qsv_qos_override_start` returned (once).
+void qsv_qos_override_end(void *override_handle);
+#else
+/// Reads the scheduling policy and priority of the live thread `thread` (an id from
+/// `qsv_current_thread_id`). Returns 0, or an errno value.
+int qsv_thread_scheduling(uintptr_t thread, int *policy, int *priority);
 
-/// Sets the boost of the live thread `thread` to exactly `urgency`, up or down: a thread not boosted
-/// yet is raised as by `qsv_boost_thread`; a boosted one is moved to `urgency`, or gets back its own
-/// policy and priority (or QoS) when `urgency` is not above them. Returns 1 if the thread runs
-/// boosted afterwards, 0 if not. A refused change leaves the boost as it was.
-int qsv_set_boost(uintptr_t thread, int urgency, qsv_boost *boost);
+/// Sets the scheduling policy and priority of the live thread `thread`. Returns 0, or an errno value
+/// (EPERM without CAP_SYS_NICE or an RLIMIT_RTPRIO, to raise a thread into a real-time policy).
+int qsv_set_thread_scheduling(uintptr_t thread, int policy, int priority);
+
+/// The real-time policies (`SCHED_FIFO`, `SCHED_RR`) and the default one, as numbers.
+int qsv_sched_fifo(void);
+int qsv_sched_rr(void);
+#endif
 
 /// Escalates the task `task` (a live task's address, see `qsv_current_task`) to run at least at
 /// `priority` (a `TaskPriority` raw value), as awaiting a task does. Escalation is not undone: a task

@@ -114,8 +114,24 @@ final class CheckerRun: @unchecked Sendable {  // @unchecked Sendable: every acc
     ///   inherits there (a chain passes a raise on, and takes it back, link by link).
     /// Together: every holder on a chain from a parked waiter runs at least at that waiter's urgency,
     /// and no party runs above the most urgent party waiting for it, transitively.
+    ///
+    /// And what the world's fake of the platform (see `RecordingPriorityBackend`) says each thread
+    /// runs at: exactly the higher of its own urgency and what it inherits (not raised when it
+    /// reaches that on its own, and no more than the most urgent party waiting for it), with no
+    /// call misused on the way (an override ended twice, say).
     func inheritanceViolation(_ engines: [CommandEngine]) -> String? {
         let registry = world.boostRegistry
+        let platform = world.priorityCalls
+        if let misuse = platform.firstMisuse { return "\(platform.platform): \(misuse)" }
+        for (thread, name) in world.startedThreads {
+            let own = platform.ownUrgency(ofThread: thread)
+            let inherited = registry.inherited(of: [.thread(thread)]).thread
+            let running = platform.runningUrgency(ofThread: thread)
+            if running != max(own, inherited) {
+                return "\(name) runs at \(running) under \(platform.platform), but its own urgency is \(own) and it"
+                    + " inherits \(inherited) (a boost outlived its reason, one was missed, or one was made needlessly)"
+            }
+        }
         let byID = Dictionary(uniqueKeysWithValues: engines.map { (ObjectIdentifier($0), $0) })
         for (node, sources) in registry.contributions {
             for (source, urgency) in sources {

@@ -14,6 +14,18 @@ struct CheckerScenario: Sendable {
     let build: @Sendable (ControlledWorld) -> () -> String?
 }
 
+extension CheckerScenario {
+    /// The same scenario with priority inheritance running `platform`'s policy (see
+    /// `ControlledWorld.simulate(_:)`).
+    func simulating(_ platform: RecordingPriorityBackend.Platform) -> CheckerScenario {
+        let build = self.build
+        return CheckerScenario(name: "\(name), under \(platform)", preemptionBound: preemptionBound) { world in
+            world.simulate(platform)
+            return build(world)
+        }
+    }
+}
+
 /// A container that one step of a scenario releases (`value = nil`), while the other steps hold
 /// only its schedules.
 final class ContainerBox: @unchecked Sendable {  // @unchecked Sendable: released by one thread, once
@@ -529,6 +541,56 @@ enum CheckerScenarios {
             let raised = world.boostRegistry.contributions
             return raised.isEmpty ? nil : "a boost outlived every hold: \(raised)"
         }
+    }
+
+    /// Issue 41: a chain of three values through threads only. X holds C; M holds B and waits for
+    /// C; L holds A and waits for B; a real-time H waits for A. H's urgency must reach X two links
+    /// down (a walk stopped after one link leaves M passing on less than it inherits).
+    static let inheritanceChainOfThreads = CheckerScenario(
+        name: "a real-time waiter and three threads: a chain of three values", preemptionBound: 1
+    ) { world in
+        let run = CheckerRun(world)
+        let values = ["A", "B", "C"].map { QueueSafeValue(value: 0, label: $0) }
+        world.quiescentCheck = run.quiescentCheck(values.map(\.engine))
+        world.spawn("X") { run.blocking("x", values[2].wait, .high) }
+        world.spawn("M") { run.blockingNested("m outer", values[1], "m inner", values[2], .high) }
+        world.spawn("L") { run.blockingNested("l outer", values[0], "l inner", values[1], .high) }
+        world.spawn("H", urgency: 20) { run.blocking("h", values[0].wait, .high) }
+        return {
+            if let problem = run.expectEnded(["x", "m inner", "m outer", "l inner", "l outer", "h"]) { return problem }
+            let raised = world.boostRegistry.contributions
+            return raised.isEmpty ? nil : "a boost outlived every hold: \(raised)"
+        }
+    }
+
+    // MARK: Priority inheritance on Apple platforms
+
+    /// Issue 41: the Apple platforms' policy (QoS overrides, through the world's fake of the
+    /// platform) on the scenarios that raise, move and end boosts: a task waiter cancelled while it
+    /// raises a thread holder (a task's priority is a QoS class there), a timed waiter leaving a
+    /// chain of two values, three threads in a chain, and a timed waiter raising a dispatch holder.
+    /// At every quiet step each thread runs at exactly the higher of its own class and what it
+    /// inherits, and after every run no override is left (each started one ended exactly once).
+    static let onApplePlatforms: [CheckerScenario] = [
+        boostAndCancellation, inheritanceChainTimedWaiter, inheritanceChainOfThreads, engineLockOrder,
+    ].map { $0.simulating(.apple) }
+
+    /// Issue 41: on Apple platforms a holder whose own QoS class reaches its waiter's is not given an
+    /// override (Linux never raised such a thread; the Darwin branch used to start one), and a waiter
+    /// of unspecified class raises nothing: the world's fake of the platform reports either as a
+    /// misuse. Two threads at one class and one of none take one value in every order.
+    static let appleHolderThatReachesItsWaiter = CheckerScenario(
+        name: "holders at their waiter's class and a waiter of no class, under Apple's QoS overrides",
+        preemptionBound: 2
+    ) { world in
+        world.simulate(.apple)
+        let run = CheckerRun(world)
+        let value = QueueSafeValue(value: 0, label: "QoS")
+        world.quiescentCheck = run.quiescentCheck([value.engine])
+        world.spawn("A at 25", urgency: 25) { run.blocking("a0", value.wait, .high) }
+        world.spawn("B at 25", urgency: 25) { run.blocking("b1", value.wait, .high) }
+        world.spawn("unspecified") { run.blocking("u2", value.wait, .low) }
+        return { run.finalCheck(value.engine, commands: ["a0", "b1", "u2"]) }
     }
 
     // MARK: The engine's own locks

@@ -1,13 +1,3 @@
-import QueueSafeValueShims
-
-#if canImport(Darwin)
-    import Darwin
-#elseif canImport(Glibc)
-    import Glibc
-#elseif canImport(Musl)
-    import Musl
-#endif
-
 // MARK: - BoostRegistry
 
 /// What every raised party inherits, and from which engine: the process-wide half of priority
@@ -21,9 +11,10 @@ import QueueSafeValueShims
 /// of the value that party waits for.
 ///
 /// Its lock is a leaf: it is taken inside an engine's boost lock or engine lock, and nothing else is
-/// taken while it is held. Changing another thread's scheduling is a system call made under it;
-/// escalating a task is not (the runtime calls escalation handlers, which take engine locks), so
-/// ``set(_:source:to:)`` returns the escalation for the caller to make after unlocking.
+/// taken while it is held. Changing another thread's scheduling is a system call made under it
+/// (through its ``PriorityBackend``, whose policy decides what to change); escalating a task is not
+/// (the runtime calls escalation handlers, which take engine locks), so ``set(_:source:to:)``
+/// returns the escalation for the caller to make after unlocking.
 ///
 /// A thread is changed only while it is alive: a contribution is set only by an engine that has
 /// the thread among its raised parties (``BoostRecord/targets``), and the thread removes that
@@ -34,39 +25,40 @@ public final class BoostRegistry: @unchecked Sendable {  // @unchecked Sendable:
 
     /// The process's registry (a controlled scheduler's threads use their world's own).
     static var shared: BoostRegistry { SyncPoints.registryOverride ?? process }
-    private static let process = BoostRegistry(isVirtual: false)
+    private static let process = BoostRegistry(backend: .platform)
 
     /// One raised party: each engine's contribution, and the thread boost in effect.
     private struct Entry {
         var sources: [ObjectIdentifier: Urgency] = [:]
-        /// Linux and Apple platforms: what the boost of a thread changed, to be undone.
-        var boost = qsv_boost()
-        /// The thread urgency applied (a virtual registry applies nothing else), or the task
-        /// priority escalated to.
-        var appliedThread: Int32 = 0
+        /// What the boost of a thread changed, to be moved or undone.
+        var boost = ThreadBoost.none
+        /// The task priority escalated to.
         var escalatedTask: UInt8 = 0
 
-        var inherited: Urgency { sources.values.reduce(Urgency.none) { $0.merged($1) } }
+        /// The highest of its contributions, on each axis.
+        var inherited: Urgency {
+            // mutant(registry-keeps-one-source): sources.values.first ?? .none
+            sources.values.reduce(Urgency.none) { $0.merged($1) }
+        }
     }
 
+    /// What the lock guards (a type of its own: the lock-order check names a lock by it).
     private struct State {
         var entries: [Node: Entry] = [:]
-        /// A virtual registry's thread priorities of their own (see ``setOwnUrgency(ofThread:to:)``).
-        var own: [Int: Int32] = [:]
     }
 
     private let state = LockedState.make(State())
     /// How many parties have an entry: read without the lock, so that a parking waiter pays one load
     /// while nobody is raised anywhere.
     private let count = AtomicWord(0)
-    /// A virtual registry (the controlled scheduler's) changes no real thread: it records the
-    /// urgency each thread would run at, for the checker to compare with what waits for it.
-    let isVirtual: Bool
+    /// How threads are raised, and the calls that raise them: the platform's, or a test's fake.
+    let backend: PriorityBackend
 
-    /// A registry of its own (the process's is ``shared``); a virtual one changes no real thread.
+    /// A registry of its own that raises threads through `backend` (the process's is ``shared``,
+    /// with the platform's backend; a controlled scheduler's uses a recording fake).
     @_spi(Testing)
-    public init(isVirtual: Bool) {
-        self.isVirtual = isVirtual
+    public init(backend: PriorityBackend) {
+        self.backend = backend
     }
 
     /// Whether no party is raised by any engine.
@@ -87,7 +79,10 @@ public final class BoostRegistry: @unchecked Sendable {  // @unchecked Sendable:
             var escalate: UInt8?
             switch node {
             case .thread(let thread):
-                if new.thread != entry.appliedThread { apply(thread: thread, new.thread, &entry) }
+                // Under the lock: a system call that changes another thread's scheduling.
+                if new.thread != entry.boost.urgency {
+                    entry.boost = backend.move(entry.boost, ofThread: thread, to: new.thread)
+                }
             case .task:
                 // Escalation cannot be undone: it only ever goes up (Swift keeps it for the task's life).
                 if new.task > entry.escalatedTask {
@@ -95,23 +90,13 @@ public final class BoostRegistry: @unchecked Sendable {  // @unchecked Sendable:
                     escalate = new.task
                 }
             }
-            if entry.sources.isEmpty && entry.appliedThread == 0 {
+            if entry.sources.isEmpty && entry.boost == .none {
                 if state.entries.removeValue(forKey: node) != nil { _ = count.fetchAdd(-1) }
             } else {
                 if state.entries.updateValue(entry, forKey: node) == nil { _ = count.fetchAdd(1) }
             }
             return (old, new, escalate)
         }
-    }
-
-    /// Under the lock: moves the thread's boost to `urgency` (0: ends it).
-    private func apply(thread: Int, _ urgency: Int32, _ entry: inout Entry) {
-        if isVirtual {
-            entry.appliedThread = urgency
-            return
-        }
-        let boosted = qsv_set_boost(UInt(bitPattern: thread), urgency, &entry.boost) != 0
-        entry.appliedThread = boosted ? urgency : 0
     }
 
     /// The highest urgency `nodes` (the nodes of one waiting party) inherit from the sections they hold.
@@ -122,40 +107,27 @@ public final class BoostRegistry: @unchecked Sendable {  // @unchecked Sendable:
         }
     }
 
-    /// The calling thread's own scheduling urgency, without any boost it runs under now (a thread
-    /// raised for one value that parks for another passes on what it inherits separately, so that
-    /// the boost ends where it came from).
-    func ownUrgencyOfCurrentThread() -> Int32 {
+    /// The urgency of the calling thread, which is about to park: its own scheduling urgency, without
+    /// any boost it runs under now (a thread raised for one value that parks for another passes on
+    /// what it inherits separately, so that the boost ends where it came from), as this backend
+    /// lends it.
+    func urgencyOfCurrentThread() -> Urgency {
         let thread = currentThreadID()
-        if isVirtual { return state.withLock { $0.own[thread] ?? 0 } }
-        guard !isEmpty else { return qsv_thread_urgency() }
-        return state.withLock { state -> Int32 in
-            guard let entry = state.entries[.thread(thread)], entry.boost.applied != 0 else {
-                return qsv_thread_urgency()
-            }
-            #if canImport(Darwin)
-                return qsv_thread_urgency()
-            #else
-                let own = entry.boost.policy == SCHED_FIFO || entry.boost.policy == SCHED_RR
-                return own ? entry.boost.priority : 0
-            #endif
-        }
+        let boost = isEmpty ? ThreadBoost.none : self.boost(ofThread: thread)
+        return backend.urgency(ofThreadAt: backend.ownUrgency(ofThread: thread, boost: boost))
+    }
+
+    /// The urgency of a task of `priority` that is about to suspend, as this backend lends it.
+    func urgency(ofTask priority: TaskPriority) -> Urgency {
+        backend.urgency(ofTask: priority)
+    }
+
+    /// The boost in effect on `thread`, if any.
+    func boost(ofThread thread: Int) -> ThreadBoost {
+        state.withLock { $0.entries[.thread(thread)]?.boost ?? .none }
     }
 
     // MARK: The checker's view
-
-    /// A virtual registry: the priority of its own that `thread` runs at.
-    @_spi(Testing)
-    public func setOwnUrgency(ofThread thread: Int, to urgency: Int32) {
-        state.withLock { $0.own[thread] = urgency }
-    }
-
-    /// The thread urgency `thread` runs at: its own, or the boost applied, whichever is higher.
-    func runningUrgency(ofThread thread: Int) -> Int32 {
-        state.withLock { state in
-            max(state.own[thread] ?? 0, state.entries[.thread(thread)]?.appliedThread ?? 0)
-        }
-    }
 
     /// Every party with a contribution, and the engines it has them from.
     var contributions: [Node: [ObjectIdentifier: Urgency]] {

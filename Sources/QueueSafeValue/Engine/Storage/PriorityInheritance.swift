@@ -53,7 +53,7 @@ struct Escalations: ~Copyable {
 
     private static func escalate(_ escalation: Escalation) {
         SyncPoints.willTouchTask()  // the runtime takes the task's lock, as a resume does
-        qsv_escalate_task(escalation.task, Int(escalation.priority))
+        BoostRegistry.shared.backend.escalate(task: Int(bitPattern: escalation.task), to: escalation.priority)
         qsv_release_task(escalation.task)
     }
 
@@ -82,27 +82,15 @@ struct BoostRecord {
 
 extension Urgency {
     /// The urgency of the calling thread, which is about to park: its own scheduling urgency, and
-    /// the task priority a thread of it stands for (on Apple platforms its QoS class, which is the
-    /// same scale; on Linux `.high` for a real-time thread, `.medium` for any other).
+    /// the task priority a thread of it stands for (see ``PriorityBackend/urgency(ofThreadAt:)``).
     static func ofCurrentThread() -> Urgency {
-        // Its own, without a boost it runs under now: what it inherits is passed on apart.
-        let thread = BoostRegistry.shared.ownUrgencyOfCurrentThread()
-        #if canImport(Darwin)
-            return Urgency(thread: thread, task: UInt8(clamping: thread))
-        #else
-            let task = thread > 0 ? TaskPriority.high : TaskPriority.medium
-            return Urgency(thread: thread, task: task.rawValue)
-        #endif
+        BoostRegistry.shared.urgencyOfCurrentThread()
     }
 
-    /// The urgency of a task of `priority`, which is about to suspend: its priority, and on Apple
-    /// platforms the QoS class it runs at (the same number).
+    /// The urgency of a task of `priority`, which is about to suspend (see
+    /// ``PriorityBackend/urgency(ofTask:)``).
     static func ofTask(_ priority: TaskPriority) -> Urgency {
-        #if canImport(Darwin)
-            return Urgency(thread: Int32(priority.rawValue), task: priority.rawValue)
-        #else
-            return Urgency(thread: 0, task: priority.rawValue)
-        #endif
+        BoostRegistry.shared.urgency(ofTask: priority)
     }
 }
 
@@ -180,6 +168,7 @@ extension CommandEngine {
         var visited = Set(changed)
         var links = 0
         // mutant(chain-stops-at-first-link): while links < 0, let node = frontier.popLast() {
+        // mutant(chain-stops-after-one-link): while links < 1, let node = frontier.popLast() {
         while links < maxChainLinks, let node = frontier.popLast() {
             guard let wait = DeadlockDetector.shared.wait(of: node) else { continue }
             links += 1
