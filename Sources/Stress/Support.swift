@@ -122,11 +122,15 @@ struct SplitMix64: RandomNumberGenerator {
         state = seed
     }
 
+    /// SplitMix64's constants: the golden-ratio increment and the two multipliers of its mix.
+    private static let increment: UInt64 = 0x9E37_79B9_7F4A_7C15
+    private static let multipliers: (UInt64, UInt64) = (0xBF58_476D_1CE4_E5B9, 0x94D0_49BB_1331_11EB)
+
     mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
+        state &+= Self.increment
         var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        z = (z ^ (z >> 30)) &* Self.multipliers.0
+        z = (z ^ (z >> 27)) &* Self.multipliers.1
         return z ^ (z >> 31)
     }
 }

@@ -54,7 +54,7 @@ struct CommandHeap: Hashable {
 
     /// The priority encoded in `key`.
     static func priority(of key: UInt64) -> CommandPriority {
-        CommandPriority(rawValue: 255 &- UInt8(truncatingIfNeeded: key >> 56))
+        CommandPriority(rawValue: 255 &- UInt8(truncatingIfNeeded: key >> 56))  // 32-bit: key is a UInt64
     }
 
     /// Adds an entry.

@@ -34,7 +34,8 @@ struct EngineStateMachine<Handle: EngineHandle> {
 
         /// The ticket ``packed`` packed.
         init(packed: UInt64) {
-            self.init(slot: UInt32(truncatingIfNeeded: packed >> 32), generation: UInt32(truncatingIfNeeded: packed))
+            let (high, low): (UInt64, UInt64) = (packed >> 32, packed)
+            self.init(slot: UInt32(truncatingIfNeeded: high), generation: UInt32(truncatingIfNeeded: low))
         }
     }
 
