@@ -84,10 +84,9 @@ let symbols: [(word: String, needs: Versions, source: String)] = [
     ("executorPreference", stdlib6_0, "SwiftStdlib 6.0: Task(executorPreference:) and Task.detached(executorPreference:)"),
     ("withTaskExecutorPreference", stdlib6_0, "SwiftStdlib 6.0: withTaskExecutorPreference(_:operation:)"),
     ("globalConcurrentExecutor", stdlib6_0, "SwiftStdlib 6.0: globalConcurrentExecutor"),
-    // Priority escalation (SE-0462) and task names (SE-0469).
+    // Priority escalation (SE-0462).
     ("withTaskPriorityEscalationHandler", stdlib6_2, "SwiftStdlib 6.2: withTaskPriorityEscalationHandler"),
     ("escalatePriority", stdlib6_2, "SwiftStdlib 6.2: Task.escalatePriority(to:), UnsafeCurrentTask.escalatePriority(to:)"),
-    ("currentName", stdlib6_2, "SwiftStdlib 6.2: Task.name / UnsafeCurrentTask.name (SE-0469)"),
     // Time (SE-0329).
     ("Duration", stdlib5_7, "SwiftStdlib 5.7: struct Duration"),
     ("ContinuousClock", stdlib5_7, "SwiftStdlib 5.7: struct ContinuousClock"),
@@ -103,8 +102,6 @@ let symbols: [(word: String, needs: Versions, source: String)] = [
     ("Logger", Versions(macOS: [11], iOS: [14], tvOS: [14], watchOS: [7], visionOS: [1]), "os: Logger (macOS 11, iOS 14)"),
     ("OSSignposter", Versions(macOS: [12], iOS: [15], tvOS: [15], watchOS: [8], visionOS: [1]), "os: OSSignposter (macOS 12, iOS 15)"),
     ("OSSignpostIntervalState", Versions(macOS: [12], iOS: [15], tvOS: [15], watchOS: [8], visionOS: [1]), "os: OSSignpostIntervalState"),
-    // Foundation (Apple's SDK documentation).
-    ("formatted", Versions(macOS: [12], iOS: [15], tvOS: [15], watchOS: [8], visionOS: [1]), "Foundation: FormatStyle's formatted()"),
 ]
 
 // MARK: - Reading a file
