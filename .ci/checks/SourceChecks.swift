@@ -21,8 +21,9 @@
 // declaration without a body, such as a typealias, also covers the next body that opens.)
 //
 // HOW A NEW API GETS ONTO THE LIST: when a change uses an API that Apple introduced after the
-// floor, add a row to `symbols` below: the word to match, the versions it needs on each platform,
-// and where they come from. For the standard library, read the declaration's availability in the
+// floor, add a row to `symbols` below: the word to match (`receiver.member` matches a call of that
+// member on a receiver of that name: `scenario.task` is `scenario.task(…)`), the versions it needs
+// on each platform, and where they come from. For the standard library, read the declaration's availability in the
 // Swift repository (`@available(SwiftStdlib 6.0, *)`) and translate the macro with the table in
 // `swift/utils/availability-macros.def`: SwiftStdlib 5.7 = macOS 13, iOS 16, tvOS 16, watchOS 9;
 // 5.9 = macOS 14, iOS 17, tvOS 17, watchOS 10, visionOS 1; 6.0 = macOS 15, iOS 18, tvOS 18,
@@ -73,7 +74,9 @@ let stdlib6_0 = Versions(macOS: [15], iOS: [18], tvOS: [18], watchOS: [11], visi
 let stdlib6_2 = Versions(macOS: [26], iOS: [26], tvOS: [26], watchOS: [26], visionOS: [26])
 
 /// The APIs newer than the floor that this package uses, or is expected to: (word, versions, source).
-let symbols: [(word: String, needs: Versions, source: String)] = [
+/// The types the checked files declare themselves under an `@available` above the floor are added
+/// to it as they are found (see ``declaredAboveTheFloor(in:)``).
+var symbols: [(word: String, needs: Versions, source: String)] = [
     // Executors (SE-0392, SE-0417).
     ("TaskExecutor", stdlib6_0, "SwiftStdlib 6.0: protocol TaskExecutor"),
     ("ExecutorJob", stdlib5_9, "SwiftStdlib 5.9: struct ExecutorJob"),
@@ -98,11 +101,54 @@ let symbols: [(word: String, needs: Versions, source: String)] = [
     // Task groups that discard their results (SE-0381).
     ("withDiscardingTaskGroup", stdlib5_9, "SwiftStdlib 5.9: withDiscardingTaskGroup"),
     ("withThrowingDiscardingTaskGroup", stdlib5_9, "SwiftStdlib 5.9: withThrowingDiscardingTaskGroup"),
+    // QueueSafeValueTesting's own (`receiver.member` matches a call of that member on a receiver of
+    // that name, as the docs name an exploration's scenario).
+    ("scenario.task", stdlib6_0, "QueueSafeValueTesting: Exploration.Scenario.task(_:_:), whose jobs need task executors"),
     // os: unified logging and signposts (Apple's SDK documentation).
     ("Logger", Versions(macOS: [11], iOS: [14], tvOS: [14], watchOS: [7], visionOS: [1]), "os: Logger (macOS 11, iOS 14)"),
     ("OSSignposter", Versions(macOS: [12], iOS: [15], tvOS: [15], watchOS: [8], visionOS: [1]), "os: OSSignposter (macOS 12, iOS 15)"),
     ("OSSignpostIntervalState", Versions(macOS: [12], iOS: [15], tvOS: [15], watchOS: [8], visionOS: [1]), "os: OSSignpostIntervalState"),
 ]
+
+/// The names of the types (classes, structs, enums, actors, protocols, typealiases) the files declare.
+func typesDeclared(in files: [String]) -> Set<String> {
+    let declaration = try! NSRegularExpression(pattern: "\\b(?:class|struct|enum|actor|protocol|typealias)\\s+(\\w+)")
+    var names: Set<String> = []
+    for file in files {
+        guard let text = try? String(contentsOfFile: file, encoding: .utf8) else { continue }
+        let stripped = String(code(of: text))
+        for match in declaration.matches(in: stripped, range: NSRange(stripped.startIndex..., in: stripped)) {
+            if let name = Range(match.range(at: 1), in: stripped) { names.insert(String(stripped[name])) }
+        }
+    }
+    return names
+}
+
+/// The types (classes, structs, enums, actors, protocols) the files declare under an `@available`
+/// that names versions above the floor: a use of one of them needs those versions too.
+func declaredAboveTheFloor(in files: [String]) -> [(word: String, needs: Versions, source: String)] {
+    let declaration = try! NSRegularExpression(
+        pattern: "@available\\(([^)]*)\\)(?:\\s|@\\w+|public|internal|private|fileprivate|final|package|open)*"
+            + "(?:class|struct|enum|actor|protocol)\\s+(\\w+)")
+    var found: [(word: String, needs: Versions, source: String)] = []
+    for file in files {
+        guard let text = try? String(contentsOfFile: file, encoding: .utf8) else { continue }
+        let stripped = String(code(of: text))
+        for match in declaration.matches(in: stripped, range: NSRange(stripped.startIndex..., in: stripped)) {
+            guard let arguments = Range(match.range(at: 1), in: stripped).map({ String(stripped[$0]) }),
+                let name = Range(match.range(at: 2), in: stripped).map({ String(stripped[$0]) })
+            else { continue }
+            let (versions, unavailable) = parseAvailability(arguments)
+            guard !unavailable, !versions.isEmpty else { continue }
+            let needs = Versions(
+                macOS: versions["macOS"] ?? floor.macOS, iOS: versions["iOS"] ?? floor.iOS,
+                tvOS: versions["tvOS"] ?? floor.tvOS, watchOS: versions["watchOS"] ?? floor.watchOS,
+                visionOS: versions["visionOS"] ?? floor.visionOS)
+            found.append((name, needs, "declared @available(\(arguments)) in \(file)"))
+        }
+    }
+    return found
+}
 
 // MARK: - Reading a file
 
@@ -371,7 +417,16 @@ func check(file: String) -> [Finding] {
         }
         if isWordChar(c) && (i == 0 || !isWordChar(chars[i - 1])) {
             let name = word(at: i)
-            if let symbol = symbols.first(where: { $0.word == name }) {
+            var after = i + name.count
+            while after < chars.count && chars[after] == " " { after += 1 }
+            // For a member call `receiver.name(`, the receiver's word.
+            var receiver: String?
+            if i > 0 && chars[i - 1] == "." && after < chars.count && chars[after] == "(" {
+                var start = i - 1
+                while start > 0 && isWordChar(chars[start - 1]) { start -= 1 }
+                receiver = String(chars[start..<(i - 1)])
+            }
+            if let symbol = symbols.first(where: { $0.word == name || (receiver.map { "\($0).\(name)" } == $0.word) }) {
                 let (versions, excluded) = context()
                 if !excluded {
                     let short = platforms.filter { platform in
@@ -460,13 +515,22 @@ func check32Bit(file: String) -> [Finding] {
 // MARK: - Main
 
 let mode = CommandLine.arguments.count > 1 ? CommandLine.arguments[1] : ""
-let root = CommandLine.arguments.count > 2 ? CommandLine.arguments[2] : "Sources"
 guard mode == "availability" || mode == "32-bit" else {
     print("usage: swift .ci/checks/SourceChecks.swift availability|32-bit DIRECTORY")
     exit(2)
 }
-let files = (FileManager.default.enumerator(atPath: root)?.compactMap { $0 as? String } ?? [])
-    .filter { $0.hasSuffix(".swift") }.sorted().map { "\(root)/\($0)" }
+let roots = CommandLine.arguments.count > 2 ? Array(CommandLine.arguments.dropFirst(2)) : ["Sources"]
+let files = roots.flatMap { root in
+    (FileManager.default.enumerator(atPath: root)?.compactMap { $0 as? String } ?? [])
+        .filter { $0.hasSuffix(".swift") }.sorted().map { "\(root)/\($0)" }
+}
+if mode == "availability" {
+    // A type the checked code declares itself shadows a platform API of that name (the samples'
+    // stand-in `Logger` is not `os.Logger`); one it declares above the floor is checked as one.
+    let declared = typesDeclared(in: files)
+    symbols.removeAll { declared.contains($0.word) }
+    symbols += declaredAboveTheFloor(in: files)
+}
 var findings: [Finding] = []
 for file in files {
     lastIfImpliedApple = []

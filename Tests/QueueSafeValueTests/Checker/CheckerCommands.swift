@@ -80,6 +80,16 @@ extension CheckerRun {
         }
     }
 
+    /// A task of the world (it prefers the world as its executor, so the world runs its jobs).
+    /// Task executors need macOS 15 / iOS 18: the checker runs there, and on Linux.
+    @discardableResult
+    func worldTask(_ body: sending @escaping @isolated(any) () async -> Void) -> Task<Void, Never> {
+        guard #available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *) else {
+            preconditionFailure("the checker's tasks need task executors (macOS 15, iOS 18)")
+        }
+        return Task(executorPreference: world, operation: body)
+    }
+
     /// `set` on the blocking schedule, on the calling thread (of the world).
     func blocking(_ name: String, _ value: WaitSchedule<Int>, _ priority: CommandPriority) {
         let result = value.priority(priority).set { [self] count in
@@ -218,7 +228,7 @@ extension CheckerRun {
         _ name: String, _ value: AwaitSchedule<Int>, _ priority: CommandPriority,
         tasks: Mailbox<Task<Void, Never>>? = nil
     ) -> Task<Void, Never> {
-        let task = Task(executorPreference: world) { [self] in
+        let task = worldTask { [self] in
             do {
                 try await value.priority(priority).read { _ in
                     enterShared(name)
@@ -251,7 +261,7 @@ extension CheckerRun {
         _ name: String, _ value: AwaitSchedule<Int>, _ priority: CommandPriority,
         tasks: Mailbox<Task<Void, Never>>? = nil
     ) -> Task<Void, Never> {
-        let task = Task(executorPreference: world) { [self] in
+        let task = worldTask { [self] in
             do {
                 try await value.priority(priority).set { count in
                     enter(name)
@@ -282,7 +292,7 @@ extension CheckerRun {
     func awaitingNested(
         _ outerName: String, _ outer: QueueSafeValue<Int>, _ innerName: String, _ inner: QueueSafeValue<Int>
     ) {
-        Task(executorPreference: world) { [self] in
+        worldTask { [self] in
             do {
                 try await outer.async.highestPriority.set { _ in
                     do {
@@ -311,7 +321,7 @@ extension CheckerRun {
             enter(name)
             exit(name)
         }
-        Task(executorPreference: world) { [self] in
+        worldTask { [self] in
             switch await task.result {
             case .success: end(name, "ran")
             case .failure(let error): end(name, Self.describe(error))
