@@ -48,6 +48,15 @@ public final class Feed: Sendable {
 }
 public let feed = Feed()
 
+/// An app's image type and its downloader (the photo feed's samples), with Foundation's `URL`, which
+/// an app file has from its own `import Foundation`.
+public typealias URL = Foundation.URL
+public struct Image: Sendable {}
+public final class Downloader: Sendable {
+    public func image(at url: URL) async throws -> Image { Image() }
+}
+public let downloader = Downloader()
+
 public struct Logger: Sendable {
     public func debug(_ message: String) {}
 }

@@ -172,18 +172,23 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
 
     /// Waits (suspending, never blocking a thread) for the critical section, runs `body` in the
     /// caller's isolation while holding it across every suspension point of `body`, and releases.
+    /// - Parameter cancellable: whether the task's cancellation takes the command out of the queue
+    ///   (`false`: it waits for its turn and runs even in a cancelled task, see
+    ///   `AwaitSchedule.evenIfCancelled`).
     @inlinable
     func withAwaitingAccess<R>(
         priority: CommandPriority,
         timeout: DispatchTimeInterval? = nil,
         mutates: Bool = true,
+        cancellable: Bool = true,
         isolation: isolated (any Actor)?,
         _ body: nonisolated(nonsending) (inout Value) async -> R
     ) async throws(QueueSafeValueError) -> R {
-        if Task.isCancelled { throw .cancelled }
+        if cancellable && Task.isCancelled { throw .cancelled }
         let deadline = try commandDeadline(after: timeout)
         if !tryAcquireIdle(.awaiting) {
-            try await acquireAwaitingSlow(priority: priority, deadline: deadline, isolation: isolation)
+            try await acquireAwaitingSlow(
+                priority: priority, deadline: deadline, cancellable: cancellable, isolation: isolation)
         }
         // Checked once the section is held (an observer registering now reads the value after this
         // command); the observed path is out of line, so the common one costs a load and a branch.
@@ -203,13 +208,15 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
     func withAwaitingLockedAccess<R, E: Error>(
         priority: CommandPriority,
         timeout: DispatchTimeInterval?,
+        cancellable: Bool = true,
         isolation: isolated (any Actor)?,
         _ body: nonisolated(nonsending) (inout sending Value) async throws(E) -> sending R
     ) async throws -> R {
-        if Task.isCancelled { throw QueueSafeValueError.cancelled }
+        if cancellable && Task.isCancelled { throw QueueSafeValueError.cancelled }
         let deadline = try commandDeadline(after: timeout)
         if !tryAcquireIdle(.awaiting) {
-            try await acquireAwaitingSlow(priority: priority, deadline: deadline, isolation: isolation)
+            try await acquireAwaitingSlow(
+                priority: priority, deadline: deadline, cancellable: cancellable, isolation: isolation)
         }
         return try await runHeldObservedTaskSection(.awaiting, isolation: isolation) {
             try await body(&pointer.pointee)
@@ -221,13 +228,15 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
     func withAwaitingLockedAccess<R>(
         priority: CommandPriority,
         timeout: DispatchTimeInterval?,
+        cancellable: Bool = true,
         isolation: isolated (any Actor)?,
         _ body: nonisolated(nonsending) (inout sending Value) async -> sending R
     ) async throws(QueueSafeValueError) -> R {
-        if Task.isCancelled { throw .cancelled }
+        if cancellable && Task.isCancelled { throw .cancelled }
         let deadline = try commandDeadline(after: timeout)
         if !tryAcquireIdle(.awaiting) {
-            try await acquireAwaitingSlow(priority: priority, deadline: deadline, isolation: isolation)
+            try await acquireAwaitingSlow(
+                priority: priority, deadline: deadline, cancellable: cancellable, isolation: isolation)
         }
         return await runHeldObservedTaskSection(.awaiting, isolation: isolation) {
             await body(&pointer.pointee)
@@ -315,12 +324,14 @@ extension ValueEngine {
     func withSharedAwaitingAccess<R>(
         priority: CommandPriority,
         timeout: DispatchTimeInterval?,
+        cancellable: Bool = true,
         isolation: isolated (any Actor)?,
         _ body: nonisolated(nonsending) (Value) async -> R
     ) async throws(QueueSafeValueError) -> R {
-        if Task.isCancelled { throw .cancelled }
+        if cancellable && Task.isCancelled { throw .cancelled }
         let deadline = try commandDeadline(after: timeout)
-        let token = try await acquireReaderAwaiting(priority: priority, deadline: deadline, isolation: isolation)
+        let token = try await acquireReaderAwaiting(
+            priority: priority, deadline: deadline, cancellable: cancellable, isolation: isolation)
         return await runHeldReaderSection(token, isolation: isolation) {
             await body(pointer.pointee)
         }

@@ -77,7 +77,8 @@ extension AwaitCommands {
         isolation: isolated (any Actor)? = #isolation,
         _ body: nonisolated(nonsending) (inout sending Value) async -> sending R
     ) async throws(QueueSafeValueError) -> R {
-        try await engine.withAwaitingLockedAccess(priority: priority, timeout: timeout, isolation: isolation, body)
+        try await engine.withAwaitingLockedAccess(
+            priority: priority, timeout: timeout, cancellable: cancellable, isolation: isolation, body)
     }
 
     /// Like `withLock(isolation:_:)`, for a closure that throws: its error is rethrown after
@@ -88,7 +89,8 @@ extension AwaitCommands {
         isolation: isolated (any Actor)? = #isolation,
         _ body: nonisolated(nonsending) (inout sending Value) async throws(E) -> sending R
     ) async throws -> R {
-        try await engine.withAwaitingLockedAccess(priority: priority, timeout: timeout, isolation: isolation, body)
+        try await engine.withAwaitingLockedAccess(
+            priority: priority, timeout: timeout, cancellable: cancellable, isolation: isolation, body)
     }
 }
 

@@ -110,7 +110,8 @@ extension AwaitCommands where Value: Sendable {
         isolation: isolated (any Actor)? = #isolation,
         _ body: nonisolated(nonsending) (Value) async -> R
     ) async throws(QueueSafeValueError) -> R {
-        try await engine.withSharedAwaitingAccess(priority: priority, timeout: timeout, isolation: isolation, body)
+        try await engine.withSharedAwaitingAccess(
+            priority: priority, timeout: timeout, cancellable: cancellable, isolation: isolation, body)
     }
 
     /// Like `read(isolation:_:)`, for a closure that throws: its error is rethrown after the read
@@ -122,7 +123,7 @@ extension AwaitCommands where Value: Sendable {
         _ body: nonisolated(nonsending) (Value) async throws(E) -> R
     ) async throws -> R {
         let outcome = try await engine.withSharedAwaitingAccess(
-            priority: priority, timeout: timeout, isolation: isolation
+            priority: priority, timeout: timeout, cancellable: cancellable, isolation: isolation
         ) { (value: Value) async -> Result<R, E> in
             do throws(E) { return .success(try await body(value)) } catch { return .failure(error) }
         }

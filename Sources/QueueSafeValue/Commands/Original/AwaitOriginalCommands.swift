@@ -10,7 +10,7 @@ extension AwaitCommands where Value: Sendable {
     @inlinable
     public func get(isolation: isolated (any Actor)? = #isolation) async throws(QueueSafeValueError) -> Value {
         try await engine.withAwaitingAccess(
-            priority: priority, timeout: timeout, mutates: false, isolation: isolation
+            priority: priority, timeout: timeout, mutates: false, cancellable: cancellable, isolation: isolation
         ) { $0 }
     }
 
@@ -21,7 +21,9 @@ extension AwaitCommands where Value: Sendable {
         newValue: Value,
         isolation: isolated (any Actor)? = #isolation
     ) async throws(QueueSafeValueError) -> Value {
-        try await engine.withAwaitingAccess(priority: priority, timeout: timeout, isolation: isolation) { value in
+        try await engine.withAwaitingAccess(
+            priority: priority, timeout: timeout, cancellable: cancellable, isolation: isolation
+        ) { value in
             value = newValue
             return value
         }
@@ -35,7 +37,9 @@ extension AwaitCommands where Value: Sendable {
         isolation: isolated (any Actor)? = #isolation,
         _ accessClosure: nonisolated(nonsending) (inout Value) async -> Void
     ) async throws(QueueSafeValueError) -> Value {
-        try await engine.withAwaitingAccess(priority: priority, timeout: timeout, isolation: isolation) { value in
+        try await engine.withAwaitingAccess(
+            priority: priority, timeout: timeout, cancellable: cancellable, isolation: isolation
+        ) { value in
             await accessClosure(&value)
             return value
         }
@@ -49,7 +53,7 @@ extension AwaitCommands where Value: Sendable {
         _ transform: nonisolated(nonsending) (Value) async -> MappedValue
     ) async throws(QueueSafeValueError) -> MappedValue {
         try await engine.withAwaitingAccess(
-            priority: priority, timeout: timeout, mutates: false, isolation: isolation
+            priority: priority, timeout: timeout, mutates: false, cancellable: cancellable, isolation: isolation
         ) { value in
             return await transform(value)
         }

@@ -12,6 +12,8 @@ public struct AwaitSchedule<Value> {
     @usableFromInline let engine: ValueEngine<Value>
     /// How long each command may wait for its turn (`nil`: no limit).
     @usableFromInline let timeout: DispatchTimeInterval?
+    /// Whether a cancelled task's command leaves the queue (`false`: see ``evenIfCancelled``).
+    @usableFromInline let cancellable: Bool
 
     /// Commands that run before every other pending command (FIFO among themselves).
     ///
@@ -23,17 +25,40 @@ public struct AwaitSchedule<Value> {
     public let lowestPriority: AwaitCommands<Value>
 
     @usableFromInline
-    init(engine: ValueEngine<Value>, timeout: DispatchTimeInterval? = nil) {
+    init(engine: ValueEngine<Value>, timeout: DispatchTimeInterval? = nil, cancellable: Bool = true) {
         self.engine = engine
         self.timeout = timeout
-        highestPriority = AwaitCommands(engine: engine, priority: .highest, timeout: timeout)
-        lowestPriority = AwaitCommands(engine: engine, priority: .lowest, timeout: timeout)
+        self.cancellable = cancellable
+        highestPriority = AwaitCommands(engine: engine, priority: .highest, timeout: timeout, cancellable: cancellable)
+        lowestPriority = AwaitCommands(engine: engine, priority: .lowest, timeout: timeout, cancellable: cancellable)
     }
 
     /// Commands of the given priority: higher priorities run first, FIFO within a priority.
     @inlinable
     public func priority(_ priority: CommandPriority) -> AwaitCommands<Value> {
-        AwaitCommands(engine: engine, priority: priority, timeout: timeout)
+        AwaitCommands(engine: engine, priority: priority, timeout: timeout, cancellable: cancellable)
+    }
+
+    /// The same schedule for cleanup that must run: a command issued here waits for its turn and
+    /// runs **even if the task is cancelled**, before the call or while it waits.
+    ///
+    /// ```swift
+    /// let slots = QueueSafeValue(value: 1, label: "download slots")
+    /// try? await slots.async.evenIfCancelled.withLock { $0 -= 1 }  // gives the slot back, always
+    /// ```
+    ///
+    /// A plain awaiting command in a cancelled task throws `.cancelled` without running, which is
+    /// what work should do and what cleanup must not: a slot, a count or a reservation given back
+    /// with `try? await value.async.withLock { … }` in a `defer` or a `catch` is silently not given
+    /// back once the task was cancelled. Everything else is as on the plain schedule: the same
+    /// order (priority, then arrival), the same failures but `.cancelled` (`.timedOut(_:)` through
+    /// ``QueueSafeValue/async(timeout:)``, `.deadlock(_:)`, `.reentrantAccess`,
+    /// `.valueContainerDeinited`), and the closure runs in the caller's isolation. Inside the
+    /// closure `Task.isCancelled` still says `true`: keep cleanup short, and bound it with a timeout
+    /// where the holder may take long. See <doc:Concurrency#Cleaning-up-in-a-cancelled-task>.
+    @inlinable
+    public var evenIfCancelled: AwaitSchedule<Value> {
+        AwaitSchedule(engine: engine, timeout: timeout, cancellable: false)
     }
 }
 
@@ -53,7 +78,8 @@ extension AwaitSchedule: Sendable {}
 /// Errors (the command then never ran):
 /// - `.cancelled`: the task was cancelled before the command started, or while it waited (it leaves
 ///   the queue at once). Cancellation after the closure started is the closure's business: it sees
-///   `Task.isCancelled`.
+///   `Task.isCancelled`. Commands for cleanup that must run are on ``evenIfCancelled``: they never
+///   throw `.cancelled`.
 /// - `.reentrantAccess`: the task (or a parent task) is inside a critical section of this value.
 /// - `.deadlock(_:)`: suspending would never end: the value's holder waits, directly or through a
 ///   chain of holders, for a value this task holds. The report names the cycle.
@@ -65,12 +91,26 @@ public struct AwaitCommands<Value> {
     @usableFromInline let engine: ValueEngine<Value>
     @usableFromInline let priority: CommandPriority
     @usableFromInline let timeout: DispatchTimeInterval?
+    /// Whether a cancelled task's command leaves the queue (`false`: see ``evenIfCancelled``).
+    @usableFromInline let cancellable: Bool
 
     @usableFromInline
-    init(engine: ValueEngine<Value>, priority: CommandPriority, timeout: DispatchTimeInterval? = nil) {
+    init(
+        engine: ValueEngine<Value>, priority: CommandPriority, timeout: DispatchTimeInterval? = nil,
+        cancellable: Bool = true
+    ) {
         self.engine = engine
         self.priority = priority
         self.timeout = timeout
+        self.cancellable = cancellable
+    }
+
+    /// The same commands for cleanup that must run: each waits for its turn and runs even if the
+    /// task is cancelled (`value.async.highestPriority.evenIfCancelled.withLock { … }`). See
+    /// ``AwaitSchedule/evenIfCancelled``.
+    @inlinable
+    public var evenIfCancelled: AwaitCommands<Value> {
+        AwaitCommands(engine: engine, priority: priority, timeout: timeout, cancellable: false)
     }
 }
 

@@ -24,12 +24,15 @@ extension CommandEngine {
     /// It keeps an `isolated` parameter, where the functions it calls are `nonisolated(nonsending)`:
     /// called `nonisolated(nonsending)` from the inlined command, it cost the uncontended command,
     /// which never calls it, 84 instructions more (906 to 990).
+    /// With `cancellable` false (`AwaitSchedule.evenIfCancelled`), the task's cancellation changes
+    /// nothing: the command keeps its place and runs when its turn comes.
     /// - Throws: `.cancelled`, `.reentrantAccess` (the task is inside this section already),
     ///   `.valueContainerDeinited`, `.timedOut` (`deadline` passed first), `.deadlock`.
     @usableFromInline
     final func acquireAwaitingSlow(
         priority: CommandPriority,
         deadline: DispatchTime? = nil,
+        cancellable: Bool = true,
         isolation: isolated (any Actor)?
     ) async throws(QueueSafeValueError) {
         let waiter = AwaitingWaiter()
@@ -41,8 +44,8 @@ extension CommandEngine {
             throw error
         case .queued(let ticket):
             waiter.ticket = ticket
-            try await waitForTurn(waiter, deadline: deadline)
-            if Task.isCancelled {
+            try await waitForTurn(waiter, deadline: deadline, cancellable: cancellable)
+            if cancellable && Task.isCancelled {
                 // Granted, but the task was cancelled before its closure began: it never starts.
                 release(.awaiting)
                 throw .cancelled
@@ -56,7 +59,7 @@ extension CommandEngine {
     /// ``EngineStateMachine/enqueueOperation(_:priority:discardable:observed:now:)``); if it was
     /// waiting, its task is resumed here, after unlocking, and throws `.cancelled`.
     /// - Returns: the operation's waiter, and whether it holds the section already. When it does
-    ///   not, the task calls ``waitForTurn(_:deadline:holdsNothing:startedLater:)``.
+    ///   not, the task calls ``waitForTurn(_:deadline:holdsNothing:startedLater:cancellable:)``.
     @usableFromInline
     final func enqueueOperation(
         priority: CommandPriority,
@@ -147,12 +150,15 @@ extension CommandEngine {
     ///     from the task that enqueued it).
     ///   - startedLater: the waiter was queued before this task started (an operation's task), so
     ///     it may well be granted already.
+    ///   - cancellable: whether the task's cancellation takes the waiter out of the queue; `false`
+    ///     waits for the turn whatever happens to the task (`AwaitSchedule.evenIfCancelled`).
     @usableFromInline
     nonisolated(nonsending) final func waitForTurn(
         _ waiter: AwaitingWaiter,
         deadline: DispatchTime? = nil,
         holdsNothing: Bool = false,
-        startedLater: Bool = false
+        startedLater: Bool = false,
+        cancellable: Bool = true
     ) async throws(QueueSafeValueError) {
         // Granted already (the task started after its predecessor released, as a backlog drained
         // by one pool thread always does): no handlers, no suspension and no second executor trip.
@@ -174,29 +180,20 @@ extension CommandEngine {
                 timeOut(waiter)
             }
         }
-        await withTaskCancellationHandler {
-            if #available(macOS 26.0, iOS 26.0, watchOS 26.0, tvOS 26.0, visionOS 26.0, *) {
-                // A task escalated while it waits passes the escalation on to the holder.
-                await withTaskPriorityEscalationHandler {
-                    await suspendForTurn(
-                        waiter, nodes: nodes, deadline: deadline, timer: timer)
-                } onPriorityEscalated: { [self] _, escalated in
-                    // No chain walk under the runtime's lock (see `inheritUrgency`).
-                    SyncPoints.insideRuntimeLock {
-                        inheritUrgency(ticket, .ofTask(escalated), party: nodes, walks: false)
-                    }
+        if cancellable {
+            await withTaskCancellationHandler {
+                await suspendForTurnPassingOnEscalations(waiter, nodes: nodes, deadline: deadline, timer: timer)
+            } onCancel: {
+                // No longer a waiter for deadlock detection, then out of the queue; the continuation
+                // was stored before `leave` (both under the lock), if the task suspended at all.
+                SyncPoints.insideRuntimeLock {
+                    if !nodes.isEmpty { DeadlockDetector.shared.unregister(nodes) }
+                    leave(ticket)
                 }
-            } else {
-                await suspendForTurn(
-                    waiter, nodes: nodes, deadline: deadline, timer: timer)
             }
-        } onCancel: {
-            // No longer a waiter for deadlock detection, then out of the queue; the continuation
-            // was stored before `leave` (both under the lock), if the task suspended at all.
-            SyncPoints.insideRuntimeLock {
-                if !nodes.isEmpty { DeadlockDetector.shared.unregister(nodes) }
-                leave(ticket)
-            }
+        } else {
+            // Cleanup that must run: cancellation does not take it out of the queue.
+            await suspendForTurnPassingOnEscalations(waiter, nodes: nodes, deadline: deadline, timer: timer)
         }
         timer?.cancel()
         if !nodes.isEmpty { DeadlockDetector.shared.unregister(nodes) }
@@ -204,7 +201,31 @@ extension CommandEngine {
         if !granted { throw refusal?.namingQueue() ?? .cancelled }
     }
 
-    /// The suspension of ``waitForTurn(_:deadline:holdsNothing:startedLater:)``: registers `nodes` for
+    /// ``suspendForTurn(_:nodes:deadline:timer:)``, passing an escalation of the waiting task on to
+    /// the holder where the runtime can tell (`withTaskPriorityEscalationHandler`, macOS 26 and
+    /// iOS 26 onwards; below, the holder keeps the priority the task had when it suspended).
+    nonisolated(nonsending) private func suspendForTurnPassingOnEscalations(
+        _ waiter: AwaitingWaiter,
+        nodes: [DeadlockDetector.Node],
+        deadline: DispatchTime?,
+        timer: DispatchWorkItem?
+    ) async {
+        guard #available(macOS 26.0, iOS 26.0, watchOS 26.0, tvOS 26.0, visionOS 26.0, *) else {
+            return await suspendForTurn(waiter, nodes: nodes, deadline: deadline, timer: timer)
+        }
+        let ticket = waiter.ticket
+        // A task escalated while it waits passes the escalation on to the holder.
+        await withTaskPriorityEscalationHandler {
+            await suspendForTurn(waiter, nodes: nodes, deadline: deadline, timer: timer)
+        } onPriorityEscalated: { [self] _, escalated in
+            // No chain walk under the runtime's lock (see `inheritUrgency`).
+            SyncPoints.insideRuntimeLock {
+                inheritUrgency(ticket, .ofTask(escalated), party: nodes, walks: false)
+            }
+        }
+    }
+
+    /// The suspension of ``waitForTurn(_:deadline:holdsNothing:startedLater:cancellable:)``: registers `nodes` for
     /// deadlock detection (none: not registered), stores the continuation unless the wait is over
     /// already, raises the holder to this task's priority and arms the deadline.
     nonisolated(nonsending) private func suspendForTurn(

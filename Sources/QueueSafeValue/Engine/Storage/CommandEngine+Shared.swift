@@ -262,6 +262,7 @@ extension CommandEngine {
     final func acquireReaderAwaiting(
         priority: CommandPriority,
         deadline: DispatchTime?,
+        cancellable: Bool = true,
         isolation: isolated (any Actor)?
     ) async throws(QueueSafeValueError) -> UInt64 {
         let waiter = AwaitingWaiter()
@@ -275,8 +276,8 @@ extension CommandEngine {
             throw error
         case .queued(let ticket):
             waiter.ticket = ticket
-            try await waitForTurn(waiter, deadline: deadline)
-            if Task.isCancelled {
+            try await waitForTurn(waiter, deadline: deadline, cancellable: cancellable)
+            if cancellable && Task.isCancelled {
                 // Granted, but the task was cancelled before its closure began: it never starts.
                 releaseReader(ticket)
                 throw .cancelled

@@ -4,7 +4,7 @@ import QueueSafeValueShims
 
 /// What a suspended task waits on. It is resumed when its command was granted the critical section
 /// or left the queue; the task then reads which under the engine lock (see
-/// ``CommandEngine/waitForTurn(_:deadline:holdsNothing:startedLater:)``).
+/// ``CommandEngine/waitForTurn(_:deadline:holdsNothing:startedLater:cancellable:)``).
 @usableFromInline
 typealias TurnContinuation = UnsafeContinuation<Void, Never>
 
@@ -13,7 +13,7 @@ typealias TurnContinuation = UnsafeContinuation<Void, Never>
 /// order of the calls), and the task suspends on it only if it is not granted by then.
 ///
 /// A task that is cancelled while its command still waits leaves the queue and is resumed at once;
-/// see ``CommandEngine/waitForTurn(_:deadline:holdsNothing:startedLater:)``.
+/// see ``CommandEngine/waitForTurn(_:deadline:holdsNothing:startedLater:cancellable:)``.
 // @unchecked Sendable: fields are touched under the engine lock, except `ticket` (written once
 // right after the enqueue, before a task, timer or cancellation handler is given the waiter; the
 // machine never reads it), `refusal` (under the lock, or before the resume that publishes it) and
@@ -65,7 +65,7 @@ extension UnsafeContinuation where T == Void, E == Never {
     /// this call's read of the task's continuation context with the task's next use of that memory
     /// and report a race that cannot happen. So the sanitizer is told to ignore this call's own
     /// memory accesses, and nothing else: what the resumed task does next is ordered by the engine
-    /// lock it takes after resuming (``CommandEngine/waitForTurn(_:deadline:holdsNothing:startedLater:)``). Outside
+    /// lock it takes after resuming (``CommandEngine/waitForTurn(_:deadline:holdsNothing:startedLater:cancellable:)``). Outside
     /// ThreadSanitizer builds the two hooks are empty.
     @inline(__always)
     func resumeFromAnotherThread() {

@@ -20,7 +20,7 @@ import Dispatch
 class Contender: EngineHandle, @unchecked Sendable {
     /// The engine's verdict for the waiting party, written under the engine lock when the state
     /// machine grants the command. Read under the same lock (see
-    /// ``CommandEngine/waitForTurn(_:deadline:holdsNothing:startedLater:)``).
+    /// ``CommandEngine/waitForTurn(_:deadline:holdsNothing:startedLater:cancellable:)``).
     final var isGranted = false
 
     /// A shared read's ticket, stored under the engine lock when it takes its place (before any
