@@ -228,6 +228,21 @@ public enum Exploration {
         try await Task.sleep(nanoseconds: nanoseconds)
     }
 
+    /// ``sleep(nanoseconds:)`` for a `Duration` (to the nanosecond): on the virtual clock inside an
+    /// exploration, else `Task.sleep(nanoseconds:)`.
+    /// - Throws: `CancellationError` when the task is cancelled first;
+    ///   `QueueSafeValueError.invalidArgument` for a negative duration.
+    @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
+    public static func sleep(for duration: Duration) async throws {
+        let (seconds, attoseconds) = duration.components
+        guard seconds >= 0, attoseconds >= 0 else {
+            throw QueueSafeValueError.invalidArgument("a sleep must not be negative, got \(duration)")
+        }
+        let (whole, overflow) = UInt64(seconds).multipliedReportingOverflow(by: 1_000_000_000)
+        let nanoseconds = overflow ? UInt64.max : whole &+ UInt64(attoseconds / 1_000_000_000)
+        try await sleep(nanoseconds: nanoseconds < whole ? UInt64.max : nanoseconds)
+    }
+
     /// Fails the schedule unless `condition` holds: throws an error that carries `message`. Use it,
     /// or `try #require(…)`, or `XCTUnwrap`, in parties and checks (an `#expect` that does not throw
     /// is recorded by the test, but the scheduler does not see it).

@@ -154,6 +154,21 @@ public final class CommandQueue: Sendable {
         return schedule(priority: priority, policy: policy, deadline: deadline, operation)
     }
 
+    /// ``enqueue(priority:policy:timeout:_:)-(_,_,DispatchTimeInterval,_)`` with a `Duration`, kept to
+    /// the nanosecond; one beyond what a `DispatchTimeInterval` holds waits as long as the largest one.
+    @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
+    @_disfavoredOverload  // `.seconds(2)` names both types: it keeps meaning a DispatchTimeInterval
+    @inlinable
+    @discardableResult
+    public func enqueue<T: Sendable>(
+        priority: CommandPriority = .medium,
+        policy: Policy = .standard,
+        timeout: Duration,
+        @_inheritActorContext @_implicitSelfCapture _ operation: sending @escaping @isolated(any) () async throws -> T
+    ) -> Task<T, any Error> {
+        enqueue(priority: priority, policy: policy, timeout: DispatchTimeInterval(timeout: timeout), operation)
+    }
+
     // MARK: Await the result
 
     /// Adds `operation` to the queue and waits for its result. Like
@@ -198,6 +213,21 @@ public final class CommandQueue: Sendable {
             schedule(
                 priority: priority, policy: policy, deadline: deadline,
                 awaiters: OperationAwaiters.forOperationAwaitedByCurrentTask(), operation))
+    }
+
+    /// ``perform(priority:policy:timeout:_:)-(_,_,DispatchTimeInterval,_)`` with a `Duration`, kept to
+    /// the nanosecond; one beyond what a `DispatchTimeInterval` holds waits as long as the largest one.
+    @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
+    @_disfavoredOverload  // `.seconds(2)` names both types: it keeps meaning a DispatchTimeInterval
+    @inlinable
+    public func perform<T: Sendable>(
+        priority: CommandPriority = .medium,
+        policy: Policy = .standard,
+        timeout: Duration,
+        @_inheritActorContext @_implicitSelfCapture _ operation: sending @escaping @isolated(any) () async throws -> T
+    ) async throws -> T {
+        let interval = DispatchTimeInterval(timeout: timeout)
+        return try await perform(priority: priority, policy: policy, timeout: interval, operation)
     }
 
     /// Like ``perform(priority:policy:_:)``, with the operation isolated to `actor`.

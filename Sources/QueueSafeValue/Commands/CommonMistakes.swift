@@ -51,17 +51,19 @@ extension QueueSafeValue {
     )
     public func set(newValue: Value) { fatalError(unreachable) }
 
-    /// Unavailable: a timeout is a `DispatchTimeInterval`.
+    /// Unavailable: a timeout is a `DispatchTimeInterval` or a `Duration`.
     @available(
         *, unavailable,
-        message: "a timeout is a DispatchTimeInterval: write 'wait(timeout: .seconds(2))' or '.milliseconds(500)'"
+        message:
+            "a timeout is a DispatchTimeInterval or a Duration, not a number: write 'wait(timeout: .seconds(2))' or '.milliseconds(500)'"
     )
     public func wait(timeout seconds: Double) -> WaitSchedule<Value> { fatalError(unreachable) }
 
-    /// Unavailable: a timeout is a `DispatchTimeInterval`.
+    /// Unavailable: a timeout is a `DispatchTimeInterval` or a `Duration`.
     @available(
         *, unavailable,
-        message: "a timeout is a DispatchTimeInterval: write 'async(timeout: .seconds(2))' or '.milliseconds(500)'"
+        message:
+            "a timeout is a DispatchTimeInterval or a Duration, not a number: write 'async(timeout: .seconds(2))' or '.milliseconds(500)'"
     )
     public func async(timeout seconds: Double) -> AwaitSchedule<Value> { fatalError(unreachable) }
 

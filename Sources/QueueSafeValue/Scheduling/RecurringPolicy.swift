@@ -82,6 +82,27 @@ public struct RecurringPolicy: Sendable, Hashable, CustomStringConvertible {
         return RecurringPolicy(intervalNanoseconds: UInt64(nanoseconds))
     }
 
+    /// Runs after every `interval` of idleness, and on ``RecurringExecutor/runNow()``
+    /// (`try .interval(Duration.seconds(30))`; `.interval(.seconds(30))` keeps meaning a
+    /// `DispatchTimeInterval`). Kept to the nanosecond.
+    ///
+    /// - Throws: ``QueueSafeValueError/invalidArgument(_:)`` when `interval` is zero or negative, or
+    ///   longer than about 584 years.
+    @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
+    @_disfavoredOverload  // `.seconds(2)` names both types: it keeps meaning a DispatchTimeInterval
+    public static func interval(_ interval: Duration) throws(QueueSafeValueError) -> RecurringPolicy {
+        let (seconds, attoseconds) = interval.components
+        guard seconds > 0 || (seconds == 0 && attoseconds >= 1_000_000_000) else {
+            throw .invalidArgument("RecurringPolicy interval must be at least one nanosecond, got \(interval)")
+        }
+        let (whole, overflow) = UInt64(seconds).multipliedReportingOverflow(by: 1_000_000_000)
+        let (nanoseconds, overflowAgain) = whole.addingReportingOverflow(UInt64(attoseconds / 1_000_000_000))
+        guard !overflow && !overflowAgain else {
+            throw .invalidArgument("RecurringPolicy interval is too large: \(interval)")
+        }
+        return RecurringPolicy(intervalNanoseconds: nanoseconds)
+    }
+
     /// `"onDemand"` or `"interval(5.0 s)"`.
     public var description: String {
         guard let seconds = intervalSeconds else { return "onDemand" }

@@ -37,3 +37,36 @@ extension DispatchTimeInterval {
         }
     }
 }
+
+// MARK: - Duration
+
+@available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
+extension DispatchTimeInterval {
+    /// `duration` as an interval, the way every timeout of the library is kept: to the nanosecond
+    /// (a finer fraction is dropped), in the finest unit whose count fits an `Int` here (where
+    /// `Int` has 32 bits, nanoseconds hold only 2.1 s), and saturated: a duration beyond what a
+    /// `DispatchTimeInterval` holds is the largest one (`.seconds(Int.max)`, or `Int.min` for a
+    /// negative one), which waits as long as `.seconds(Int.max)` always did. Its sign is kept, so a
+    /// negative duration is refused as a negative interval is.
+    @usableFromInline
+    init(timeout duration: Duration) {
+        let (seconds, attoseconds) = duration.components
+        let nanoseconds: Int64
+        let (whole, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+        if overflow {
+            nanoseconds = seconds < 0 ? .min : .max
+        } else {
+            let (sum, overflow) = whole.addingReportingOverflow(attoseconds / 1_000_000_000)
+            nanoseconds = overflow ? (seconds < 0 ? .min : .max) : sum
+        }
+        if let count = Int(exactly: nanoseconds) {
+            self = .nanoseconds(count)
+        } else if let count = Int(exactly: nanoseconds / 1_000) {
+            self = .microseconds(count)
+        } else if let count = Int(exactly: nanoseconds / 1_000_000) {
+            self = .milliseconds(count)
+        } else {
+            self = .seconds(Int(clamping: nanoseconds / 1_000_000_000))
+        }
+    }
+}

@@ -70,13 +70,34 @@ public final class QueueSafeValue<Value> {
     }
 
     /// Awaiting commands that give up with ``QueueSafeValueError/timedOut(_:)`` if they have not
-    /// started within `timeout`, like ``wait(timeout:)`` for a thread. A timed-out command left the
+    /// started within `timeout`, like ``wait(timeout:)-(DispatchTimeInterval)`` for a thread. A timed-out command left the
     /// queue and never runs later; once its closure has started, the timeout no longer applies.
     /// `.never` waits forever; zero only succeeds if the value is free when the command is issued;
     /// a negative interval fails every command with ``QueueSafeValueError/invalidArgument(_:)``.
     @inlinable
     public func async(timeout: DispatchTimeInterval) -> AwaitSchedule<Value> {
         AwaitSchedule(engine: engine, timeout: timeout)
+    }
+
+    /// ``wait(timeout:)-(DispatchTimeInterval)`` with a `Duration` (`value.wait(timeout: .seconds(2))`
+    /// keeps meaning a `DispatchTimeInterval`; a `Duration` you hold, `try value.wait(timeout:
+    /// budget).withLock { … }`, comes here). The timeout is kept to the nanosecond; one beyond what
+    /// a `DispatchTimeInterval` holds waits as long as the largest one; a negative one fails every
+    /// command with ``QueueSafeValueError/invalidArgument(_:)``.
+    @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
+    @_disfavoredOverload  // `.seconds(2)` names both types: it keeps meaning a DispatchTimeInterval
+    @inlinable
+    public func wait(timeout: Duration) -> WaitSchedule<Value> {
+        WaitSchedule(engine: engine, timeout: DispatchTimeInterval(timeout: timeout))
+    }
+
+    /// ``async(timeout:)-(DispatchTimeInterval)`` with a `Duration`, converted as
+    /// ``wait(timeout:)-(Duration)`` converts it.
+    @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
+    @_disfavoredOverload  // `.seconds(2)` names both types: it keeps meaning a DispatchTimeInterval
+    @inlinable
+    public func async(timeout: Duration) -> AwaitSchedule<Value> {
+        AwaitSchedule(engine: engine, timeout: DispatchTimeInterval(timeout: timeout))
     }
 
     /// Non-blocking commands whose closures and completions run on `queue`.

@@ -47,6 +47,17 @@ public final class QueueSafeSyncedValue<Value> {
         lowestPriority = WaitCommands(engine: engine, priority: .lowest, timeout: timeout)
     }
 
+    /// ``init(value:timeout:label:fairness:)-(_,DispatchTimeInterval,_,_)`` with a `Duration`, kept to
+    /// the nanosecond; one beyond what a `DispatchTimeInterval` holds waits as long as the largest
+    /// one.
+    @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
+    @_disfavoredOverload  // `.seconds(2)` names both types: it keeps meaning a DispatchTimeInterval
+    public convenience init(
+        value: Value, timeout: Duration, label: String? = nil, fairness: CommandFairness = .strictPriority
+    ) {
+        self.init(value: value, timeout: DispatchTimeInterval(timeout: timeout), label: label, fairness: fairness)
+    }
+
     /// Commands that run before every other pending command (FIFO among themselves). Stored, so
     /// reaching it costs no reference counting.
     public let highestPriority: WaitCommands<Value>

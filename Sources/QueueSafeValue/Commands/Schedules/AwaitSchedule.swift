@@ -52,7 +52,7 @@ public struct AwaitSchedule<Value> {
     /// with `try? await value.async.withLock { … }` in a `defer` or a `catch` is silently not given
     /// back once the task was cancelled. Everything else is as on the plain schedule: the same
     /// order (priority, then arrival), the same failures but `.cancelled` (`.timedOut(_:)` through
-    /// ``QueueSafeValue/async(timeout:)``, `.deadlock(_:)`, `.reentrantAccess`,
+    /// ``QueueSafeValue/async(timeout:)-(DispatchTimeInterval)``, `.deadlock(_:)`, `.reentrantAccess`,
     /// `.valueContainerDeinited`), and the closure runs in the caller's isolation. Inside the
     /// closure `Task.isCancelled` still says `true`: keep cleanup short, and bound it with a timeout
     /// where the holder may take long. See <doc:Concurrency#Cleaning-up-in-a-cancelled-task>.
@@ -84,7 +84,7 @@ extension AwaitSchedule: Sendable {}
 /// - `.deadlock(_:)`: suspending would never end: the value's holder waits, directly or through a
 ///   chain of holders, for a value this task holds. The report names the cycle.
 /// - `.valueContainerDeinited`: the container was released before the call.
-/// - `.timedOut(_:)`: only from ``QueueSafeValue/QueueSafeValue/async(timeout:)``: the command did
+/// - `.timedOut(_:)`: only from ``QueueSafeValue/QueueSafeValue/async(timeout:)-(DispatchTimeInterval)``: the command did
 ///   not get its turn within the timeout. It left the queue and never runs; the payload is a
 ///   snapshot of the queue at that moment.
 public struct AwaitCommands<Value> {
