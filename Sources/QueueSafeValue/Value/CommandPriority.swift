@@ -26,7 +26,9 @@ public struct CommandPriority: RawRepresentable, Comparable, Hashable, Sendable,
         self.rawValue = rawValue
     }
 
-    /// Level `0`: runs after every other pending command.
+    /// Level `0`: runs after every other pending command, so under steady load it can wait without
+    /// bound; a value created with `fairness: try .bounded(maxOvertakes: n)` serves it after at most
+    /// `n` later arrivals (see ``CommandFairness``).
     @inlinable public static var lowest: CommandPriority { CommandPriority(rawValue: 0) }
     /// Level `64`.
     @inlinable public static var low: CommandPriority { CommandPriority(rawValue: 64) }

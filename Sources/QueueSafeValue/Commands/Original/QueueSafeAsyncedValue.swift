@@ -38,6 +38,12 @@ public final class QueueSafeAsyncedValue<Value> {
     public let highestPriority: DispatchCommands<Value>
 
     /// Commands that run after every other pending command (FIFO among themselves).
+    ///
+    /// Under steady load they can wait without bound: with the default
+    /// ``CommandFairness/strictPriority`` every command of a higher priority that arrives goes
+    /// first. For recurring or reporting work that must still run, give the value a bound,
+    /// `QueueSafeValue(value: …, fairness: try .bounded(maxOvertakes: 16))`: then a waiting command
+    /// is passed over by at most that many later arrivals (see ``CommandFairness``).
     public let lowestPriority: DispatchCommands<Value>
 
     /// Commands of the given priority: higher priorities run first, FIFO within a priority.

@@ -26,6 +26,12 @@ public struct DispatchSchedule<Value> {
     public var highestPriority: DispatchCommands<Value> { priority(.highest) }
 
     /// Commands that run after every other pending command (FIFO among themselves).
+    ///
+    /// Under steady load they can wait without bound: with the default
+    /// ``CommandFairness/strictPriority`` every command of a higher priority that arrives goes
+    /// first. For recurring or reporting work that must still run, give the value a bound,
+    /// `QueueSafeValue(value: …, fairness: try .bounded(maxOvertakes: 16))`: then a waiting command
+    /// is passed over by at most that many later arrivals (see ``CommandFairness``).
     @inlinable
     public var lowestPriority: DispatchCommands<Value> { priority(.lowest) }
 
