@@ -20,6 +20,10 @@ struct Comparison: Sendable {
         Comparison(library: "wait.set uncontended", baseline: "lock uncontended", target: nil),
         // The throwing, value-returning command against the API it is shaped after.
         Comparison(library: "wait.withLock uncontended", baseline: "mutex uncontended", target: .ratioAtMost(1.15)),
+        // The all-or-nothing form beside the plain one: on an Int its draft costs a copy of a word; on
+        // a copy-on-write array, a copy of the storage per command (what `transaction` documents).
+        Comparison(library: "wait.transaction uncontended", baseline: "wait.withLock uncontended", target: nil),
+        Comparison(library: "wait.transaction CoW array", baseline: "wait.withLock CoW array", target: nil),
         Comparison(
             library: "wait.set contended 2 threads", baseline: "hand-off floor 2 threads", target: .ratioAtMost(1.15)),
         Comparison(

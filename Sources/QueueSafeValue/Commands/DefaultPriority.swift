@@ -37,18 +37,30 @@ extension QueueSafeSyncedValue: BlockingCommandIssuer {
 
 extension BlockingCommandIssuer {
     /// `withLock` at the default priority: runs `body` with in-place access to the value as the
-    /// critical section, on the calling thread, and returns what it returns.
+    /// critical section, on the calling thread, and returns what it returns. Every change it makes
+    /// stays.
     /// - Throws: ``QueueSafeValueError`` if the command did not run.
     @inlinable
     public func withLock<R>(_ body: (inout sending Value) -> sending R) throws(QueueSafeValueError) -> sending R {
         try defaultPriority.withLock(body)
     }
 
-    /// `withLock` at the default priority, for a closure that throws.
+    /// `withLock` at the default priority, for a closure that throws. **Changes the closure made
+    /// before it threw stay**; ``transaction(_:)`` keeps none unless the closure returns.
     /// - Throws: the closure's error, or a ``QueueSafeValueError`` if the command did not run.
     @inlinable
     public func withLock<R, E: Error>(_ body: (inout sending Value) throws(E) -> sending R) throws -> sending R {
         try defaultPriority.withLock(body)
+    }
+}
+
+extension BlockingCommandIssuer where Value: Sendable {
+    /// `transaction` at the default priority: `body` changes a draft that replaces the value only if
+    /// `body` returns; if it throws, the value is unchanged. See ``WaitCommands/transaction(_:)``.
+    /// - Throws: the closure's error, or a ``QueueSafeValueError`` if the command did not run.
+    @inlinable
+    public func transaction<R, E: Error>(_ body: (inout Value) throws(E) -> R) throws -> R {
+        try defaultPriority.transaction(body)
     }
 }
 
@@ -184,6 +196,7 @@ extension AwaitSchedule {
     public var defaultPriority: AwaitCommands<Value> { priority(.default) }
 
     /// `withLock` at the default priority: in-place access across the closure's suspension points.
+    /// Every change it makes stays.
     /// - Throws: ``QueueSafeValueError`` if the command did not run.
     @inlinable
     public func withLock<R>(
@@ -193,7 +206,8 @@ extension AwaitSchedule {
         try await defaultPriority.withLock(isolation: isolation, body)
     }
 
-    /// `withLock` at the default priority, for a closure that throws.
+    /// `withLock` at the default priority, for a closure that throws. **Changes the closure made
+    /// before it threw stay**; `transaction(isolation:_:)` keeps none unless the closure returns.
     /// - Throws: the closure's error, or a ``QueueSafeValueError`` if the command did not run.
     @inlinable
     public func withLock<R, E: Error>(
@@ -205,6 +219,18 @@ extension AwaitSchedule {
 }
 
 extension AwaitSchedule where Value: Sendable {
+    /// `transaction` at the default priority: `body` changes a draft, across its suspension points,
+    /// that replaces the value only if `body` returns. See ``AwaitCommands/transaction(isolation:_:)``.
+    /// - Throws: the closure's error (the value is unchanged), or a ``QueueSafeValueError`` if the
+    ///   command did not run.
+    @inlinable
+    public func transaction<R, E: Error>(
+        isolation: isolated (any Actor)? = #isolation,
+        _ body: nonisolated(nonsending) (inout Value) async throws(E) -> R
+    ) async throws -> R {
+        try await defaultPriority.transaction(isolation: isolation, body)
+    }
+
     /// Returns a copy of the value, read in its turn at the default priority.
     /// - Throws: as ``AwaitCommands/get(isolation:)``.
     @inlinable
@@ -293,7 +319,8 @@ extension QueueSafeAsyncedValue: DispatchCommandIssuer {
 extension DispatchCommandIssuer where Value: Sendable {
     /// `withLock` at the default priority: runs `body` on the queue with in-place access, then
     /// delivers its result to `completion`, if given, on the same queue
-    /// (`value.async(performIn: queue).withLock { $0 += 1 }`). See ``DispatchCommands``.
+    /// (`value.async(performIn: queue).withLock { $0 += 1 }`). Every change it makes stays. See
+    /// ``DispatchCommands``.
     public func withLock<R: Sendable>(
         _ body: @escaping @Sendable (inout Value) -> R,
         completion: (@Sendable (Result<R, QueueSafeValueError>) -> Void)? = nil
@@ -303,11 +330,23 @@ extension DispatchCommandIssuer where Value: Sendable {
 
     /// `withLock` at the default priority, for a closure that throws: runs `body` on the queue with
     /// in-place access, then delivers what it returned or threw to `completion` on the same queue.
+    /// **Changes the closure made before it threw stay**; `transaction(_:completion:)` keeps none
+    /// unless the closure returns.
     public func withLock<R: Sendable>(
         _ body: @escaping @Sendable (inout Value) throws -> R,
         completion: @escaping @Sendable (Result<R, any Error>) -> Void
     ) {
         defaultPriority.withLock(body, completion: completion)
+    }
+
+    /// `transaction` at the default priority: `body` changes a draft that replaces the value only if
+    /// `body` returns; `completion` gets what it returned or threw. See
+    /// ``DispatchCommands/transaction(_:completion:)``.
+    public func transaction<R: Sendable>(
+        _ body: @escaping @Sendable (inout Value) throws -> R,
+        completion: @escaping @Sendable (Result<R, any Error>) -> Void
+    ) {
+        defaultPriority.transaction(body, completion: completion)
     }
 
     /// Runs `commandClosure` on the queue with the value, as the critical section, at the default

@@ -128,6 +128,29 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
         }
     }
 
+    /// `transaction` on the blocking schedule: `body` works on a copy of the value (a draft), which
+    /// replaces the value only if `body` returns; if it throws, the value is left as it was and the
+    /// error is thrown after the release. The copy is the cost: a copy-on-write value shares its
+    /// storage with the draft until `body` first changes it, which then copies the storage once.
+    @inlinable
+    func withTransactionalAccess<R, E: Error>(
+        priority: CommandPriority,
+        timeout: DispatchTimeInterval?,
+        _ body: (inout Value) throws(E) -> R
+    ) throws -> R {
+        if let error = acquireBlocking(priority: priority, timeout: timeout) { throw error }
+        var draft = pointer.pointee
+        do {
+            let result = try body(&draft)
+            pointer.pointee = draft
+            releaseBlockingAfterChange()
+            return result
+        } catch {
+            releaseBlocking()  // nothing changed: observers have nothing to see
+            throw error
+        }
+    }
+
     /// Like ``withBlockingAccess(priority:timeout:_:)``, but the section stays held after `body`
     /// returns until its completion closure is called (or dropped); then `result` reads the value
     /// and the section is released.
@@ -220,6 +243,30 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
         }
         return try await runHeldObservedTaskSection(.awaiting, isolation: isolation) {
             try await body(&pointer.pointee)
+        }
+    }
+
+    /// `transaction` on the awaiting schedule: as ``withTransactionalAccess(priority:timeout:_:)``,
+    /// holding the value across `body`'s suspension points.
+    @inlinable
+    func withAwaitingTransactionalAccess<R, E: Error>(
+        priority: CommandPriority,
+        timeout: DispatchTimeInterval?,
+        cancellable: Bool = true,
+        isolation: isolated (any Actor)?,
+        _ body: nonisolated(nonsending) (inout Value) async throws(E) -> R
+    ) async throws -> R {
+        if cancellable && Task.isCancelled { throw QueueSafeValueError.cancelled }
+        let deadline = try commandDeadline(after: timeout)
+        if !tryAcquireIdle(.awaiting) {
+            try await acquireAwaitingSlow(
+                priority: priority, deadline: deadline, cancellable: cancellable, isolation: isolation)
+        }
+        return try await runHeldObservedTaskSection(.awaiting, isolation: isolation) {
+            var draft = pointer.pointee
+            let result = try await body(&draft)
+            pointer.pointee = draft
+            return result
         }
     }
 

@@ -13,7 +13,9 @@ extension WaitCommands {
     /// thread, and returns what it returns.
     ///
     /// Waits its turn like every command (higher priority first, FIFO within a priority). The closure
-    /// is not escaping: it may capture `inout` state and other non-escaping closures.
+    /// is not escaping: it may capture `inout` state and other non-escaping closures. Every change it
+    /// makes stays (the closure cannot throw; a throwing one keeps the changes it made before it
+    /// threw, and ``transaction(_:)`` keeps none of them).
     /// - Returns: what `body` returned.
     /// - Throws: ``QueueSafeValueError`` if the command did not run (`.valueContainerDeinited`,
     ///   `.reentrantAccess`, `.timedOut(_:)` through `wait(timeout:)`, `.deadlock(_:)`,
@@ -24,11 +26,41 @@ extension WaitCommands {
     }
 
     /// Like `withLock(_:)`, for a closure that throws: its error is rethrown after the value
-    /// was released (changes it made before throwing stay).
+    /// was released. **Changes the closure made before it threw stay**: a transfer that subtracted
+    /// from the ledger and then failed to log (a refused wait, say) leaves the subtraction in place.
+    /// Use ``transaction(_:)`` to keep the value as it was unless the closure returns.
     /// - Throws: the closure's error, or a ``QueueSafeValueError`` if the command did not run.
     @inlinable
     public func withLock<R, E: Error>(_ body: (inout sending Value) throws(E) -> sending R) throws -> sending R {
         try engine.withLockedAccess(priority: priority, timeout: timeout, body)
+    }
+}
+
+extension WaitCommands where Value: Sendable {
+    /// Like ``withLock(_:)-((Value)->R)``, all or nothing: `body` changes a copy of the value (a
+    /// draft), which replaces the value only if `body` returns. If `body` throws, the value is left
+    /// exactly as it was, and the error is thrown after the release.
+    ///
+    /// ```swift
+    /// let ledger = QueueSafeValue(value: [String: Int](), label: "ledger")
+    /// let audit = QueueSafeValue(value: [String](), label: "audit")
+    /// try ledger.wait.transaction { balances in
+    ///     balances["alice", default: 0] -= 10
+    ///     try audit.wait.withLock { $0.append("alice -10") }  // a refusal here undoes the -10
+    /// }
+    /// ```
+    ///
+    /// The draft is the cost: a copy-on-write value (an array, a dictionary) shares its storage with
+    /// the draft until `body` first changes it, and that change copies the storage once, where
+    /// `withLock` changes it in place (the benchmark's `wait.transaction` rows measure it). A class
+    /// instance the value refers to is not copied: only the value itself is put back. Ordering,
+    /// the thread it runs on and the failures are `withLock`'s.
+    /// - Returns: what `body` returned.
+    /// - Throws: the closure's error (the value is unchanged), or a ``QueueSafeValueError`` if the
+    ///   command did not run.
+    @inlinable
+    public func transaction<R, E: Error>(_ body: (inout Value) throws(E) -> R) throws -> R {
+        try engine.withTransactionalAccess(priority: priority, timeout: timeout, body)
     }
 }
 
@@ -69,7 +101,8 @@ extension WaitCommands where Value: Sendable {
 
 extension AwaitCommands {
     /// Runs `body` with in-place access to the value in the caller's isolation, holding the value
-    /// across every suspension point of `body`, and returns what it returns.
+    /// across every suspension point of `body`, and returns what it returns. Every change it makes
+    /// stays (``transaction(isolation:_:)`` keeps none unless its closure returns).
     /// - Throws: ``QueueSafeValueError`` if the command did not run (`.cancelled`,
     ///   `.reentrantAccess`, `.deadlock(_:)`, `.valueContainerDeinited`, `.timedOut(_:)`).
     @inlinable
@@ -82,7 +115,8 @@ extension AwaitCommands {
     }
 
     /// Like `withLock(isolation:_:)`, for a closure that throws: its error is rethrown after
-    /// the value was released (changes it made before throwing stay).
+    /// the value was released. **Changes the closure made before it threw stay**; use
+    /// ``transaction(isolation:_:)`` to keep the value as it was unless the closure returns.
     /// - Throws: the closure's error, or a ``QueueSafeValueError`` if the command did not run.
     @inlinable
     public func withLock<R, E: Error>(
@@ -94,6 +128,22 @@ extension AwaitCommands {
     }
 }
 
+extension AwaitCommands where Value: Sendable {
+    /// Like the throwing `withLock(isolation:_:)`, all or nothing: `body` changes a copy of the value (a draft) while the value stays held across its
+    /// suspension points, and the draft replaces the value only if `body` returns; if it throws, the
+    /// value is left as it was. The cost is the draft's, as for ``WaitCommands/transaction(_:)``.
+    /// - Throws: the closure's error (the value is unchanged), or a ``QueueSafeValueError`` if the
+    ///   command did not run.
+    @inlinable
+    public func transaction<R, E: Error>(
+        isolation: isolated (any Actor)? = #isolation,
+        _ body: nonisolated(nonsending) (inout Value) async throws(E) -> R
+    ) async throws -> R {
+        try await engine.withAwaitingTransactionalAccess(
+            priority: priority, timeout: timeout, cancellable: cancellable, isolation: isolation, body)
+    }
+}
+
 extension DispatchCommands where Value: Sendable {
     /// Runs `body` on the queue with in-place access to the value, as the critical section, then
     /// delivers what it returned to `completion`, if given, on the same queue, after the value was
@@ -101,7 +151,8 @@ extension DispatchCommands where Value: Sendable {
     ///
     /// The command takes its place in the value's order when this method is called. If it cannot
     /// run (`.valueContainerDeinited`), `body` is not called and `completion` receives the
-    /// ``QueueSafeValueError``: the closure cannot throw, so the `Result` is typed.
+    /// ``QueueSafeValueError``: the closure cannot throw, so the `Result` is typed. Every change it
+    /// makes stays.
     public func withLock<R: Sendable>(
         _ body: @escaping @Sendable (inout Value) -> R,
         completion: (@Sendable (Result<R, QueueSafeValueError>) -> Void)? = nil
@@ -117,7 +168,8 @@ extension DispatchCommands where Value: Sendable {
 
     /// Runs `body` on the queue with in-place access to the value, as the critical section, then
     /// delivers what it returned — or threw — to `completion`, on the same queue, after the value
-    /// was released. Changes `body` made before throwing stay.
+    /// was released. **Changes `body` made before throwing stay**; ``transaction(_:completion:)``
+    /// keeps none of them unless `body` returns.
     ///
     /// The command takes its place in the value's order when this method is called. If it cannot
     /// run (`.valueContainerDeinited`), `body` is not called and `completion` receives the
@@ -128,6 +180,26 @@ extension DispatchCommands where Value: Sendable {
     ) {
         submitAccess(
             { value in Result { try body(&value) } },
+            deliver: { outcome in completion(outcome.mapError { $0 as any Error }.flatMap { $0 }) })
+    }
+
+    /// Like the throwing `withLock(_:completion:)`, all or nothing: `body`
+    /// changes a copy of the value (a draft), which replaces the value only if `body` returns; if it
+    /// throws, the value is left as it was and `completion` receives the error. The cost is the
+    /// draft's, as for ``WaitCommands/transaction(_:)``.
+    public func transaction<R: Sendable>(
+        _ body: @escaping @Sendable (inout Value) throws -> R,
+        completion: @escaping @Sendable (Result<R, any Error>) -> Void
+    ) {
+        submitAccess(
+            { value in
+                var draft = value
+                return Result {
+                    let result = try body(&draft)
+                    value = draft
+                    return result
+                }
+            },
             deliver: { outcome in completion(outcome.mapError { $0 as any Error }.flatMap { $0 }) })
     }
 
