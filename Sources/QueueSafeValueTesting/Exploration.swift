@@ -185,6 +185,24 @@ public enum Exploration {
         #endif
     }
 
+    /// ``explore(_:schedules:timeLimit:stepLimit:replay:_:)-(_,_,DispatchTimeInterval?,_,_,_)`` with a
+    /// `Duration` for the real time to spend, to the nanosecond.
+    @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
+    @_disfavoredOverload  // `.seconds(2)` names both types: it keeps meaning a DispatchTimeInterval
+    @discardableResult
+    public static func explore(
+        _ strategy: Strategy = .exhaustive(preemptionBound: 2),
+        schedules: Int = 10_000,
+        timeLimit: Duration,
+        stepLimit: Int = 100_000,
+        replay: String? = nil,
+        _ body: (Scenario) throws -> Void
+    ) throws -> Report {
+        let limit = DispatchTimeInterval.converting(timeLimit)
+        return try explore(
+            strategy, schedules: schedules, timeLimit: limit, stepLimit: stepLimit, replay: replay, body)
+    }
+
     /// A point where the scheduler may let another party go first, besides the commands' own: put
     /// one between two steps of your code that another party could come between (a read and a
     /// write of a variable that is not in a `QueueSafeValue`, for instance). Outside an exploration

@@ -51,6 +51,42 @@ extension QueueSafeValue {
     )
     public func set(newValue: Value) { fatalError(unreachable) }
 
+    /// Unavailable: the schedule comes first, then the priority.
+    @available(
+        *, unavailable,
+        message:
+            "choose the schedule first, then the priority: 'value.wait.highestPriority.set { … }', 'value.async.highestPriority…', 'value.async(performIn: queue).highestPriority…'"
+    )
+    public var highestPriority: QueueSafeValue<Value> { fatalError(unreachable) }
+
+    /// Unavailable: the schedule comes first, then the priority.
+    @available(
+        *, unavailable,
+        message:
+            "choose the schedule first, then the priority: 'value.wait.lowestPriority.get()', 'value.async.lowestPriority…', 'value.async(performIn: queue).lowestPriority…'"
+    )
+    public var lowestPriority: QueueSafeValue<Value> { fatalError(unreachable) }
+
+    /// Unavailable: the schedule comes first, then the priority.
+    @available(
+        *, unavailable,
+        message:
+            "choose the schedule first, then the priority: 'value.wait.priority(.high).set { … }', 'value.async.priority(.high)…', 'value.async(performIn: queue).priority(.high)…'"
+    )
+    public func priority(_ priority: CommandPriority) -> QueueSafeValue<Value> { fatalError(unreachable) }
+
+    /// Unavailable: the dispatch schedule has no timeout, whatever its type.
+    @available(
+        *, unavailable,
+        message:
+            "the dispatch schedule has no timeout: its commands wait without holding a thread or a task; use 'value.async(timeout:)' (awaiting) or 'value.wait(timeout:)' (blocking) to bound a wait"
+    )
+    @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
+    @_disfavoredOverload  // `.seconds(1)` keeps meaning a DispatchTimeInterval, as everywhere
+    public func async(performIn queue: DispatchQueue, timeout: Duration) -> DispatchSchedule<Value> {
+        fatalError(unreachable)
+    }
+
     /// Unavailable: a timeout is a `DispatchTimeInterval` or a `Duration`.
     @available(
         *, unavailable,
@@ -164,4 +200,154 @@ extension DispatchCommandIssuer where Value: Sendable {
             "on the dispatch schedule the access closure is 'set(accessClosure:)', as in the original library, or a trailing closure: 'set { $0 += 1 }'"
     )
     public func set(completion accessClosure: @escaping @Sendable (inout Value) -> Void) { fatalError(unreachable) }
+}
+
+extension WaitCommands {
+    /// Unavailable: a blocking command's closure runs on the blocked thread and cannot await.
+    @available(
+        *, unavailable,
+        message:
+            "a blocking command's closure cannot await: in async code write 'try await value.async.withLock { … }', whose closure may await while it holds the value"
+    )
+    public func withLock<R>(_ body: (inout Value) async throws -> R) throws -> R { fatalError(unreachable) }
+}
+
+extension WaitCommands where Value: Sendable {
+    /// Unavailable: a blocking command's closure runs on the blocked thread and cannot await.
+    @available(
+        *, unavailable,
+        message:
+            "a blocking command's closure cannot await: in async code write 'try await value.async.transaction { … }', whose closure may await while it holds the value"
+    )
+    public func transaction<R>(_ body: (inout Value) async throws -> R) throws -> R { fatalError(unreachable) }
+
+    /// Unavailable: a blocking command's closure runs on the blocked thread and cannot await.
+    @available(
+        *, unavailable,
+        message:
+            "a blocking command's closure cannot await: in async code write 'try await value.async.read { … }', whose closure may await while it holds the value"
+    )
+    public func read<R>(_ body: (Value) async throws -> R) throws -> R { fatalError(unreachable) }
+
+    /// Unavailable: a blocking command's closure runs on the blocked thread and cannot await.
+    @available(
+        *, unavailable,
+        message:
+            "a blocking command's closure cannot await: in async code write 'try await value.async.set { … }', whose closure may await while it holds the value"
+    )
+    public func set(completion body: (inout Value) async -> Void) -> Result<Value, QueueSafeValueError> {
+        fatalError(unreachable)
+    }
+
+    /// Unavailable: a blocking command's closure runs on the blocked thread and cannot await.
+    @available(
+        *, unavailable,
+        message:
+            "a blocking command's closure cannot await: in async code write 'try await value.async.map { … }', whose closure may await while it holds the value"
+    )
+    public func map<M>(_ transform: (Value) async -> M) -> Result<M, QueueSafeValueError> { fatalError(unreachable) }
+}
+
+extension BlockingCommandIssuer {
+    /// Unavailable: a blocking command's closure runs on the blocked thread and cannot await.
+    @available(
+        *, unavailable,
+        message:
+            "a blocking command's closure cannot await: in async code write 'try await value.async.withLock { … }', whose closure may await while it holds the value"
+    )
+    public func withLock<R>(_ body: (inout Value) async throws -> R) throws -> R { fatalError(unreachable) }
+}
+
+extension BlockingCommandIssuer where Value: Sendable {
+    /// Unavailable: a blocking command's closure runs on the blocked thread and cannot await.
+    @available(
+        *, unavailable,
+        message:
+            "a blocking command's closure cannot await: in async code write 'try await value.async.transaction { … }', whose closure may await while it holds the value"
+    )
+    public func transaction<R>(_ body: (inout Value) async throws -> R) throws -> R { fatalError(unreachable) }
+
+    /// Unavailable: a blocking command's closure runs on the blocked thread and cannot await.
+    @available(
+        *, unavailable,
+        message:
+            "a blocking command's closure cannot await: in async code write 'try await value.async.read { … }', whose closure may await while it holds the value"
+    )
+    public func read<R>(_ body: (Value) async throws -> R) throws -> R { fatalError(unreachable) }
+
+    /// Unavailable: a blocking command's closure runs on the blocked thread and cannot await.
+    @available(
+        *, unavailable,
+        message:
+            "a blocking command's closure cannot await: in async code write 'try await value.async.set { … }', whose closure may await while it holds the value"
+    )
+    public func set(completion body: (inout Value) async -> Void) -> Result<Value, QueueSafeValueError> {
+        fatalError(unreachable)
+    }
+
+    /// Unavailable: a blocking command's closure runs on the blocked thread and cannot await.
+    @available(
+        *, unavailable,
+        message:
+            "a blocking command's closure cannot await: in async code write 'try await value.async.map { … }', whose closure may await while it holds the value"
+    )
+    public func map<M>(_ transform: (Value) async -> M) -> Result<M, QueueSafeValueError> { fatalError(unreachable) }
+}
+
+extension DispatchCommands where Value: Sendable {
+    /// Unavailable: a dispatch command's closure runs as a block on its queue and cannot await.
+    @available(
+        *, unavailable,
+        message:
+            "a dispatch command's closure runs on the queue and cannot await: in async code write 'try await value.async.withLock { … }', whose closure may await while it holds the value"
+    )
+    public func withLock<R>(_ body: @escaping @Sendable (inout Value) async throws -> R) { fatalError(unreachable) }
+
+    /// Unavailable: a dispatch command's closure runs as a block on its queue and cannot await.
+    @available(
+        *, unavailable,
+        message:
+            "a dispatch command's closure runs on the queue and cannot await: in async code write 'try await value.async.withLock { … }', whose closure may await while it holds the value"
+    )
+    public func withLock<R>(
+        _ body: @escaping @Sendable (inout Value) async throws -> R,
+        completion: @escaping @Sendable (Result<R, any Error>) -> Void
+    ) { fatalError(unreachable) }
+
+    /// Unavailable: a dispatch command's closure runs as a block on its queue and cannot await.
+    @available(
+        *, unavailable,
+        message:
+            "a dispatch command's closure runs on the queue and cannot await: in async code write 'try await value.async.set { … }', whose closure may await while it holds the value"
+    )
+    public func set(accessClosure: @escaping @Sendable (inout Value) async -> Void) { fatalError(unreachable) }
+}
+
+extension DispatchCommandIssuer where Value: Sendable {
+    /// Unavailable: a dispatch command's closure runs as a block on its queue and cannot await.
+    @available(
+        *, unavailable,
+        message:
+            "a dispatch command's closure runs on the queue and cannot await: in async code write 'try await value.async.withLock { … }', whose closure may await while it holds the value"
+    )
+    public func withLock<R>(_ body: @escaping @Sendable (inout Value) async throws -> R) { fatalError(unreachable) }
+
+    /// Unavailable: a dispatch command's closure runs as a block on its queue and cannot await.
+    @available(
+        *, unavailable,
+        message:
+            "a dispatch command's closure runs on the queue and cannot await: in async code write 'try await value.async.withLock { … }', whose closure may await while it holds the value"
+    )
+    public func withLock<R>(
+        _ body: @escaping @Sendable (inout Value) async throws -> R,
+        completion: @escaping @Sendable (Result<R, any Error>) -> Void
+    ) { fatalError(unreachable) }
+
+    /// Unavailable: a dispatch command's closure runs as a block on its queue and cannot await.
+    @available(
+        *, unavailable,
+        message:
+            "a dispatch command's closure runs on the queue and cannot await: in async code write 'try await value.async.set { … }', whose closure may await while it holds the value"
+    )
+    public func set(accessClosure: @escaping @Sendable (inout Value) async -> Void) { fatalError(unreachable) }
 }

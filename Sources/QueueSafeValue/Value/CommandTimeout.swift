@@ -69,4 +69,10 @@ extension DispatchTimeInterval {
             self = .seconds(Int(clamping: nanoseconds / 1_000_000_000))
         }
     }
+
+    /// ``init(timeout:)`` for the testing library (its `timeLimit:` takes a `Duration` too).
+    @_spi(Testing)
+    public static func converting(_ duration: Duration) -> DispatchTimeInterval {
+        DispatchTimeInterval(timeout: duration)
+    }
 }
