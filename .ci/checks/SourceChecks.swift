@@ -21,9 +21,9 @@
 // declaration without a body, such as a typealias, also covers the next body that opens.)
 //
 // HOW A NEW API GETS ONTO THE LIST: when a change uses an API that Apple introduced after the
-// floor, add a row to `symbols` below: the word to match (`receiver.member` matches a call of that
-// member on a receiver of that name: `scenario.task` is `scenario.task(…)`), the versions it needs
-// on each platform, and where they come from. For the standard library, read the declaration's availability in the
+// floor, add a row to `symbols` below: the word to match (`receiver.member` matches that member on
+// a receiver of that name: `scenario.task` is `scenario.task(…)`, `Task.name` the current task's
+// name), the versions it needs on each platform, and where they come from. For the standard library, read the declaration's availability in the
 // Swift repository (`@available(SwiftStdlib 6.0, *)`) and translate the macro with the table in
 // `swift/utils/availability-macros.def`: SwiftStdlib 5.7 = macOS 13, iOS 16, tvOS 16, watchOS 9;
 // 5.9 = macOS 14, iOS 17, tvOS 17, watchOS 10, visionOS 1; 6.0 = macOS 15, iOS 18, tvOS 18,
@@ -101,8 +101,11 @@ var symbols: [(word: String, needs: Versions, source: String)] = [
     // Task groups that discard their results (SE-0381).
     ("withDiscardingTaskGroup", stdlib5_9, "SwiftStdlib 5.9: withDiscardingTaskGroup"),
     ("withThrowingDiscardingTaskGroup", stdlib5_9, "SwiftStdlib 5.9: withThrowingDiscardingTaskGroup"),
-    // QueueSafeValueTesting's own (`receiver.member` matches a call of that member on a receiver of
-    // that name, as the docs name an exploration's scenario).
+    // Task names (SE-0469): reading the current task's name (naming a task is older: the name is
+    // dropped below). `receiver.member` matches that member on a receiver of that name.
+    ("Task.name", stdlib6_2, "SwiftStdlib 6.2: Task.name, the current task's name"),
+    // QueueSafeValueTesting's own (`receiver.member` matches that member on a receiver of that
+    // name, as the docs name an exploration's scenario).
     ("scenario.task", stdlib6_0, "QueueSafeValueTesting: Exploration.Scenario.task(_:_:), whose jobs need task executors"),
     // os: unified logging and signposts (Apple's SDK documentation).
     ("Logger", Versions(macOS: [11], iOS: [14], tvOS: [14], watchOS: [7], visionOS: [1]), "os: Logger (macOS 11, iOS 14)"),
@@ -419,9 +422,9 @@ func check(file: String) -> [Finding] {
             let name = word(at: i)
             var after = i + name.count
             while after < chars.count && chars[after] == " " { after += 1 }
-            // For a member call `receiver.name(`, the receiver's word.
+            // For a member `receiver.name`, the receiver's word.
             var receiver: String?
-            if i > 0 && chars[i - 1] == "." && after < chars.count && chars[after] == "(" {
+            if i > 0 && chars[i - 1] == "." {
                 var start = i - 1
                 while start > 0 && isWordChar(chars[start - 1]) { start -= 1 }
                 receiver = String(chars[start..<(i - 1)])

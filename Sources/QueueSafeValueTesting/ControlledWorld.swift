@@ -46,6 +46,8 @@
         var options: [(thread: Int, timeout: Bool)]
         var chosen: Int
         var continues: Bool
+        /// The command point the chosen thread had reached (under `commands`), if any.
+        var reached: String? = nil
 
         /// Whether choosing `option` departs from the default schedule (it costs one of the bound).
         func isPreemption(_ option: Int) -> Bool { option != 0 }
@@ -88,6 +90,9 @@
             var osThread = 0
             /// It runs code the concurrency runtime called under a lock of its own.
             var insideRuntimeLock = 0
+            /// The command point it reached last ("a blocking command arrives at 'A'"), under
+            /// `commands`: what it does when it goes on.
+            var reached: String?
             /// The progress count at its last sync point (not a busy-wait turn): what it saw was read
             /// then.
             var lastStep = 0
@@ -369,7 +374,11 @@
                 } else if let chooser {
                     chosen = min(max(chooser(decisions.count, options), 0), options.count - 1)
                 }
-                decisions.append(Decision(options: options, chosen: chosen, continues: continues))
+                let party = threads[options[chosen].thread]
+                decisions.append(
+                    Decision(
+                        options: options, chosen: chosen, continues: continues,
+                        reached: party.reached ?? (party.isTask ? "its task starts or resumes" : "starts")))
             }
             let option = options[chosen]
             let thread = threads[option.thread]
@@ -497,18 +506,24 @@
             reschedule(current, branch: false)
         }
 
-        func commandPoint() {
+        func commandPoint(_ describe: () -> String) {
             // The checker decides at the sync points around it; a command point of a thread inside a
             // lock of the library is no place to stop a user's party.
             guard granularity == .commands else { return }
             let thread = current
-            let holds = lock.withLock { thread.holdsALock }
+            let reached = describe()
+            let holds = lock.withLock { () -> Bool in
+                thread.reached = reached
+                return thread.holdsALock
+            }
             reschedule(thread, branch: !holds)
         }
 
         /// A user's own point (`Exploration.point()`).
         func userPoint() {
-            reschedule(current, branch: true)
+            let thread = current
+            lock.withLock { thread.reached = "Exploration.point()" }
+            reschedule(thread, branch: true)
         }
 
         var now: DispatchTime? {

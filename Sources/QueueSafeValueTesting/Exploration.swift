@@ -45,6 +45,9 @@ public enum Exploration {
             case exhaustive(preemptionBound: Int)
             case random(seed: UInt64)
             case pct(depth: Int, seed: UInt64)
+            /// One schedule, given by a replay string that a run of `source` (a strategy, as written)
+            /// printed.
+            case replay(of: String)
         }
 
         let kind: Kind
@@ -68,15 +71,24 @@ public enum Exploration {
             Strategy(kind: .pct(depth: depth, seed: seed))
         }
 
-        /// A replay's name: one schedule, given.
-        static let replay = Strategy(kind: .exhaustive(preemptionBound: 0))
+        /// A replay of `replay`, a failure's replay string: its strategy is the one that found the
+        /// schedule (a replay of a replay is a replay of the same strategy).
+        static func replay(of replay: String) -> Strategy {
+            var source = replay.lastIndex(of: ":").map { String(replay[..<$0]) } ?? replay
+            while source.hasPrefix(replayPrefix) { source.removeFirst(replayPrefix.count) }
+            return Strategy(kind: .replay(of: source))
+        }
 
-        /// The strategy as written in Swift, as replay strings begin with it.
+        private static let replayPrefix = "replay of "
+
+        /// The strategy as written in Swift, as replay strings begin with it; a replay says which
+        /// strategy found its schedule (`replay of exhaustive(preemptionBound: 2)`).
         public var description: String {
             switch kind {
             case .exhaustive(let bound): "exhaustive(preemptionBound: \(bound))"
             case .random(let seed): "random(seed: \(seed))"
             case .pct(let depth, let seed): "pct(depth: \(depth), seed: \(seed))"
+            case .replay(let source): Self.replayPrefix + source
             }
         }
     }
@@ -149,12 +161,14 @@ public enum Exploration {
                 explorer.initialPrefix = try ReplayString.decode(replay)
                 explorer.runBudget = 1
                 explorer.preemptionBound = 0
-                used = .replay
+                used = .replay(of: replay)
             } else {
                 switch strategy.kind {
                 case .exhaustive(let bound): explorer.preemptionBound = bound
                 case .random(let seed): explorer.strategy = .random(seed: seed)
                 case .pct(let depth, let seed): explorer.strategy = .pct(depth: depth, seed: seed)
+                case .replay:
+                    throw QueueSafeValueError.invalidArgument("a replay strategy needs its replay string: pass replay:")
                 }
             }
             let report = explorer.explore { world in
@@ -324,7 +338,8 @@ extension Exploration {
                     return taskCount
                 }
                 world.nameNextJob("task '\(name)'")
-                Task(executorPreference: world) {
+                // Named, so that the library's reports (a deadlock, who waits for whom) name it too.
+                Task(name: name, executorPreference: world) {
                     do { try await body() } catch { world.failRun("task '\(name)' threw: \(error)") }
                     self.lock.withLock { _ = self.unfinishedTasks.removeValue(forKey: number) }
                 }
@@ -409,8 +424,11 @@ public struct ExplorationFailure: Error, Sendable, CustomStringConvertible {
 /// A schedule as a string: the strategy's name, a colon, then each decision's choice as one base-36
 /// digit (a choice of 36 or more in parentheses, in decimal).
 enum ReplayString {
+    /// A replay's string names the strategy that found its schedule, so it reads (and replays)
+    /// the same as the string it came from.
     static func encode(_ choices: [Int], strategy: Exploration.Strategy) -> String {
         let digits = choices.map { $0 < 36 ? String($0, radix: 36) : "(\($0))" }.joined()
+        if case .replay(let source) = strategy.kind { return "\(source):\(digits)" }
         return "\(strategy):\(digits)"
     }
 

@@ -170,6 +170,7 @@
                 let name = threadName(option.thread)
                 return "\(depth): \(name)\(option.timeout ? " times out" : "")"
                     + (decision.isPreemption(decision.chosen) ? " (preempting)" : "")
+                    + (granularity != .commands || option.timeout ? "" : decision.reached.map { ": \($0)" } ?? "")
             }
         }
     }

@@ -40,6 +40,10 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
         pointer.deallocate()
     }
 
+    override var traceName: String {
+        label.map { "'\($0)'" } ?? "a QueueSafeValue<\(Value.self)>"
+    }
+
     override var displayName: String {
         label.map { "'\($0)'" } ?? "QueueSafeValue<\(Value.self)> #\(shortIdentity)"
     }

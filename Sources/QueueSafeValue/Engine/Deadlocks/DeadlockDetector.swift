@@ -45,6 +45,8 @@ public final class DeadlockDetector: @unchecked Sendable {  // @unchecked Sendab
         var lastQueueID = QueueTag.mainQueue
         /// The labels of registered threads' queues, for reports.
         var queueOfThread: [Int: String] = [:]
+        /// The names of registered tasks (`Task.name`, where the runtime keeps one), for reports.
+        var nameOfTask: [Int: String] = [:]
         /// The labels of the queues tagged most recently, by identity, for diagnostics (at most
         /// ``labelLimit``: a process that makes a queue per request must not grow this forever).
         var labels: [Int: String] = [QueueTag.mainQueue: "com.apple.main-thread"]
@@ -78,6 +80,10 @@ public final class DeadlockDetector: @unchecked Sendable {  // @unchecked Sendab
         let handle = EngineHandle(engine: .passUnretained(engine))
         var queue: String?
         if case .thread? = nodes.first { queue = QueueTag.currentLabel }
+        // The party's own task (the first task node: the others await it) and its name, if any.
+        let ownTask = nodes.lazy.compactMap { node -> Int? in if case .task(let task) = node { task } else { nil } }
+            .first
+        let taskName = ownTask == nil ? nil : Self.currentTaskName()
         let (registration, stale) = state.withLock { state -> (Registration, Bool) in
             let verdict = state.graph.register(
                 nodes, waitingFor: handle, ticket: CommandEngine.packedTicket(ticket), poolThread: poolThread,
@@ -86,11 +92,17 @@ public final class DeadlockDetector: @unchecked Sendable {  // @unchecked Sendab
             guard verdict == .wait else {
                 // Every thread of a cycle is registered (parked, so alive) or is the caller: its
                 // name can be read now, under the lock that keeps them registered.
+                var taskNames = state.nameOfTask
+                if let ownTask, let taskName { taskNames[ownTask] = taskName }
                 return (
-                    Registration(verdict: verdict, names: Self.names(in: verdict, queues: state.queueOfThread)), false
+                    Registration(
+                        verdict: verdict,
+                        names: Self.names(in: verdict, queues: state.queueOfThread, tasks: taskNames)),
+                    false
                 )
             }
             if case .thread(let thread)? = nodes.first, let queue { state.queueOfThread[thread] = queue }
+            if let ownTask, let taskName { state.nameOfTask[ownTask] = taskName }
             guard let watcher else { return (Registration(verdict: verdict, names: [:]), false) }
             state.watchers[ObjectIdentifier(watcher.waiter)] = watcher.waiter
             return (Registration(verdict: verdict, names: [:]), watcher.epoch != tagCount.loadRelaxed())
@@ -112,6 +124,9 @@ public final class DeadlockDetector: @unchecked Sendable {  // @unchecked Sendab
             state.graph.unregister(nodes)
             if case .thread(let thread)? = nodes.first, !state.queueOfThread.isEmpty {
                 state.queueOfThread[thread] = nil
+            }
+            if !state.nameOfTask.isEmpty {
+                for case .task(let task) in nodes { state.nameOfTask[task] = nil }
             }
             if let watcher { state.watchers[ObjectIdentifier(watcher)] = nil }
         }
@@ -139,19 +154,19 @@ public final class DeadlockDetector: @unchecked Sendable {  // @unchecked Sendab
         @_spi(Testing)
         /// - Parameter names: the names of threads the caller knows (the platform's name otherwise).
         public func describeWaits(names: [Int: String] = [:]) -> [String] {
-            let waits = registeredWaits.sorted { Self.describe($0.key) < Self.describe($1.key) }
-            return waits.map { node, wait in
-                let engine = wait.engine.engine.takeUnretainedValue()
-                let holders = engine.holderNodes.map { holder in
-                    if case .thread(let thread) = holder {
-                        Self.describe(holder, name: names[thread] ?? Self.threadName(thread), queue: nil)
-                    } else {
-                        Self.describe(holder)
-                    }
+            let (waits, taskNames) = state.withLock { ($0.graph.waits, $0.nameOfTask) }
+            let sorted = waits.sorted { Self.describe($0.key) < Self.describe($1.key) }
+            let nameOf = { (node: Node) -> String? in
+                switch node {
+                case .thread(let thread): names[thread] ?? Self.threadName(thread)
+                case .task(let task): taskNames[task]
                 }
-                var name: String?
-                if case .thread(let thread) = node { name = names[thread] ?? Self.threadName(thread) }
-                return "\(Self.describe(node, name: name, queue: nil)) waits for \(engine.displayName), "
+            }
+            return sorted.map { node, wait in
+                let engine = wait.engine.engine.takeUnretainedValue()
+                let holders = engine.holderNodes.map { holder in Self.describe(holder, name: nameOf(holder), queue: nil)
+                }
+                return "\(Self.describe(node, name: nameOf(node), queue: nil)) waits for \(engine.displayName), "
                     + (holders.isEmpty
                         ? "held by no thread or task (a dispatch command, or a completion not called yet)"
                         : "held by \(holders.joined(separator: " and "))")
@@ -226,16 +241,27 @@ public final class DeadlockDetector: @unchecked Sendable {  // @unchecked Sendab
         }
     }
 
-    /// The names of the threads of a cycle: each is registered (parked) or is the caller, so it is
-    /// alive while the lock is held.
-    private static func names(in verdict: Graph.Verdict, queues: [Int: String]) -> [Node: String] {
+    /// The descriptions of the parties of a cycle: each thread is registered (parked) or is the
+    /// caller, so it is alive while the lock is held, and read by its name; each task by the name it
+    /// registered with, if it has one.
+    private static func names(in verdict: Graph.Verdict, queues: [Int: String], tasks: [Int: String]) -> [Node: String]
+    {
         guard case .cycle(let links) = verdict else { return [:] }
         var names: [Node: String] = [:]
         for node in links.flatMap({ [$0.waiter, $0.holder] }) where names[node] == nil {
-            guard case .thread(let thread) = node else { continue }
-            names[node] = describe(node, name: threadName(thread), queue: queues[thread])
+            switch node {
+            case .thread(let thread): names[node] = describe(node, name: threadName(thread), queue: queues[thread])
+            case .task(let task): names[node] = describe(node, name: tasks[task], queue: nil)
+            }
         }
         return names
+    }
+
+    /// The current task's name, where the runtime keeps one (`Task.name`: Swift 6.2's runtime, so
+    /// macOS 26, iOS 26, tvOS 26, watchOS 26, visionOS 26 and Linux); `nil` for a task without one.
+    static func currentTaskName() -> String? {
+        guard #available(macOS 26.0, iOS 26.0, watchOS 26.0, tvOS 26.0, visionOS 26.0, *) else { return nil }
+        return Task.name
     }
 
     /// "thread 0x7f3a1c", "task 0x55d2a0".
@@ -246,11 +272,15 @@ public final class DeadlockDetector: @unchecked Sendable {  // @unchecked Sendab
         }
     }
 
-    /// "thread 'worker' (0x7f3a1c) on queue 'db'": a thread with the name and queue known of it.
+    /// "thread 'worker' (0x7f3a1c) on queue 'db'", "task 'refresh' (0x55d2a0)": a party with the
+    /// name (its name first, then its id) and queue known of it.
     static func describe(_ node: Node, name: String?, queue: String?) -> String {
         var text = describe(node)
-        if case .thread(let id) = node, let name {
-            text = "thread '\(name)' (0x" + String(UInt(bitPattern: id), radix: 16) + ")"
+        if let name {
+            switch node {
+            case .thread(let id): text = "thread '\(name)' (0x" + String(UInt(bitPattern: id), radix: 16) + ")"
+            case .task(let id): text = "task '\(name)' (0x" + String(UInt(bitPattern: id), radix: 16) + ")"
+            }
         }
         if let queue { text += " on queue '\(queue)'" }
         return text
@@ -286,7 +316,7 @@ public final class DeadlockDetector: @unchecked Sendable {  // @unchecked Sendab
             text = describe(.thread(thread), name: threadName(thread), queue: QueueTag.currentLabel)
         }
         let task = currentTaskID()
-        if task != 0 { text += " in " + describe(.task(task)) }
+        if task != 0 { text += " in " + describe(.task(task), name: currentTaskName(), queue: nil) }
         return text
     }
 }

@@ -21,7 +21,7 @@ import QueueSafeValueShims
 /// (`Sources/QueueSafeValueTesting/ControlledWorld.swift`): the test suite's checker, which explores
 /// the interleavings of the real engine (not of a copy of it) at every sync point, and the
 /// `QueueSafeValueTesting` library, which explores a user's code at its commands
-/// (``commandPoint()``). Every other thread (of the app, of the other tests) finds no scheduler and
+/// (``commandPoint(_:_:_:)``). Every other thread (of the app, of the other tests) finds no scheduler and
 /// goes straight to the primitive.
 @usableFromInline
 enum SyncPoints {
@@ -45,18 +45,27 @@ enum SyncPoints {
     /// operations, see `CommandEngine+Word.swift`), or a user's own point: where a user's code can
     /// be interleaved with another party's (the testing library explores these; the checker, every
     /// sync point).
+    /// - Parameters:
+    ///   - event: what happens, for a report: "command arrives at", "read releases", …
+    ///   - engine: the value or queue it happens to.
+    ///   - kind: the command's kind, if it is known here.
     @inlinable
     @inline(__always)
-    static func commandPoint() {
+    static func commandPoint(_ event: StaticString, _ engine: CommandEngine, _ kind: CommandKind? = nil) {
         #if DEBUG
-            commandPointSlow()
+            commandPointSlow(event, engine, kind)
         #endif
     }
 
     #if DEBUG
         @usableFromInline
-        static func commandPointSlow() {
-            scheduler?.commandPoint()
+        static func commandPointSlow(_ event: StaticString, _ engine: CommandEngine, _ kind: CommandKind?) {
+            // "a blocking command arrives at 'balance'": built only if the scheduler reports it.
+            scheduler?.commandPoint {
+                let what = "\(kind.map { "\($0) " } ?? "")\(event)"
+                let article = what.first.map { "aeiou".contains($0) } == true ? "an" : "a"
+                return "\(article) \(what) \(engine.traceName)"
+            }
         }
     #endif
 
@@ -307,8 +316,9 @@ enum SyncPoints {
     public protocol ControlledScheduler: AnyObject {
         /// Before an atomic operation on a shared word.
         func atomicPoint()
-        /// A command point (see ``SyncPoints/commandPoint()``).
-        func commandPoint()
+        /// A command point (see ``SyncPoints/commandPoint(_:_:_:)``); `describe` says what it is
+        /// ("a blocking command arrives at 'balance'"), for the scheduler's report.
+        func commandPoint(_ describe: () -> String)
         /// Before taking `lock`, whose role is the type of what it guards, at `site`: returns once
         /// the calling thread may take it without blocking.
         func willLock(_ lock: ObjectIdentifier, role: Any.Type, site: LockSite)

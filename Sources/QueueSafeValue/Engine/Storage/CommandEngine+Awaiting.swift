@@ -65,7 +65,7 @@ extension CommandEngine {
         priority: CommandPriority,
         discardable: Bool = false
     ) -> (waiter: AwaitingWaiter, granted: Bool) {
-        SyncPoints.commandPoint()  // an operation arrives
+        SyncPoints.commandPoint("operation arrives at", self)
         let waiter = AwaitingWaiter()
         SyncPoints.inheritance(true)
         defer { SyncPoints.inheritance(false) }
@@ -282,7 +282,8 @@ extension CommandEngine {
                 waiter.refusal = .deadlock(
                     DeadlockDetector.report(
                         registration, diagnostics: diagnostics,
-                        waiterDescription: DeadlockDetector.describe(nodes[0])))
+                        waiterDescription: DeadlockDetector.describe(
+                            nodes[0], name: DeadlockDetector.currentTaskName(), queue: nil)))
             }
             continuation.resume()
         }

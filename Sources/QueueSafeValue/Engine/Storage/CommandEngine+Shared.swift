@@ -48,7 +48,7 @@ extension CommandEngine {
         priority: CommandPriority,
         reentrant: Bool
     ) -> Machine.Admission {
-        SyncPoints.commandPoint()  // a shared read arrives
+        SyncPoints.commandPoint("read arrives at", self, kind)
         return machine.withLock { machine in
             transition(announcing: EngineWord.slowRelease, &machine) { machine, observed in
                 let (admission, word) = machine.enqueue(
@@ -66,7 +66,7 @@ extension CommandEngine {
     /// The shared read `ticket` ends: it gives its share back; the last reader hands the section
     /// on (the actions are performed after unlocking).
     final func releaseReader(_ ticket: Ticket) {
-        SyncPoints.commandPoint()  // a shared read is released
+        SyncPoints.commandPoint("read releases", self)
         SyncPoints.inheritance(true)
         defer { SyncPoints.inheritance(false) }
         var deferred: [Deferred] = []

@@ -12,7 +12,7 @@ extension CommandEngine {
     @inlinable
     @inline(__always)
     final func tryAcquireIdle(_ kind: CommandKind) -> Bool {
-        SyncPoints.commandPoint()  // a command arrives
+        SyncPoints.commandPoint("command arrives at", self, kind)
         return state.compareExchange(expected: 0, desired: kind.wordBits)
     }
 
@@ -21,7 +21,7 @@ extension CommandEngine {
     @inlinable
     @inline(__always)
     final func tryReleaseIdle(_ kind: CommandKind) -> Bool {
-        SyncPoints.commandPoint()  // a command is released
+        SyncPoints.commandPoint("command releases", self, kind)
         return state.compareExchange(expected: kind.wordBits, desired: 0)
     }
 
@@ -36,7 +36,7 @@ extension CommandEngine {
     @inlinable
     @inline(__always)
     final func tryJoinReadersIdle() -> IdleRead? {
-        SyncPoints.commandPoint()  // a shared read arrives
+        SyncPoints.commandPoint("read arrives at", self, .blocking)
         let record = qsv_idle_reads_current()!
         let place = qsv_idle_reads_push(record, idleReadIdentity)
         guard place != 0 else { return nil }
@@ -60,7 +60,7 @@ extension CommandEngine {
     @inlinable
     @inline(__always)
     final func tryLeaveReadersIdle(_ read: IdleRead) -> Bool {
-        SyncPoints.commandPoint()  // a shared read is released
+        SyncPoints.commandPoint("read releases", self, .blocking)
         qsv_idle_reads_pop(read.record, read.place)
         var word = state.loadRelaxed()
         while EngineWord.releasesIdleReader(word) {

@@ -130,6 +130,13 @@ class CommandEngine: @unchecked Sendable {
         label.map { "'\($0)'" } ?? "CommandQueue #\(shortIdentity)"
     }
 
+    /// How a schedule's trace names this engine: its label in quotes, or its type (no identity, so
+    /// that a replay's trace reads the same as the run it replays; label the values to tell them
+    /// apart).
+    var traceName: String {
+        label.map { "'\($0)'" } ?? "a CommandQueue"
+    }
+
     /// The low 16 bits of the engine's address, in hex: enough to tell two engines apart in a report.
     final var shortIdentity: String {
         String((UInt(bitPattern: ObjectIdentifier(self)) >> 4) & 0xFFFF, radix: 16)
@@ -283,7 +290,7 @@ class CommandEngine: @unchecked Sendable {
 
     /// The completion of the manual-completion command `ticket` was called, or dropped uncalled.
     final func manualCompletionArrived(_ ticket: Ticket, dropped: Bool) {
-        SyncPoints.commandPoint()  // a manual completion
+        SyncPoints.commandPoint("manual completion is called for", self)
         apply { $0.manualCompletionArrived(ticket, dropped: dropped) }
     }
 

@@ -1,0 +1,97 @@
+import Dispatch
+import Foundation
+import QueueSafeValueTesting
+import Testing
+
+@_spi(Testing) @testable import QueueSafeValue
+
+/// Issue 42: reports name the parties by the names they were given, then their ids: threads named
+/// with Foundation's `Thread.name`, tasks named with `Task(name:)` (where the runtime keeps task
+/// names), and an exploration's task parties by their party names.
+@Suite(.runsAlongsideOthers) struct NamedPartiesTests {
+    /// Two threads, named through Foundation from inside (`Thread.current.name`), take two values in
+    /// opposite orders: the `.deadlock` report names both, each followed by its id.
+    @Test func aDeadlockReport_namesThreadsNamedWithFoundation() throws {
+        let (a, b) = (QueueSafeValue(value: 0, label: "A"), QueueSafeValue(value: 0, label: "B"))
+        let holding = DispatchGroup()
+        let go = DispatchSemaphore(value: 0)
+        let finished = DispatchGroup()
+        let reports = Locked<[String]>([])
+        for (name, first, second) in [("alpha-thread", a, b), ("beta-thread", b, a)] {
+            holding.enter()
+            finished.enter()
+            Thread {
+                Thread.current.name = name
+                _ = first.wait.set { _ in
+                    holding.leave()
+                    go.wait()
+                    go.signal()
+                    if case .failure(.deadlock(let report)) = second.wait.get() {
+                        reports.withLock { $0.append(report.description) }
+                    }
+                }
+                finished.leave()
+            }.start()
+        }
+        waitOrFail(holding, "both threads to hold a value")
+        go.signal()
+        waitOrFail(finished, "both threads to finish")
+        let report = try #require(reports.value.first, "no command was refused")
+        #expect(report.contains("thread 'alpha-thread' (0x"), "\(report)")
+        #expect(report.contains("thread 'beta-thread' (0x"), "\(report)")
+    }
+
+    /// A task named with `Task(name:)` holds one value and waits for another that a thread holds;
+    /// the thread's wait for the first closes the cycle, and its report names the task.
+    @Test func aDeadlockReport_namesANamedTaskHolder() async throws {
+        guard #available(macOS 26.0, iOS 26.0, watchOS 26.0, tvOS 26.0, visionOS 26.0, *) else { return }
+        let (a, b) = (QueueSafeValue(value: 0, label: "A"), QueueSafeValue(value: 0, label: "B"))
+        let threadHolds = DispatchSemaphore(value: 0)
+        let askForA = DispatchSemaphore(value: 0)
+        let report = Locked<String?>(nil)
+        let threadDone = DispatchSemaphore(value: 0)
+        Thread {
+            Thread.current.name = "sync"
+            _ = b.wait.set { _ in
+                threadHolds.signal()
+                askForA.wait()
+                if case .failure(.deadlock(let refused)) = a.wait.get() { report.set(refused.description) }
+            }
+            threadDone.signal()
+        }.start()
+        waitOrFail(threadHolds, "the thread to hold B")
+        let task = Task(name: "refresher") {
+            try await a.async.withLock { _ in
+                try await b.async.withLock { _ in }
+            }
+        }
+        try await waitUntil("the task waits for B") { b.diagnostics.waitingCount == 1 }
+        try await Task.sleep(nanoseconds: 20_000_000)  // suspended and registered
+        askForA.signal()
+        waitOrFail(threadDone, "the thread to finish")
+        _ = try await withHangTimeout { await task.result }
+        let text = try #require(report.value, "the thread's wait was not refused")
+        #expect(text.contains("task 'refresher' (0x"), "\(text)")
+        #expect(text.contains("thread 'sync' (0x"), "\(text)")
+    }
+
+    /// An exploration whose two task parties take two values in opposite orders fails with a
+    /// `.deadlock` whose report names the task parties by their party names.
+    @Test func anExplorationsReport_namesItsTaskParties() throws {
+        guard #available(macOS 26.0, iOS 26.0, watchOS 26.0, tvOS 26.0, visionOS 26.0, *) else { return }
+        let failure = #expect(throws: ExplorationFailure.self) {
+            try Exploration.explore(.exhaustive(preemptionBound: 2)) { scenario in
+                let (a, b) = (QueueSafeValue(value: 0, label: "A"), QueueSafeValue(value: 0, label: "B"))
+                scenario.task("first") {
+                    try await a.async.withLock { _ in try await b.async.withLock { _ in } }
+                }
+                scenario.task("second") {
+                    try await b.async.withLock { _ in try await a.async.withLock { _ in } }
+                }
+            }
+        }
+        let message = try #require(failure?.message)
+        #expect(message.contains("deadlock"), "\(message)")
+        #expect(message.contains("task 'first' (0x") && message.contains("task 'second' (0x"), "\(message)")
+    }
+}
