@@ -54,4 +54,22 @@ import Testing
         delivered.wait()
         #expect(value.wait.lowestPriority.get() == .success(2))
     }
+
+    /// This library's earlier names: the awaiting and dispatch commands' per-priority types name
+    /// their schedules, and the two issuer protocols the protocols that declare the commands once.
+    @available(*, deprecated, message: "uses this library's deprecated names on purpose")
+    @Test func earlierNames_nameTheSchedules() {
+        #expect(AwaitCommands<Int>.self == AwaitSchedule<Int>.self)
+        #expect(DispatchCommands<Int>.self == DispatchSchedule<Int>.self)
+        func setTwice<Issuer: BlockingCommandIssuer>(_ issuer: Issuer) where Issuer.Value == Int {
+            issuer.set { $0 += 1 }
+            issuer.commands.set { $0 += 1 }
+        }
+        let value = QueueSafeValue(value: 0)
+        setTwice(value.wait)
+        let synced = QueueSafeSyncedValue(value: 0)
+        setTwice(synced)
+        #expect(value.wait.get() == .success(2))
+        #expect(synced.get() == .success(2))
+    }
 }

@@ -451,7 +451,7 @@ import Testing
     /// Issues command form `index % 5` at the given priority; each records `index` in `order` from
     /// inside the critical section, and the two `set` forms also append it to the value.
     private func issueRecordingDispatchCommand(
-        _ commands: DispatchCommands<[Int]>,
+        _ commands: DispatchSchedule<[Int]>,
         index: Int,
         order: Recorder<Int>,
         group: DispatchGroup
@@ -558,7 +558,7 @@ import Testing
         #expect(synced.map { $0 * 10 } == .success(20))
         #expect((try? synced.withLock { $0 += 1 }) != nil)
         #expect(try synced.read { $0 } == 3)
-        #expect(synced.defaultPriority.priority == .medium)
+        #expect(synced.defaultPriority.commandPriority == .medium)
 
         let queue = TaggedQueue(label: "asynced")
         let asynced = QueueSafeAsyncedValue(value: [String](), queue: queue.queue)

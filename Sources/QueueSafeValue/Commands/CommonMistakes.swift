@@ -6,7 +6,9 @@ import Dispatch
 // The list of mistakes and the diagnostic each must get is checked by `.ci/mistakes`.
 //
 // The overload solver ranks an unavailable declaration below every available one, so none of these
-// can take a call that the real commands accept.
+// can take a call that the real commands accept. Each is declared once per schedule: on
+// `WaitScheduling` (the blocking schedule and the synced container), `AwaitSchedule` and
+// `DispatchScheduling` (the dispatch schedule and the asynced container).
 
 private let unreachable = "an unavailable declaration is never called"
 
@@ -114,7 +116,7 @@ extension QueueSafeValue {
     }
 }
 
-extension WaitCommands {
+extension WaitScheduling {
     /// Unavailable: a blocking `withLock` returns its result to the caller.
     @available(
         *, unavailable,
@@ -124,28 +126,6 @@ extension WaitCommands {
     public func withLock<R>(_ body: (inout Value) throws -> R, completion: (Result<R, any Error>) -> Void) {
         fatalError(unreachable)
     }
-}
-
-extension BlockingCommandIssuer {
-    /// Unavailable: a blocking `withLock` returns its result to the caller.
-    @available(
-        *, unavailable,
-        message:
-            "the blocking schedule returns the result: write 'let result = try value.wait.withLock { … }'; a completion is the dispatch schedule's, 'value.async(performIn: queue).withLock(_:completion:)'"
-    )
-    public func withLock<R>(_ body: (inout Value) throws -> R, completion: (Result<R, any Error>) -> Void) {
-        fatalError(unreachable)
-    }
-}
-
-extension AwaitCommands {
-    /// Unavailable: the awaiting schedule reads with `read` (shared) or `withLock` (exclusive).
-    @available(
-        *, unavailable,
-        message:
-            "the awaiting schedule has no withValue: write 'try await value.async.read { … }' to read (shared with other reads) or 'withLock { … }' to hold the value alone"
-    )
-    public func withValue<R>(_ body: (Value) throws -> R) async throws -> R { fatalError(unreachable) }
 }
 
 extension AwaitSchedule {
@@ -158,7 +138,7 @@ extension AwaitSchedule {
     public func withValue<R>(_ body: (Value) throws -> R) async throws -> R { fatalError(unreachable) }
 }
 
-extension DispatchCommands where Value: Sendable {
+extension DispatchScheduling where Value: Sendable {
     /// Unavailable: a throwing closure's error needs a completion to go to.
     @available(
         *, unavailable,
@@ -170,19 +150,7 @@ extension DispatchCommands where Value: Sendable {
     }
 }
 
-extension DispatchCommandIssuer where Value: Sendable {
-    /// Unavailable: a throwing closure's error needs a completion to go to.
-    @available(
-        *, unavailable,
-        message:
-            "a closure that throws needs a completion to receive its error: write 'withLock({ … }, completion: { result in … })'"
-    )
-    public func withLock<R: Sendable>(_ body: @escaping @Sendable (inout Value) throws -> R) {
-        fatalError(unreachable)
-    }
-}
-
-extension DispatchCommands where Value: Sendable {
+extension DispatchScheduling where Value: Sendable {
     /// Unavailable: on the dispatch schedule the access closure's label is `accessClosure:`.
     @available(
         *, unavailable,
@@ -192,17 +160,7 @@ extension DispatchCommands where Value: Sendable {
     public func set(completion accessClosure: @escaping @Sendable (inout Value) -> Void) { fatalError(unreachable) }
 }
 
-extension DispatchCommandIssuer where Value: Sendable {
-    /// Unavailable: on the dispatch schedule the access closure's label is `accessClosure:`.
-    @available(
-        *, unavailable,
-        message:
-            "on the dispatch schedule the access closure is 'set(accessClosure:)', as in the original library, or a trailing closure: 'set { $0 += 1 }'"
-    )
-    public func set(completion accessClosure: @escaping @Sendable (inout Value) -> Void) { fatalError(unreachable) }
-}
-
-extension WaitCommands {
+extension WaitScheduling {
     /// Unavailable: a blocking command's closure runs on the blocked thread and cannot await.
     @available(
         *, unavailable,
@@ -212,7 +170,7 @@ extension WaitCommands {
     public func withLock<R>(_ body: (inout Value) async throws -> R) throws -> R { fatalError(unreachable) }
 }
 
-extension WaitCommands where Value: Sendable {
+extension WaitScheduling where Value: Sendable {
     /// Unavailable: a blocking command's closure runs on the blocked thread and cannot await.
     @available(
         *, unavailable,
@@ -248,82 +206,7 @@ extension WaitCommands where Value: Sendable {
     public func map<M>(_ transform: (Value) async -> M) -> Result<M, QueueSafeValueError> { fatalError(unreachable) }
 }
 
-extension BlockingCommandIssuer {
-    /// Unavailable: a blocking command's closure runs on the blocked thread and cannot await.
-    @available(
-        *, unavailable,
-        message:
-            "a blocking command's closure cannot await: in async code write 'try await value.async.withLock { … }', whose closure may await while it holds the value"
-    )
-    public func withLock<R>(_ body: (inout Value) async throws -> R) throws -> R { fatalError(unreachable) }
-}
-
-extension BlockingCommandIssuer where Value: Sendable {
-    /// Unavailable: a blocking command's closure runs on the blocked thread and cannot await.
-    @available(
-        *, unavailable,
-        message:
-            "a blocking command's closure cannot await: in async code write 'try await value.async.transaction { … }', whose closure may await while it holds the value"
-    )
-    public func transaction<R>(_ body: (inout Value) async throws -> R) throws -> R { fatalError(unreachable) }
-
-    /// Unavailable: a blocking command's closure runs on the blocked thread and cannot await.
-    @available(
-        *, unavailable,
-        message:
-            "a blocking command's closure cannot await: in async code write 'try await value.async.read { … }', whose closure may await while it holds the value"
-    )
-    public func read<R>(_ body: (Value) async throws -> R) throws -> R { fatalError(unreachable) }
-
-    /// Unavailable: a blocking command's closure runs on the blocked thread and cannot await.
-    @available(
-        *, unavailable,
-        message:
-            "a blocking command's closure cannot await: in async code write 'try await value.async.set { … }', whose closure may await while it holds the value"
-    )
-    public func set(completion body: (inout Value) async -> Void) -> Result<Value, QueueSafeValueError> {
-        fatalError(unreachable)
-    }
-
-    /// Unavailable: a blocking command's closure runs on the blocked thread and cannot await.
-    @available(
-        *, unavailable,
-        message:
-            "a blocking command's closure cannot await: in async code write 'try await value.async.map { … }', whose closure may await while it holds the value"
-    )
-    public func map<M>(_ transform: (Value) async -> M) -> Result<M, QueueSafeValueError> { fatalError(unreachable) }
-}
-
-extension DispatchCommands where Value: Sendable {
-    /// Unavailable: a dispatch command's closure runs as a block on its queue and cannot await.
-    @available(
-        *, unavailable,
-        message:
-            "a dispatch command's closure runs on the queue and cannot await: in async code write 'try await value.async.withLock { … }', whose closure may await while it holds the value"
-    )
-    public func withLock<R>(_ body: @escaping @Sendable (inout Value) async throws -> R) { fatalError(unreachable) }
-
-    /// Unavailable: a dispatch command's closure runs as a block on its queue and cannot await.
-    @available(
-        *, unavailable,
-        message:
-            "a dispatch command's closure runs on the queue and cannot await: in async code write 'try await value.async.withLock { … }', whose closure may await while it holds the value"
-    )
-    public func withLock<R>(
-        _ body: @escaping @Sendable (inout Value) async throws -> R,
-        completion: @escaping @Sendable (Result<R, any Error>) -> Void
-    ) { fatalError(unreachable) }
-
-    /// Unavailable: a dispatch command's closure runs as a block on its queue and cannot await.
-    @available(
-        *, unavailable,
-        message:
-            "a dispatch command's closure runs on the queue and cannot await: in async code write 'try await value.async.set { … }', whose closure may await while it holds the value"
-    )
-    public func set(accessClosure: @escaping @Sendable (inout Value) async -> Void) { fatalError(unreachable) }
-}
-
-extension DispatchCommandIssuer where Value: Sendable {
+extension DispatchScheduling where Value: Sendable {
     /// Unavailable: a dispatch command's closure runs as a block on its queue and cannot await.
     @available(
         *, unavailable,

@@ -38,6 +38,9 @@ public struct CommandPriority: RawRepresentable, Comparable, Hashable, Sendable,
     @inlinable public static var high: CommandPriority { CommandPriority(rawValue: 192) }
     /// Level `255`: runs before every other pending command.
     @inlinable public static var highest: CommandPriority { CommandPriority(rawValue: 255) }
+    /// The priority of a command issued without one (`value.wait.get()`): `.medium`, so that
+    /// explicit priorities can go either side of it.
+    @inlinable public static var `default`: CommandPriority { .medium }
 
     /// `true` when `lhs` runs after `rhs` if both are pending.
     @inlinable

@@ -40,9 +40,10 @@ public final class QueueSafeValue<Value> {
 
     /// Blocking commands: the calling thread waits for its turn and the closures run on it.
     ///
-    /// A stored property (as are the schedule's `highestPriority` and `lowestPriority`), so the
-    /// idle path of `value.wait.highestPriority.set { … }` costs no reference counting: the
-    /// schedule holds the engine, which the container keeps alive while you hold the container.
+    /// A stored property (as are the schedule's `highestPriority`, `lowestPriority` and
+    /// `defaultPriority`), so the idle path of `value.wait.highestPriority.set { … }` costs no
+    /// reference counting: the schedule holds the engine, which the container keeps alive while you
+    /// hold the container.
     public let wait: WaitSchedule<Value>
 
     /// Wraps `value`. The container owns it from now on (`sending`: the caller gives it up); read and

@@ -1,16 +1,9 @@
 import QueueSafeValue
 
-extension WaitCommands where Value: Sendable {
+extension WaitScheduling where Value: Sendable {
     /// The blocking shared read's outcome as a `Result`, for tests that assert on why a read did not
     /// run: `try read { … }` folded back into the answer the read gives on the dispatch schedule.
     func readResult<R>(_ body: (Value) -> R) -> Result<R, QueueSafeValueError> {
         Result { () throws(QueueSafeValueError) -> R in try read(body) }
-    }
-}
-
-extension BlockingCommandIssuer where Value: Sendable {
-    /// ``WaitCommands/readResult(_:)`` at the default priority.
-    func readResult<R>(_ body: (Value) -> R) -> Result<R, QueueSafeValueError> {
-        defaultPriority.readResult(body)
     }
 }

@@ -8,7 +8,7 @@ import Dispatch
 // return value, and a failure is thrown — the closure's own error, or a `QueueSafeValueError` when
 // the command could not run — instead of returned as a `Result` that can be dropped unseen.
 
-extension WaitCommands {
+extension WaitScheduling {
     /// Runs `body` with in-place access to the value, as the critical section, on the calling
     /// thread, and returns what it returns.
     ///
@@ -22,7 +22,7 @@ extension WaitCommands {
     ///   `.invalidArgument` for a negative timeout); `body` was then not called.
     @inlinable
     public func withLock<R>(_ body: (inout sending Value) -> sending R) throws(QueueSafeValueError) -> sending R {
-        try engine.withLockedAccess(priority: priority, timeout: timeout, body)
+        try engine.withLockedAccess(priority: commandPriority, timeout: timeout, body)
     }
 
     /// Like `withLock(_:)`, for a closure that throws: its error is rethrown after the value
@@ -32,11 +32,11 @@ extension WaitCommands {
     /// - Throws: the closure's error, or a ``QueueSafeValueError`` if the command did not run.
     @inlinable
     public func withLock<R, E: Error>(_ body: (inout sending Value) throws(E) -> sending R) throws -> sending R {
-        try engine.withLockedAccess(priority: priority, timeout: timeout, body)
+        try engine.withLockedAccess(priority: commandPriority, timeout: timeout, body)
     }
 }
 
-extension WaitCommands where Value: Sendable {
+extension WaitScheduling where Value: Sendable {
     /// Like ``withLock(_:)-((Value)->R)``, all or nothing: `body` changes a copy of the value (a
     /// draft), which replaces the value only if `body` returns. If `body` throws, the value is left
     /// exactly as it was, and the error is thrown after the release.
@@ -60,11 +60,11 @@ extension WaitCommands where Value: Sendable {
     ///   command did not run.
     @inlinable
     public func transaction<R, E: Error>(_ body: (inout Value) throws(E) -> R) throws -> R {
-        try engine.withTransactionalAccess(priority: priority, timeout: timeout, body)
+        try engine.withTransactionalAccess(priority: commandPriority, timeout: timeout, body)
     }
 }
 
-extension WaitCommands where Value: Sendable {
+extension WaitScheduling where Value: Sendable {
     /// Runs `body` with the value (read-only) as the critical section, on the calling thread, and
     /// returns what it returns. Exclusive, like every command but ``read(_:)-((Value)->R)->R``.
     ///
@@ -80,8 +80,10 @@ extension WaitCommands where Value: Sendable {
         message: "read answers the same way and shares the value with other reads; withLock holds it alone"
     )
     public func withValue<R>(_ body: (Value) -> R) throws(QueueSafeValueError) -> R {
-        try engine.withBlockingAccess(priority: priority, timeout: timeout, mutates: false) { value in body(value) }
-            .get()
+        try engine.withBlockingAccess(priority: commandPriority, timeout: timeout, mutates: false) { value in
+            body(value)
+        }
+        .get()
     }
 
     /// Like `withValue(_:)`, for a closure that throws. Replaced by the throwing `read(_:)`.
@@ -92,14 +94,15 @@ extension WaitCommands where Value: Sendable {
         message: "read answers the same way and shares the value with other reads; withLock holds it alone"
     )
     public func withValue<R, E: Error>(_ body: (Value) throws(E) -> R) throws -> R {
-        let outcome = try engine.withBlockingAccess(priority: priority, timeout: timeout, mutates: false) { value in
+        let outcome = try engine.withBlockingAccess(priority: commandPriority, timeout: timeout, mutates: false) {
+            value in
             Result<R, E> { () throws(E) -> R in try body(value) }
         }.get()
         return try outcome.get()
     }
 }
 
-extension AwaitCommands {
+extension AwaitSchedule {
     /// Runs `body` with in-place access to the value in the caller's isolation, holding the value
     /// across every suspension point of `body`, and returns what it returns. Every change it makes
     /// stays (``transaction(isolation:_:)`` keeps none unless its closure returns).
@@ -111,7 +114,7 @@ extension AwaitCommands {
         _ body: nonisolated(nonsending) (inout sending Value) async -> sending R
     ) async throws(QueueSafeValueError) -> R {
         try await engine.withAwaitingLockedAccess(
-            priority: priority, timeout: timeout, cancellable: cancellable, isolation: isolation, body)
+            priority: commandPriority, timeout: timeout, cancellable: cancellable, isolation: isolation, body)
     }
 
     /// Like `withLock(isolation:_:)`, for a closure that throws: its error is rethrown after
@@ -124,14 +127,14 @@ extension AwaitCommands {
         _ body: nonisolated(nonsending) (inout sending Value) async throws(E) -> sending R
     ) async throws -> R {
         try await engine.withAwaitingLockedAccess(
-            priority: priority, timeout: timeout, cancellable: cancellable, isolation: isolation, body)
+            priority: commandPriority, timeout: timeout, cancellable: cancellable, isolation: isolation, body)
     }
 }
 
-extension AwaitCommands where Value: Sendable {
+extension AwaitSchedule where Value: Sendable {
     /// Like the throwing `withLock(isolation:_:)`, all or nothing: `body` changes a copy of the value (a draft) while the value stays held across its
     /// suspension points, and the draft replaces the value only if `body` returns; if it throws, the
-    /// value is left as it was. The cost is the draft's, as for ``WaitCommands/transaction(_:)``.
+    /// value is left as it was. The cost is the draft's, as for ``WaitScheduling/transaction(_:)``.
     /// - Throws: the closure's error (the value is unchanged), or a ``QueueSafeValueError`` if the
     ///   command did not run.
     @inlinable
@@ -140,11 +143,11 @@ extension AwaitCommands where Value: Sendable {
         _ body: nonisolated(nonsending) (inout Value) async throws(E) -> R
     ) async throws -> R {
         try await engine.withAwaitingTransactionalAccess(
-            priority: priority, timeout: timeout, cancellable: cancellable, isolation: isolation, body)
+            priority: commandPriority, timeout: timeout, cancellable: cancellable, isolation: isolation, body)
     }
 }
 
-extension DispatchCommands where Value: Sendable {
+extension DispatchScheduling where Value: Sendable {
     /// Runs `body` on the queue with in-place access to the value, as the critical section, then
     /// delivers what it returned to `completion`, if given, on the same queue, after the value was
     /// released (`value.async(performIn: queue).withLock { $0.append(entry) }`).
@@ -158,12 +161,9 @@ extension DispatchCommands where Value: Sendable {
         completion: (@Sendable (Result<R, QueueSafeValueError>) -> Void)? = nil
     ) {
         guard let completion else {
-            engine.dispatchedCommandType.submit(
-                engine: engine, queue: queue, priority: priority,
-                operation: .access { value in _ = body(&value) }, completion: nil)
-            return
+            return schedule.submit(.access { value in _ = body(&value) })
         }
-        submitAccess({ value in body(&value) }, deliver: completion)
+        schedule.submitAccess({ value in body(&value) }, deliver: completion)
     }
 
     /// Runs `body` on the queue with in-place access to the value, as the critical section, then
@@ -178,7 +178,7 @@ extension DispatchCommands where Value: Sendable {
         _ body: @escaping @Sendable (inout Value) throws -> R,
         completion: @escaping @Sendable (Result<R, any Error>) -> Void
     ) {
-        submitAccess(
+        schedule.submitAccess(
             { value in Result { try body(&value) } },
             deliver: { outcome in completion(outcome.mapError { $0 as any Error }.flatMap { $0 }) })
     }
@@ -186,12 +186,12 @@ extension DispatchCommands where Value: Sendable {
     /// Like the throwing `withLock(_:completion:)`, all or nothing: `body`
     /// changes a copy of the value (a draft), which replaces the value only if `body` returns; if it
     /// throws, the value is left as it was and `completion` receives the error. The cost is the
-    /// draft's, as for ``WaitCommands/transaction(_:)``.
+    /// draft's, as for ``WaitScheduling/transaction(_:)``.
     public func transaction<R: Sendable>(
         _ body: @escaping @Sendable (inout Value) throws -> R,
         completion: @escaping @Sendable (Result<R, any Error>) -> Void
     ) {
-        submitAccess(
+        schedule.submitAccess(
             { value in
                 var draft = value
                 return Result {
@@ -202,17 +202,19 @@ extension DispatchCommands where Value: Sendable {
             },
             deliver: { outcome in completion(outcome.mapError { $0 as any Error }.flatMap { $0 }) })
     }
+}
 
+extension DispatchSchedule where Value: Sendable {
     /// Submits an exclusive command that runs `run` on the queue with in-place access, and hands
     /// what it returned to `deliver` on the same queue after the release; or, if the command did not
     /// run, why.
-    private func submitAccess<Outcome: Sendable>(
+    func submitAccess<Outcome: Sendable>(
         _ run: @escaping @Sendable (inout Value) -> Outcome,
         deliver: @escaping @Sendable (Result<Outcome, QueueSafeValueError>) -> Void
     ) {
         let box = OutcomeBox<Outcome>()
         engine.dispatchedCommandType.submit(
-            engine: engine, queue: queue, priority: priority,
+            engine: engine, queue: queue, priority: commandPriority,
             operation: .access { value in box.outcome = run(&value) },
             completion: { command in
                 // The access closure ran in the section before this delivery: the engine's release

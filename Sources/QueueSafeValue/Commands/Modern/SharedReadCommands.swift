@@ -17,7 +17,7 @@ import Dispatch
 // Shared reads need `Value: Sendable`: several threads read the value at the same moment, which is
 // safe only for a value that may be used from several threads at once.
 
-extension WaitCommands where Value: Sendable {
+extension WaitScheduling where Value: Sendable {
     /// Runs `body` with the value on the calling thread, holding the value **shared**: other shared
     /// reads may run at the same moment on other threads, exclusive commands may not.
     ///
@@ -32,7 +32,7 @@ extension WaitCommands where Value: Sendable {
     ///   `.invalidArgument` for a negative timeout); `body` was then not called.
     @inlinable
     public func read<R>(_ body: (Value) -> R) throws(QueueSafeValueError) -> R {
-        try engine.withSharedBlockingAccess(priority: priority, timeout: timeout, body).get()
+        try engine.withSharedBlockingAccess(priority: commandPriority, timeout: timeout, body).get()
     }
 
     /// Like `read(_:)`, for a closure that throws: its error is rethrown after the read released
@@ -40,7 +40,7 @@ extension WaitCommands where Value: Sendable {
     /// - Throws: the closure's error, or a ``QueueSafeValueError`` if the read did not run.
     @inlinable
     public func read<R, E: Error>(_ body: (Value) throws(E) -> R) throws -> R {
-        let outcome = try engine.withSharedBlockingAccess(priority: priority, timeout: timeout) { value in
+        let outcome = try engine.withSharedBlockingAccess(priority: commandPriority, timeout: timeout) { value in
             Result<R, E> { () throws(E) -> R in try body(value) }
         }.get()
         return try outcome.get()
@@ -55,7 +55,7 @@ extension WaitCommands where Value: Sendable {
     @_disfavoredOverload  // the throwing read wins wherever both fit; this one only where a Result is asked for
     @available(*, deprecated, message: "read throws now, as withLock does: write 'try value.wait.read { … }'")
     public func read<R>(_ body: (Value) -> R) -> Result<R, QueueSafeValueError> {
-        engine.withSharedBlockingAccess(priority: priority, timeout: timeout, body)
+        engine.withSharedBlockingAccess(priority: commandPriority, timeout: timeout, body)
     }
 
     /// Runs `body` with the value and a completion closure on the calling thread, and keeps its
@@ -69,19 +69,21 @@ extension WaitCommands where Value: Sendable {
     public func read(
         manualCompletion body: (Value, @escaping CommandCompletionClosure) -> Void
     ) -> Result<Void, QueueSafeValueError> {
-        engine.withSharedBlockingManualAccess(priority: priority, timeout: timeout, body)
+        engine.withSharedBlockingManualAccess(priority: commandPriority, timeout: timeout, body)
     }
 }
 
-extension DispatchCommands where Value: Sendable {
+extension DispatchScheduling where Value: Sendable {
     /// Runs `body` on the queue with the value, holding it **shared**: other shared reads may run at
     /// the same moment (on this queue, if it is concurrent, or on others), exclusive commands may not.
     /// The read takes its place in the value's order when this method is called; ordering as
-    /// ``WaitCommands/read(_:)-((Value)->R)->R``. On failure (`.valueContainerDeinited`) `body` is called on the
+    /// ``WaitScheduling/read(_:)-((Value)->R)->R``. On failure (`.valueContainerDeinited`) `body` is called on the
     /// queue with the error.
     public func read(_ body: @escaping @Sendable (Result<Value, QueueSafeValueError>) -> Void) {
-        engine.sharedReadCommandType.submitShared(
-            engine: engine, queue: queue, priority: priority, operation: .sharedRead(body))
+        let schedule = self.schedule
+        schedule.engine.sharedReadCommandType.submitShared(
+            engine: schedule.engine, queue: schedule.queue, priority: schedule.commandPriority,
+            operation: .sharedRead(body))
     }
 
     /// Like ``read(_:)``, but the shared hold lasts until both `body` has returned and `done()` was
@@ -92,15 +94,17 @@ extension DispatchCommands where Value: Sendable {
             @escaping @Sendable (Result<Value, QueueSafeValueError>, @escaping CommandCompletionClosure)
             -> Void
     ) {
-        engine.sharedReadCommandType.submitShared(
-            engine: engine, queue: queue, priority: priority, operation: .sharedReadManual(body))
+        let schedule = self.schedule
+        schedule.engine.sharedReadCommandType.submitShared(
+            engine: schedule.engine, queue: schedule.queue, priority: schedule.commandPriority,
+            operation: .sharedReadManual(body))
     }
 }
 
-extension AwaitCommands where Value: Sendable {
+extension AwaitSchedule where Value: Sendable {
     /// Runs `body` with the value in the caller's isolation, holding the value **shared** across
     /// every suspension point of `body`: other shared reads may hold it at the same time, exclusive
-    /// commands may not. Ordering as ``WaitCommands/read(_:)-((Value)->R)->R``.
+    /// commands may not. Ordering as ``WaitScheduling/read(_:)-((Value)->R)->R``.
     /// - Returns: what `body` returned.
     /// - Throws: `.cancelled` (the task was cancelled before the read started, or while it waited),
     ///   `.reentrantAccess`, `.deadlock(_:)`, `.valueContainerDeinited`, `.timedOut(_:)` (through
@@ -111,7 +115,7 @@ extension AwaitCommands where Value: Sendable {
         _ body: nonisolated(nonsending) (Value) async -> R
     ) async throws(QueueSafeValueError) -> R {
         try await engine.withSharedAwaitingAccess(
-            priority: priority, timeout: timeout, cancellable: cancellable, isolation: isolation, body)
+            priority: commandPriority, timeout: timeout, cancellable: cancellable, isolation: isolation, body)
     }
 
     /// Like `read(isolation:_:)`, for a closure that throws: its error is rethrown after the read
@@ -123,7 +127,7 @@ extension AwaitCommands where Value: Sendable {
         _ body: nonisolated(nonsending) (Value) async throws(E) -> R
     ) async throws -> R {
         let outcome = try await engine.withSharedAwaitingAccess(
-            priority: priority, timeout: timeout, cancellable: cancellable, isolation: isolation
+            priority: commandPriority, timeout: timeout, cancellable: cancellable, isolation: isolation
         ) { (value: Value) async -> Result<R, E> in
             do throws(E) { return .success(try await body(value)) } catch { return .failure(error) }
         }

@@ -5,12 +5,12 @@ import Dispatch
 
 /// The original library's commands, which hand the value (or a copy of it) to the caller's closures
 /// and return it: they need a `Sendable` value. For any value, use `withLock`.
-extension AwaitCommands where Value: Sendable {
+extension AwaitSchedule where Value: Sendable {
     /// Returns a copy of the value, read in its turn.
     @inlinable
     public func get(isolation: isolated (any Actor)? = #isolation) async throws(QueueSafeValueError) -> Value {
         try await engine.withAwaitingAccess(
-            priority: priority, timeout: timeout, mutates: false, cancellable: cancellable, isolation: isolation
+            priority: commandPriority, timeout: timeout, mutates: false, cancellable: cancellable, isolation: isolation
         ) { $0 }
     }
 
@@ -22,7 +22,7 @@ extension AwaitCommands where Value: Sendable {
         isolation: isolated (any Actor)? = #isolation
     ) async throws(QueueSafeValueError) -> Value {
         try await engine.withAwaitingAccess(
-            priority: priority, timeout: timeout, cancellable: cancellable, isolation: isolation
+            priority: commandPriority, timeout: timeout, cancellable: cancellable, isolation: isolation
         ) { value in
             value = newValue
             return value
@@ -38,7 +38,7 @@ extension AwaitCommands where Value: Sendable {
         _ accessClosure: nonisolated(nonsending) (inout Value) async -> Void
     ) async throws(QueueSafeValueError) -> Value {
         try await engine.withAwaitingAccess(
-            priority: priority, timeout: timeout, cancellable: cancellable, isolation: isolation
+            priority: commandPriority, timeout: timeout, cancellable: cancellable, isolation: isolation
         ) { value in
             await accessClosure(&value)
             return value
@@ -53,7 +53,7 @@ extension AwaitCommands where Value: Sendable {
         _ transform: nonisolated(nonsending) (Value) async -> MappedValue
     ) async throws(QueueSafeValueError) -> MappedValue {
         try await engine.withAwaitingAccess(
-            priority: priority, timeout: timeout, mutates: false, cancellable: cancellable, isolation: isolation
+            priority: commandPriority, timeout: timeout, mutates: false, cancellable: cancellable, isolation: isolation
         ) { value in
             return await transform(value)
         }

@@ -44,25 +44,47 @@ public typealias LowestPrioritySyncedCommands<Value> = WaitCommands<Value>
 
 // MARK: - Dispatch commands
 
-/// The original name of the dispatch commands' common type: ``DispatchCommands``.
+/// The original name of the dispatch commands' common type: ``DispatchSchedule``.
 ///
-/// The same type: it behaves exactly as ``DispatchCommands`` does, at whatever priority it was
+/// The same type: it behaves exactly as ``DispatchSchedule`` does, at whatever priority it was
 /// taken.
-@available(*, deprecated, renamed: "DispatchCommands")
-public typealias AsyncedCommandsWithPriority<Value> = DispatchCommands<Value>
+@available(*, deprecated, renamed: "DispatchSchedule")
+public typealias AsyncedCommandsWithPriority<Value> = DispatchSchedule<Value>
 
-/// The original name of `value.async(performIn:).highestPriority`'s type: ``DispatchCommands``,
+/// The original name of `value.async(performIn:).highestPriority`'s type: ``DispatchSchedule``,
 /// which serves every priority.
 ///
-/// The same type: it behaves exactly as ``DispatchCommands`` does. It is not a distinct type any
+/// The same type: it behaves exactly as ``DispatchSchedule`` does. It is not a distinct type any
 /// more, so `is`/`as?` cannot tell it from the other priorities' commands.
-@available(*, deprecated, renamed: "DispatchCommands")
-public typealias HighestPriorityAsyncedCommands<Value> = DispatchCommands<Value>
+@available(*, deprecated, renamed: "DispatchSchedule")
+public typealias HighestPriorityAsyncedCommands<Value> = DispatchSchedule<Value>
 
-/// The original name of `value.async(performIn:).lowestPriority`'s type: ``DispatchCommands``,
+/// The original name of `value.async(performIn:).lowestPriority`'s type: ``DispatchSchedule``,
 /// which serves every priority.
 ///
-/// The same type: it behaves exactly as ``DispatchCommands`` does. It is not a distinct type any
+/// The same type: it behaves exactly as ``DispatchSchedule`` does. It is not a distinct type any
 /// more, so `is`/`as?` cannot tell it from the other priorities' commands.
-@available(*, deprecated, renamed: "DispatchCommands")
-public typealias LowestPriorityAsyncedCommands<Value> = DispatchCommands<Value>
+@available(*, deprecated, renamed: "DispatchSchedule")
+public typealias LowestPriorityAsyncedCommands<Value> = DispatchSchedule<Value>
+
+// MARK: - This library's earlier names
+
+/// The type of an awaiting schedule's commands at one priority, before the priority became part of
+/// the schedule: ``AwaitSchedule`` now serves every priority.
+@available(*, deprecated, renamed: "AwaitSchedule")
+public typealias AwaitCommands<Value> = AwaitSchedule<Value>
+
+/// The type of a dispatch schedule's commands at one priority, before the priority became part of
+/// the schedule: ``DispatchSchedule`` now serves every priority.
+@available(*, deprecated, renamed: "DispatchSchedule")
+public typealias DispatchCommands<Value> = DispatchSchedule<Value>
+
+/// What issued blocking commands without a priority: ``WaitScheduling`` now declares every blocking
+/// command once, for the schedule, its priorities and the synced container.
+@available(*, deprecated, renamed: "WaitScheduling")
+public typealias BlockingCommandIssuer = WaitScheduling
+
+/// What issued dispatch commands without a priority: ``DispatchScheduling`` now declares every
+/// dispatch command once, for the schedule and the asynced container.
+@available(*, deprecated, renamed: "DispatchScheduling")
+public typealias DispatchCommandIssuer = DispatchScheduling

@@ -5,26 +5,30 @@ import Dispatch
 
 /// The original library's commands, which hand the value (or a copy of it) to the caller's closures
 /// and return it: they need a `Sendable` value. For any value, use `withLock`.
-extension DispatchCommands where Value: Sendable {
-    private func submit(
+extension DispatchSchedule where Value: Sendable {
+    // The dispatch commands' one way in, on the schedule itself, so that a command issued through
+    // `DispatchScheduling` reads the schedule once and runs concrete code from there.
+    func submit(
         _ operation: DispatchedCommand<Value>.Operation,
         completion: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)? = nil
     ) {
         // Through the stored metatype: see `ValueEngine.dispatchedCommandType`.
         engine.dispatchedCommandType.submit(
-            engine: engine, queue: queue, priority: priority, operation: operation, completion: completion)
+            engine: engine, queue: queue, priority: commandPriority, operation: operation, completion: completion)
     }
 
-    private func reportMissingClosure(_ completion: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)?) {
+    func reportMissingClosure(_ completion: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)?) {
         guard let completion else { return }
         SyncPoints.async(queue) { completion(.failure(.commandClosureDeallocated)) }
     }
+}
 
+extension DispatchScheduling where Value: Sendable {
     /// Runs `commandClosure` on the queue with the value, as the critical section: no other command
     /// touches the value until it returns. On failure it is called with the error.
     public func get(completion commandClosure: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)?) {
         guard let commandClosure else { return }
-        submit(.read(commandClosure))
+        schedule.submit(.read(commandClosure))
     }
 
     /// Runs `commandClosure` on the queue with the value and a completion closure; the value stays
@@ -39,7 +43,7 @@ extension DispatchCommands where Value: Sendable {
         )?
     ) {
         guard let commandClosure else { return }
-        submit(.readManual(commandClosure))
+        schedule.submit(.readManual(commandClosure))
     }
 
     /// Replaces the value in its turn; `commandClosure`, if given, then receives the stored value
@@ -51,7 +55,7 @@ extension DispatchCommands where Value: Sendable {
         // An access closure, so that no case of `Operation` holds a `Value`: see `Operation`.
         // The command hands the value to the queue's thread once, like the closures it holds.
         let newValue = UncheckedSendable(newValue)
-        submit(.access({ $0 = newValue.value }), completion: commandClosure)
+        schedule.submit(.access({ $0 = newValue.value }), completion: commandClosure)
     }
 
     /// Gives `accessClosure` in-place access to the value on the queue, as the critical section;
@@ -61,8 +65,8 @@ extension DispatchCommands where Value: Sendable {
         accessClosure: (@Sendable (inout Value) -> Void)?,
         completion commandClosure: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)? = nil
     ) {
-        guard let accessClosure else { return reportMissingClosure(commandClosure) }
-        submit(.access(accessClosure), completion: commandClosure)
+        guard let accessClosure else { return schedule.reportMissingClosure(commandClosure) }
+        schedule.submit(.access(accessClosure), completion: commandClosure)
     }
 
     /// Gives `accessClosure` in-place access and a completion closure on the queue; the value stays
@@ -76,8 +80,8 @@ extension DispatchCommands where Value: Sendable {
         manualCompletion accessClosure: (@Sendable (inout Value, @escaping CommandCompletionClosure) -> Void)?,
         completion commandClosure: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)? = nil
     ) {
-        guard let accessClosure else { return reportMissingClosure(commandClosure) }
-        submit(.accessManual(accessClosure), completion: commandClosure)
+        guard let accessClosure else { return schedule.reportMissingClosure(commandClosure) }
+        schedule.submit(.accessManual(accessClosure), completion: commandClosure)
     }
 
     /// Transforms the value on the queue inside the critical section; `commandClosure` then receives
@@ -87,7 +91,7 @@ extension DispatchCommands where Value: Sendable {
         _ transform: @escaping @Sendable (Value) -> MappedValue,
         completion commandClosure: @escaping @Sendable (Result<MappedValue, QueueSafeValueError>) -> Void
     ) {
-        submit(
+        schedule.submit(
             .map { result in
                 let mapped = UncheckedSendable(result.map(transform))
                 return { commandClosure(mapped.value) }

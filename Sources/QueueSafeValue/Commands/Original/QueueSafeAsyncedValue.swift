@@ -7,7 +7,9 @@ import Dispatch
 /// `value.async(performIn: queue).highestPriority.set(newValue: 1)`.
 ///
 /// Commands return at once, wait in the queue without occupying a thread, and run their closures
-/// and completions on `queue`; see ``DispatchCommands`` for ordering and failures.
+/// and completions on `queue`; see ``DispatchSchedule`` for ordering and failures. The commands and
+/// the priority selectors are the dispatch schedule's (``DispatchScheduling``); without a priority a
+/// command runs at ``CommandPriority/default``.
 public final class QueueSafeAsyncedValue<Value> {
     /// Owns the engine: closes it when this container goes (see ``ContainerOwnership``).
     @usableFromInline let ownership: ContainerOwnership<Value>
@@ -29,28 +31,12 @@ public final class QueueSafeAsyncedValue<Value> {
         let engine = ValueEngine(value: value, label: label, fairness: fairness)
         ownership = ContainerOwnership(engine)
         self.queue = queue
-        highestPriority = DispatchCommands(engine: engine, queue: queue, priority: .highest)
-        lowestPriority = DispatchCommands(engine: engine, queue: queue, priority: .lowest)
+        schedule = DispatchSchedule(engine: engine, queue: queue)
     }
 
-    /// Commands that run before every other pending command (FIFO among themselves). Stored, so
-    /// reaching it costs no reference counting.
-    public let highestPriority: DispatchCommands<Value>
-
-    /// Commands that run after every other pending command (FIFO among themselves).
-    ///
-    /// Under steady load they can wait without bound: with the default
-    /// ``CommandFairness/strictPriority`` every command of a higher priority that arrives goes
-    /// first. For recurring or reporting work that must still run, give the value a bound,
-    /// `QueueSafeValue(value: …, fairness: try .bounded(maxOvertakes: 16))`: then a waiting command
-    /// is passed over by at most that many later arrivals (see ``CommandFairness``).
-    public let lowestPriority: DispatchCommands<Value>
-
-    /// Commands of the given priority: higher priorities run first, FIFO within a priority.
-    @inlinable
-    public func priority(_ priority: CommandPriority) -> DispatchCommands<Value> {
-        DispatchCommands(engine: engine, queue: queue, priority: priority)
-    }
+    /// The dispatch schedule of the value on ``queue``: what its commands run on. Stored, so a
+    /// command issued on the container costs no reference counting to reach it.
+    public let schedule: DispatchSchedule<Value>
 
     /// How many manual-completion closures of this value's commands were released without being
     /// called (each such command still ended).
@@ -68,3 +54,5 @@ public final class QueueSafeAsyncedValue<Value> {
 
 // @unchecked Sendable: the value is touched only by the command holding the critical section
 extension QueueSafeAsyncedValue: @unchecked Sendable where Value: Sendable {}
+
+extension QueueSafeAsyncedValue: DispatchScheduling {}

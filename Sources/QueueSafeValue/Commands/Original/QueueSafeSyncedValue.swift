@@ -6,7 +6,9 @@ import Dispatch
 /// `syncedValue.lowestPriority.get()` is `value.wait.lowestPriority.get()`.
 ///
 /// Commands block the calling thread until they have run, and their closures run on that thread;
-/// see ``WaitCommands`` for ordering and failures.
+/// see ``WaitSchedule`` for ordering and failures. The commands and the priority selectors are the
+/// blocking schedule's (``WaitScheduling``); without a priority a command runs at
+/// ``CommandPriority/default``.
 public final class QueueSafeSyncedValue<Value> {
     /// Owns the engine: closes it when this container goes (see ``ContainerOwnership``).
     @usableFromInline let ownership: ContainerOwnership<Value>
@@ -24,8 +26,7 @@ public final class QueueSafeSyncedValue<Value> {
         let engine = ValueEngine(value: value, label: label, fairness: fairness)
         ownership = ContainerOwnership(engine)
         timeout = nil
-        highestPriority = WaitCommands(engine: engine, priority: .highest, timeout: nil)
-        lowestPriority = WaitCommands(engine: engine, priority: .lowest, timeout: nil)
+        schedule = WaitSchedule(engine: engine, timeout: nil)
     }
 
     /// Wraps `value`. Every command gives up with ``QueueSafeValueError/timedOut(_:)`` if it has not
@@ -43,8 +44,7 @@ public final class QueueSafeSyncedValue<Value> {
         let engine = ValueEngine(value: value, label: label, fairness: fairness)
         ownership = ContainerOwnership(engine)
         self.timeout = timeout
-        highestPriority = WaitCommands(engine: engine, priority: .highest, timeout: timeout)
-        lowestPriority = WaitCommands(engine: engine, priority: .lowest, timeout: timeout)
+        schedule = WaitSchedule(engine: engine, timeout: timeout)
     }
 
     /// ``init(value:timeout:label:fairness:)-(_,DispatchTimeInterval,_,_)`` with a `Duration`, kept to
@@ -58,24 +58,32 @@ public final class QueueSafeSyncedValue<Value> {
         self.init(value: value, timeout: DispatchTimeInterval(timeout: timeout), label: label, fairness: fairness)
     }
 
-    /// Commands that run before every other pending command (FIFO among themselves). Stored, so
-    /// reaching it costs no reference counting.
-    public let highestPriority: WaitCommands<Value>
+    /// The blocking schedule of the value, with the container's timeout: what its commands and
+    /// priorities are. Stored, so reaching a priority costs no reference counting.
+    @usableFromInline let schedule: WaitSchedule<Value>
+
+    /// Commands that run before every other pending command (FIFO among themselves).
+    @inlinable
+    public var highestPriority: WaitCommands<Value> { schedule.highestPriority }
 
     /// Commands that run after every other pending command (FIFO among themselves).
     ///
     /// Under steady load they can wait without bound: with the default
     /// ``CommandFairness/strictPriority`` every command of a higher priority that arrives goes
     /// first. For recurring or reporting work that must still run, give the value a bound,
-    /// `QueueSafeValue(value: …, fairness: try .bounded(maxOvertakes: 16))`: then a waiting command
-    /// is passed over by at most that many later arrivals (see ``CommandFairness``).
-    public let lowestPriority: WaitCommands<Value>
+    /// `QueueSafeSyncedValue(value: …, fairness: try .bounded(maxOvertakes: 16))`: then a waiting
+    /// command is passed over by at most that many later arrivals (see ``CommandFairness``).
+    @inlinable
+    public var lowestPriority: WaitCommands<Value> { schedule.lowestPriority }
+
+    /// Commands of ``CommandPriority/default`` priority: what a command issued on the container
+    /// itself runs at.
+    @inlinable
+    public var defaultPriority: WaitCommands<Value> { schedule.defaultPriority }
 
     /// Commands of the given priority: higher priorities run first, FIFO within a priority.
     @inlinable
-    public func priority(_ priority: CommandPriority) -> WaitCommands<Value> {
-        WaitCommands(engine: engine, priority: priority, timeout: timeout)
-    }
+    public func priority(_ priority: CommandPriority) -> WaitCommands<Value> { schedule.priority(priority) }
 
     /// How many manual-completion closures of this value's commands were released without being
     /// called (each such command still ended).
@@ -93,3 +101,9 @@ public final class QueueSafeSyncedValue<Value> {
 
 // @unchecked Sendable: the value is touched only by the command holding the critical section
 extension QueueSafeSyncedValue: @unchecked Sendable where Value: Sendable {}
+
+extension QueueSafeSyncedValue: WaitScheduling {
+    /// The commands issued on the container itself: ``defaultPriority``.
+    @inlinable
+    public var commands: WaitCommands<Value> { schedule.defaultPriority }
+}

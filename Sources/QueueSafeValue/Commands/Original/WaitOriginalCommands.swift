@@ -5,11 +5,11 @@ import Dispatch
 
 /// The original library's commands, which hand the value (or a copy of it) to the caller's closures
 /// and return it: they need a `Sendable` value. For any value, use `withLock`.
-extension WaitCommands where Value: Sendable {
+extension WaitScheduling where Value: Sendable {
     /// Returns a copy of the value, read in its turn.
     @inlinable
     public func get() -> Result<Value, QueueSafeValueError> {
-        engine.withBlockingAccess(priority: priority, timeout: timeout, mutates: false) { $0 }
+        engine.withBlockingAccess(priority: commandPriority, timeout: timeout, mutates: false) { $0 }
     }
 
     /// Runs `commandClosure` with the value as the critical section: no other command touches the
@@ -18,7 +18,8 @@ extension WaitCommands where Value: Sendable {
     @inlinable
     public func get(completion commandClosure: ((Result<Value, QueueSafeValueError>) -> Void)?) {
         guard let commandClosure else { return }
-        let result = engine.withBlockingAccess(priority: priority, timeout: timeout, mutates: false) { value -> Void in
+        let result = engine.withBlockingAccess(priority: commandPriority, timeout: timeout, mutates: false) {
+            value -> Void in
             commandClosure(.success(value))
         }
         if case .failure(let error) = result { commandClosure(.failure(error)) }
@@ -38,7 +39,7 @@ extension WaitCommands where Value: Sendable {
         )?
     ) {
         guard let commandClosure else { return }
-        let result = engine.withBlockingManualAccess(priority: priority, timeout: timeout, mutates: false) {
+        let result = engine.withBlockingManualAccess(priority: commandPriority, timeout: timeout, mutates: false) {
             value, done in
             commandClosure(.success(value), done)
         } result: { _ in
@@ -56,7 +57,7 @@ extension WaitCommands where Value: Sendable {
     @discardableResult
     public func set(newValue: Value) -> Result<Value, QueueSafeValueError> {
         engine.reportingLostUpdate(
-            engine.withBlockingAccess(priority: priority, timeout: timeout) { value in
+            engine.withBlockingAccess(priority: commandPriority, timeout: timeout) { value in
                 value = newValue
                 return value
             })
@@ -74,7 +75,7 @@ extension WaitCommands where Value: Sendable {
     public func set(completion accessClosure: ((inout Value) -> Void)?) -> Result<Value, QueueSafeValueError> {
         guard let accessClosure else { return .failure(.commandClosureDeallocated) }
         return engine.reportingLostUpdate(
-            engine.withBlockingAccess(priority: priority, timeout: timeout) { value in
+            engine.withBlockingAccess(priority: commandPriority, timeout: timeout) { value in
                 accessClosure(&value)
                 return value
             })
@@ -96,7 +97,7 @@ extension WaitCommands where Value: Sendable {
     ) -> Result<Value, QueueSafeValueError> {
         guard let accessClosure else { return .failure(.commandClosureDeallocated) }
         return engine.reportingLostUpdate(
-            engine.withBlockingManualAccess(priority: priority, timeout: timeout, accessClosure) { $0 })
+            engine.withBlockingManualAccess(priority: commandPriority, timeout: timeout, accessClosure) { $0 })
     }
 
     /// Transforms the value inside the critical section, on the calling thread.
@@ -107,6 +108,8 @@ extension WaitCommands where Value: Sendable {
         completion commandClosure: ((Value) -> MappedValue)?
     ) -> Result<MappedValue, QueueSafeValueError> {
         guard let commandClosure else { return .failure(.commandClosureDeallocated) }
-        return engine.withBlockingAccess(priority: priority, timeout: timeout, mutates: false) { commandClosure($0) }
+        return engine.withBlockingAccess(priority: commandPriority, timeout: timeout, mutates: false) {
+            commandClosure($0)
+        }
     }
 }

@@ -2,57 +2,16 @@ import Dispatch
 
 // MARK: - DispatchSchedule
 
-/// The dispatch schedule: `value.async(performIn: queue)`.
+/// The dispatch schedule: `value.async(performIn: queue)`, at a priority.
 ///
 /// A command issued here returns at once. It takes its place in the value's command queue at the
 /// moment of the call (so commands issued one after another from one thread keep that order within a
-/// priority), waits there without occupying any thread, and runs its closures **on `queue`** when its
-/// turn comes. Pick the command's priority next.
-///
-/// Holds the value's engine, not the container: it does not keep the container alive, and a
-/// command issued after the container was released reports `.valueContainerDeinited` on `queue`.
-public struct DispatchSchedule<Value> {
-    @usableFromInline let engine: ValueEngine<Value>
-    @usableFromInline let queue: DispatchQueue
-
-    @usableFromInline
-    init(engine: ValueEngine<Value>, queue: DispatchQueue) {
-        self.engine = engine
-        self.queue = queue
-    }
-
-    /// Commands that run before every other pending command (FIFO among themselves).
-    @inlinable
-    public var highestPriority: DispatchCommands<Value> { priority(.highest) }
-
-    /// Commands that run after every other pending command (FIFO among themselves).
-    ///
-    /// Under steady load they can wait without bound: with the default
-    /// ``CommandFairness/strictPriority`` every command of a higher priority that arrives goes
-    /// first. For recurring or reporting work that must still run, give the value a bound,
-    /// `QueueSafeValue(value: …, fairness: try .bounded(maxOvertakes: 16))`: then a waiting command
-    /// is passed over by at most that many later arrivals (see ``CommandFairness``).
-    @inlinable
-    public var lowestPriority: DispatchCommands<Value> { priority(.lowest) }
-
-    /// Commands of the given priority: higher priorities run first, FIFO within a priority.
-    @inlinable
-    public func priority(_ priority: CommandPriority) -> DispatchCommands<Value> {
-        DispatchCommands(engine: engine, queue: queue, priority: priority)
-    }
-}
-
-extension DispatchSchedule: Sendable {}
-
-// MARK: - DispatchCommands
-
-/// Non-blocking commands of one priority: `value.async(performIn: queue).highestPriority.{command}`.
-///
-/// Each call returns immediately. The command is placed in the value's command queue at the moment
-/// of the call (higher priority first, FIFO within a priority; a running command is never
-/// preempted), waits there without occupying a thread, and then runs its closures on the schedule's
-/// queue while it holds the value exclusively. A `completion` runs on the same queue after the
-/// value has been released.
+/// priority; higher priority first; a running command is never preempted), waits there without
+/// occupying any thread, and runs its closures **on `queue`** when its turn comes, holding the value
+/// exclusively (or shared, for `read`). A `completion` runs on the same queue after the value has
+/// been released. The schedule carries the queue and the command's priority
+/// (``CommandPriority/default`` until you pick one), so every command is declared once (on
+/// ``DispatchScheduling``, which the asynced container shares).
 ///
 /// Failures are delivered on the queue too, and then no access closure has run:
 /// `.valueContainerDeinited` if the container was released before the call,
@@ -63,17 +22,73 @@ extension DispatchSchedule: Sendable {}
 /// the queue, so they still run "on the queue"), and the command's block then does nothing: the
 /// queue never waits for a block it is blocking. Each command runs exactly once either way; its
 /// completion is then delivered in a block of its own on the queue.
-public struct DispatchCommands<Value> {
+///
+/// Holds the value's engine, not the container: it does not keep the container alive, and a
+/// command issued after the container was released reports `.valueContainerDeinited` on `queue`.
+public struct DispatchSchedule<Value> {
     @usableFromInline let engine: ValueEngine<Value>
     @usableFromInline let queue: DispatchQueue
-    @usableFromInline let priority: CommandPriority
+    /// The priority its commands queue at.
+    @usableFromInline let commandPriority: CommandPriority
 
     @usableFromInline
-    init(engine: ValueEngine<Value>, queue: DispatchQueue, priority: CommandPriority) {
+    init(engine: ValueEngine<Value>, queue: DispatchQueue, priority: CommandPriority = .default) {
         self.engine = engine
         self.queue = queue
-        self.priority = priority
+        self.commandPriority = priority
     }
 }
 
-extension DispatchCommands: Sendable {}
+extension DispatchSchedule: Sendable {}
+
+extension DispatchSchedule: DispatchScheduling {
+    /// The schedule itself.
+    @inlinable
+    public var schedule: DispatchSchedule<Value> { self }
+}
+
+// MARK: - DispatchScheduling
+
+/// What dispatch commands are issued on: the dispatch schedule (``DispatchSchedule``) and the
+/// asynced container (``QueueSafeAsyncedValue``), which is a dispatch schedule on its queue without
+/// the schedule step.
+///
+/// The dispatch commands (`withLock`, `read`, `transaction`, `get`, `set`, `map`) and the priority
+/// selectors are declared once, in this protocol's extensions, and run on ``schedule``: its queue
+/// and its priority. A protocol, because the container is a class (it owns its value and closes it
+/// when it goes) and a class can share a struct's methods no other way; its one requirement names
+/// the schedule.
+public protocol DispatchScheduling {
+    /// The type of the guarded value.
+    associatedtype Value
+    /// The dispatch schedule the commands run on: the value's engine, a queue and a priority.
+    var schedule: DispatchSchedule<Value> { get }
+}
+
+extension DispatchScheduling {
+    /// Commands that run before every other pending command (FIFO among themselves).
+    @inlinable
+    public var highestPriority: DispatchSchedule<Value> { priority(.highest) }
+
+    /// Commands that run after every other pending command (FIFO among themselves).
+    ///
+    /// Under steady load they can wait without bound: with the default
+    /// ``CommandFairness/strictPriority`` every command of a higher priority that arrives goes
+    /// first. For recurring or reporting work that must still run, give the value a bound,
+    /// `QueueSafeValue(value: …, fairness: try .bounded(maxOvertakes: 16))`: then a waiting command
+    /// is passed over by at most that many later arrivals (see ``CommandFairness``).
+    @inlinable
+    public var lowestPriority: DispatchSchedule<Value> { priority(.lowest) }
+
+    /// Commands of ``CommandPriority/default`` priority: what a command without one runs at.
+    @inlinable
+    public var defaultPriority: DispatchSchedule<Value> { priority(.default) }
+
+    /// Commands of the given priority: higher priorities run first, FIFO within a priority. Picking
+    /// a priority again replaces the one before.
+    @inlinable
+    public func priority(_ priority: CommandPriority) -> DispatchSchedule<Value> {
+        let schedule = self.schedule
+        return DispatchSchedule(engine: schedule.engine, queue: schedule.queue, priority: priority)
+    }
+}

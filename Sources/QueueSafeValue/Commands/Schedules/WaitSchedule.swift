@@ -5,19 +5,46 @@ import Dispatch
 /// The blocking schedule: `value.wait` (or `value.wait(timeout:)`).
 ///
 /// A command issued here blocks the calling thread until the command has run, and its closures run
-/// **on the calling thread**. Pick the command's priority next: `.highestPriority`,
-/// `.lowestPriority` or `.priority(_:)`.
+/// **on the calling thread**. Issued on the schedule itself (`value.wait.withLock { … }`) a command
+/// runs at ``CommandPriority/default``; pick another with ``highestPriority``, ``lowestPriority`` or
+/// ``priority(_:)``, which give the same commands (``WaitCommands``) at that priority. Every
+/// command is declared once, on ``WaitScheduling``, which the synced container shares.
+///
+/// Every command waits its turn in the value's command queue (higher priority first, FIFO within a
+/// priority; a running command is never preempted), then runs its closure on the calling thread
+/// while it holds the value exclusively (or shared, for `read`). When the queue is idle the command
+/// runs at once, with no allocation and no thread switch.
+///
+/// Failures, and then no closure has run:
+/// - `.valueContainerDeinited`: the container was released before the call;
+/// - `.reentrantAccess`: the calling thread (or task) is inside a critical section of this same
+///   value, where waiting would deadlock;
+/// - `.timedOut(_:)`: issued through `wait(timeout:)` and not started in time (it never runs later);
+///   the diagnostics say what held the value and what waited for it;
+/// - `.deadlock(_:)`: waiting would never end, and the command failed at once instead of parking
+///   the thread: the value's holder waits (directly or through a chain of holders) for a value this
+///   thread or task holds, or parking would leave Swift's cooperative pool no thread to resume the
+///   task that holds the value. The report names the cycle;
+/// - `.invalidArgument(_:)`: a negative timeout;
+/// - `.commandClosureDeallocated`: the closure passed was `nil`.
+///
+/// A command issued from a block running on a dispatch queue never waits forever for a dispatch
+/// command that targets that queue and runs before it: the waiting thread runs that command itself
+/// (it is running on the queue), and the command's own block then does nothing. See
+/// <doc:GettingStarted#Deadlocks> for what is and is not detected.
 ///
 /// Holds the value's engine, not the container: it does not keep the container alive, and a
 /// command issued after the container was released fails with `.valueContainerDeinited`.
 public struct WaitSchedule<Value> {
     @usableFromInline let engine: ValueEngine<Value>
+    /// How long each command may wait for its turn (`nil`: no limit).
     @usableFromInline let timeout: DispatchTimeInterval?
 
     /// Commands that run before every other pending command (FIFO among themselves).
     ///
     /// Stored rather than computed, like ``QueueSafeValue/wait``: reaching it from a value you hold
-    /// costs no reference-count traffic.
+    /// costs no reference counting (a computed one would retain and release the engine on every
+    /// command; `Benchmarks.md` has the measurement).
     public let highestPriority: WaitCommands<Value>
 
     /// Commands that run after every other pending command (FIFO among themselves).
@@ -29,12 +56,17 @@ public struct WaitSchedule<Value> {
     /// is passed over by at most that many later arrivals (see ``CommandFairness``).
     public let lowestPriority: WaitCommands<Value>
 
+    /// Commands of ``CommandPriority/default`` priority: what a command issued on the schedule
+    /// itself (`value.wait.set …`) runs at. Stored, like ``highestPriority``.
+    public let defaultPriority: WaitCommands<Value>
+
     @usableFromInline
     init(engine: ValueEngine<Value>, timeout: DispatchTimeInterval?) {
         self.engine = engine
         self.timeout = timeout
         highestPriority = WaitCommands(engine: engine, priority: .highest, timeout: timeout)
         lowestPriority = WaitCommands(engine: engine, priority: .lowest, timeout: timeout)
+        defaultPriority = WaitCommands(engine: engine, priority: .default, timeout: timeout)
     }
 
     /// Commands of the given priority: higher priorities run first, FIFO within a priority.
@@ -44,46 +76,68 @@ public struct WaitSchedule<Value> {
     }
 }
 
+// Holds the engine (Sendable) and plain values: shareable for any value, since the commands that
+// hand the value out require a Sendable one.
 extension WaitSchedule: Sendable {}
+
+extension WaitSchedule: WaitScheduling {
+    /// The commands issued on the schedule itself: ``defaultPriority``.
+    @inlinable
+    public var commands: WaitCommands<Value> { defaultPriority }
+}
 
 // MARK: - WaitCommands
 
-/// Blocking commands of one priority: `value.wait.highestPriority.{command}`.
+/// Blocking commands of one priority: `value.wait.highestPriority`, `value.wait.priority(.high)`.
 ///
-/// Every command waits its turn in the value's command queue (higher priority first, FIFO within a
-/// priority; a running command is never preempted), then runs its closure **on the calling thread**
-/// while it holds the value exclusively. When the queue is idle the command runs at once, with no
-/// allocation and no thread switch.
-///
-/// Failures come back as `.failure`, and then no closure has run:
-/// - `.valueContainerDeinited`: the container was released before the call;
-/// - `.reentrantAccess`: the calling thread (or task) is inside a critical section of this same
-///   value, where waiting would deadlock;
-/// - `.timedOut(_:)`: issued through `wait(timeout:)` and not started in time (it never runs later);
-///   the diagnostics say what held the value and what waited for it;
-/// - `.deadlock(_:)`: waiting would never end, and the command failed at once instead of parking
-///   the thread: the value's holder waits (directly or through a chain of holders) for a value this
-///   thread or task holds, or parking would leave Swift's cooperative pool no thread to resume the
-///   task that holds the value. The report names the cycle;
-/// - `.commandClosureDeallocated`: the closure passed was `nil`.
-///
-/// A command issued from a block running on a dispatch queue never waits forever for a dispatch
-/// command that targets that queue and runs before it: the waiting thread runs that command itself
-/// (it is running on the queue), and the command's own block then does nothing. See
-/// <doc:GettingStarted#Deadlocks> for what is and is not detected.
+/// The same commands as ``WaitSchedule`` (declared once, on ``WaitScheduling``), at the priority
+/// chosen; the priority is chosen once (`value.wait.highestPriority.lowestPriority` does not
+/// compile). Ordering, the thread the closures run on and the failures are ``WaitSchedule``'s.
 public struct WaitCommands<Value> {
     @usableFromInline let engine: ValueEngine<Value>
-    @usableFromInline let priority: CommandPriority
+    /// The priority its commands queue at.
+    @usableFromInline let commandPriority: CommandPriority
+    /// How long each command may wait for its turn (`nil`: no limit).
     @usableFromInline let timeout: DispatchTimeInterval?
 
     @usableFromInline
     init(engine: ValueEngine<Value>, priority: CommandPriority, timeout: DispatchTimeInterval?) {
         self.engine = engine
-        self.priority = priority
+        self.commandPriority = priority
         self.timeout = timeout
     }
 }
 
-// Holds the engine (Sendable) and plain values: shareable for any value, since the commands that
-// hand the value out require a Sendable one.
+// Holds the engine (Sendable) and plain values, as WaitSchedule.
 extension WaitCommands: Sendable {}
+
+extension WaitCommands: WaitScheduling {
+    /// The commands themselves.
+    @inlinable
+    public var commands: WaitCommands<Value> { self }
+}
+
+// MARK: - WaitScheduling
+
+/// What blocking commands are issued on: the blocking schedule (``WaitSchedule``), its commands of
+/// one priority (``WaitCommands``) and the synced container (``QueueSafeSyncedValue``).
+///
+/// The blocking commands (`withLock`, `read`, `transaction`, `get`, `set`, `map`) are declared once,
+/// in this protocol's extensions, and run with ``commands``' priority and timeout. A protocol,
+/// because two structs and a class share them: the schedule and its priorities are two types so
+/// that `value.wait.highestPriority` is a stored property (no reference counting on the idle path),
+/// and the container is a class (it owns its value and closes it when it goes). Its one requirement
+/// names the commands' priority and timeout.
+public protocol WaitScheduling {
+    /// The type of the guarded value.
+    associatedtype Value
+    /// The value's engine, the priority the commands queue at and how long they may wait.
+    var commands: WaitCommands<Value> { get }
+}
+
+extension WaitScheduling {
+    // The parts the commands' bodies read.
+    @inlinable var engine: ValueEngine<Value> { commands.engine }
+    @inlinable var commandPriority: CommandPriority { commands.commandPriority }
+    @inlinable var timeout: DispatchTimeInterval? { commands.timeout }
+}
