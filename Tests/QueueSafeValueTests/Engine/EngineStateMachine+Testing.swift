@@ -1,37 +1,102 @@
 @_spi(Testing) @testable import QueueSafeValue
 
-/// The transition tests and the cycle explorer keep plain integers as the machine's handles: no
-/// integer runs on a dispatch queue of its own, so no helper or inline successor is ever chosen.
-extension Int: EngineHandle {
-    /// No integer runs on a queue.
-    public var targetQueueID: Int { 0 }
+/// The transition tests' and the cycle explorer's handles: waiters that carry only a number. None
+/// runs on a dispatch queue of its own, so no helper or inline successor is ever chosen for one.
+// @unchecked Sendable: its number never changes (and `isGranted`, as for every waiter, is touched
+// only under the engine lock)
+final class NumberedHandle: Contender, @unchecked Sendable {
+    let id: Int
+
+    init(_ id: Int) {
+        self.id = id
+    }
+}
+
+extension Contender {
+    /// The number of a ``NumberedHandle`` (-1 for any other waiter).
+    var number: Int { (self as? NumberedHandle)?.id ?? -1 }
+}
+
+// The transitions in the shape the tests read best: numbered handles in, numbers and the word to
+// store out. Each calls the machine's one form of the transition.
+extension EngineStateMachine {
+    mutating func enqueue(
+        _ number: Int, kind: CommandKind, priority: CommandPriority, reentrant: Bool, observed: Int,
+        now: UInt64 = 0, shared: Bool = false
+    ) -> (Admission, word: Int) {
+        var word = observed
+        let admission = enqueue(
+            NumberedHandle(number), kind: kind, priority: priority, reentrant: reentrant, word: &word, now: now,
+            shared: shared)
+        return (admission, word)
+    }
+
+    /// ``discardPending()`` and ``enqueueOperation(_:priority:discardable:word:now:)``, as the
+    /// storage runs them: in one lock section.
+    mutating func enqueueOperation(
+        _ number: Int, priority: CommandPriority, discardable: Bool, observed: Int, now: UInt64 = 0
+    ) -> (Admission, Actions, word: Int) {
+        var word = observed
+        let actions = discardPending()
+        let admission = enqueueOperation(
+            NumberedHandle(number), priority: priority, discardable: discardable, word: &word, now: now)
+        return (admission, actions, word)
+    }
+
+    mutating func release(observed: Int, now: UInt64 = 0, releaserQueue: Int = 0) -> (Actions, word: Int) {
+        var word = observed
+        let actions = release(word: &word, now: now, releaserQueue: releaserQueue)
+        return (actions, word)
+    }
+
+    mutating func releaseReader(_ ticket: Ticket, observed: Int, now: UInt64 = 0) -> (Actions, word: Int) {
+        var word = observed
+        let actions = releaseReader(ticket, word: &word, now: now)
+        return (actions, word)
+    }
+
+    mutating func releaseIdleReader(observed: Int, now: UInt64 = 0) -> (Actions, word: Int) {
+        var word = observed
+        let actions = releaseIdleReader(word: &word, now: now)
+        return (actions, word)
+    }
+
+    mutating func close(observed: Int) -> (Actions, word: Int) {
+        var word = observed
+        let actions = close(word: &word)
+        return (actions, word)
+    }
+
+    mutating func beginManual(_ number: Int, kind: CommandKind, observed: Int, now: UInt64 = 0) -> (Ticket, word: Int) {
+        var word = observed
+        let ticket = beginManual(NumberedHandle(number), kind: kind, word: &word, now: now)
+        return (ticket, word)
+    }
+
+    /// ``leave(_:)``, answering with the number of the command that left (`nil` if it was granted
+    /// first or had left already).
+    mutating func leaving(_ ticket: Ticket) -> Int? {
+        guard let actions = leave(ticket) else { return nil }
+        return actions.left.first
+    }
 }
 
 extension EngineStateMachine.Actions {
-    /// The command this release granted, if any.
-    var next: Handle? { grant?.handle }
+    /// The number of the command this release granted, if any.
+    var next: Int? { grant?.handle.number }
 
     /// The commands that left the queue, in order.
-    var left: [Handle] {
-        others.compactMap { if case .left(let handle) = $0 { handle } else { nil } }
+    var left: [Int] {
+        others.compactMap { if case .left(let handle) = $0 { handle.number } else { nil } }
     }
 
     /// The commands whose tasks are cancelled, in order.
-    var cancelled: [Handle] {
-        others.compactMap { if case .cancel(let handle) = $0 { handle } else { nil } }
+    var cancelled: [Int] {
+        others.compactMap { if case .cancel(let handle) = $0 { handle.number } else { nil } }
     }
 
     /// The manual-completion command to finish, if any.
-    var finish: Handle? {
-        others.lazy.compactMap { if case .finish(let handle) = $0 { handle } else { nil } }.first
-    }
-}
-
-extension EngineStateMachine {
-    /// ``leave(_:)``, answering with the command that left (`nil` if it was granted first or had
-    /// left already).
-    mutating func leaving(_ ticket: Ticket) -> Handle? {
-        guard let actions = leave(ticket) else { return nil }
-        return actions.left.first
+    var finish: Int? {
+        others.lazy.compactMap { if case .finish(let handle) = $0 { handle.number } else { nil } }.first
     }
 }

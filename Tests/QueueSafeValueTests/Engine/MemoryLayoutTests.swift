@@ -15,21 +15,13 @@ import Testing
 /// The sizes the engine's comments promise, as checks: a size that grows fails here, in the commit
 /// that grows it, instead of as a few percent on the benchmark later.
 @Suite(.runsAlongsideOthers) struct MemoryLayoutTests {
-    typealias Machine = EngineStateMachine<Contender>
+    typealias Machine = EngineStateMachine
 
     /// "16 bytes, so a waiting command costs the machine 32 (this record and its heap entry)".
     @Test func aWaitingCommandCostsTheMachine32Bytes() {
         #expect(MemoryLayout<Machine.Record>.size == 16)
         #expect(MemoryLayout<Machine.Record>.stride == 16)
         #expect(MemoryLayout<CommandHeap.Entry>.stride == 16)
-    }
-
-    /// `Taken`, the actions between a transition's two halves: how to start the grant (two
-    /// references), the ended holder, the plain values in one word, the heir's two words. A larger
-    /// form was copied through the runtime's tuple witnesses (+270 instructions per dispatched
-    /// command): "keep it this size".
-    @Test func theTakenActionsStayInSevenWords() {
-        #expect(MemoryLayout<CommandEngine.Taken>.size <= 7 * MemoryLayout<Int>.size)
     }
 
     /// A record's role, the state only some kinds of command use, fits in the one byte the record

@@ -4,7 +4,7 @@ import Testing
 
 /// Shared reads in the pure state machine: each rule of the order, driven without threads.
 @Suite(.runsAlongsideOthers) struct SharedReadTransitionTests {
-    typealias Machine = EngineStateMachine<Int>
+    typealias Machine = EngineStateMachine
 
     /// Drives a machine with integer commands, tracking the word and who holds, and checking the
     /// machine's invariants after every step.
@@ -22,10 +22,10 @@ import Testing
 
         /// Every command an action granted: the first grant, then the readers granted beside it.
         static func granted(_ actions: Machine.Actions) -> [Int] {
-            var granted = actions.grant.map { [$0.handle] } ?? []
+            var granted = actions.grant.map { [$0.handle.number] } ?? []
             for other in actions.others {
                 switch other {
-                case .startReader(let handle), .helpReader(let handle, _): granted.append(handle)
+                case .startReader(let handle), .helpReader(let handle, _): granted.append(handle.number)
                 case .left, .cancel, .finish: break
                 }
             }

@@ -109,14 +109,14 @@ struct CycleWorld: ExplorableWorld {
     }
 
     struct EngineState {
-        var machine = EngineStateMachine<Int>()
+        var machine = EngineStateMachine()
         var word = 0
         var lock: Int?
         /// `ownerThread`: the thread running in the section, plus one; 0 for none.
         var ownerThread = 0
         /// The thread the section was granted to and that has not released it (the truth).
         var grantedTo: Int?
-        var tickets: [EngineStateMachine<Int>.Ticket?]
+        var tickets: [EngineStateMachine.Ticket?]
     }
 
     enum Step {
@@ -453,7 +453,7 @@ struct CycleWorld: ExplorableWorld {
             hasher.combine(engine.ownerThread)
             hasher.combine(engine.grantedTo)
             hasher.combine(engine.machine.waitingCount)
-            for entry in engine.machine.waitingInOrder() { hasher.combine(entry.waiter) }
+            for entry in engine.machine.waitingInOrder() { hasher.combine(entry.waiter.number) }
             for ticket in engine.tickets { hasher.combine(ticket.flatMap { engine.machine.summary(of: $0) }) }
         }
     }

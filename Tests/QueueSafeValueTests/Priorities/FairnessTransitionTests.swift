@@ -4,7 +4,7 @@ import Testing
 
 /// The bounded-overtaking policy in the pure state machine: which command each release grants.
 @Suite(.runsAlongsideOthers) struct FairnessTransitionTests {
-    typealias Machine = EngineStateMachine<Int>
+    typealias Machine = EngineStateMachine
 
     /// Enqueues `priorities` (waiter `n` is the `n`th) behind a holder, then releases until the
     /// queue drains; returns the order of the grants. `arrivingLater` are enqueued after the first

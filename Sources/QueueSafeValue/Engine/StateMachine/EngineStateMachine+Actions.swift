@@ -3,14 +3,6 @@
 // `CommandEngine+Perform.swift` performs them in one place. Who starts a granted command (its own
 // waiting party, a helper thread, the releasing block) is decided here, not by the storage.
 
-/// What the machine keeps for a command: the storage's waiter object, or a plain integer in the
-/// tests. The machine asks it one thing, to decide who starts a dispatched command.
-protocol EngineHandle {
-    /// The identity of the dispatch queue the command runs on (see `QueueTag`), or 0 for a command
-    /// that runs on no queue of its own (blocking and awaiting commands).
-    var targetQueueID: Int { get }
-}
-
 extension EngineStateMachine {
     /// Who starts a command the machine has granted the section.
     enum Starter {
@@ -29,8 +21,7 @@ extension EngineStateMachine {
         case releaser
     }
 
-    /// The command a transition granted the section, and how it starts. (In this order, it takes
-    /// 23 bytes, and the storage's `Taken` seven words.)
+    /// The command a transition granted the section, and how it starts.
     struct Grant {
         /// Its waiter.
         var handle: Handle
@@ -67,8 +58,8 @@ extension EngineStateMachine {
     /// What the storage performs after a transition, once the engine lock is released, in this
     /// order: raise and start the grant, end the releaser's boost, free the value, let go of an
     /// ended holder's task, then the others in order. Empty by default: most transitions need one
-    /// or two of these. The transitions on the contended path leave them in the machine's
-    /// ``EngineStateMachine/outbox`` instead of returning them (see there why).
+    /// or two of these. The one result of every transition that changes who holds, waits or is
+    /// freed; the storage performs it in one place (`CommandEngine+Perform.swift`).
     struct Actions {
         /// The command granted the section, if any.
         var grant: Grant?
@@ -86,7 +77,7 @@ extension EngineStateMachine {
     }
 }
 
-extension EngineStateMachine where Handle: EngineHandle {
+extension EngineStateMachine {
     /// Who starts `handle`, just granted as `kind`.
     /// - Parameters:
     ///   - releaserQueue: the queue of a dispatched block that released and could run a successor
@@ -109,54 +100,21 @@ extension EngineStateMachine where Handle: EngineHandle {
         return .itself
     }
 
-    /// Records the exclusive grant of `handle` in ``outbox``, with the urgency it inherits.
-    @inline(__always)
-    mutating func grantInOutbox(
+    /// The exclusive grant of `handle`, with the urgency it inherits.
+    mutating func grant(
         _ handle: Handle, kind: CommandKind, urgency: Urgency = .none, releaserQueue: Int = 0, boosted: Bool = false
-    ) {
+    ) -> Grant {
         let starter = starter(of: handle, kind: kind, releaserQueue: releaserQueue, boosted: boosted)
-        outbox.grant = Grant(handle: handle, starter: starter, urgency: urgency, kind: kind, shared: false)
+        return Grant(handle: handle, starter: starter, urgency: urgency, kind: kind, shared: false)
     }
 
     /// A dispatched holder was taken over by a waiting thread that does not run on its queue: it
     /// goes back. A waiter running on its queue that registered meanwhile runs it; otherwise it is
     /// published again and given a block of its own.
     mutating func returnTakenOver(_ handle: Handle) -> Actions {
-        grantInOutbox(handle, kind: .dispatched)
-        return outboxActions()
-    }
-}
-
-extension EngineStateMachine {
-    /// A transition's actions as the storage takes them: every field of ``Actions``, moved out.
-    typealias TakenActions = (grant: Grant?, ended: Handle?, endBoost: Bool, freeValue: Bool, others: [Other])
-
-    /// Takes the actions left in ``outbox``, every field, leaving it empty: the storage's one way
-    /// to read them (it never writes the machine's fields). Field by field, each moved out: a
-    /// whole `Actions` built and destroyed here was destroyed through its generic value witness,
-    /// +700 instructions per dispatched command.
-    @inline(__always)
-    mutating func takeOutbox() -> TakenActions {
-        let taken = (outbox.grant.take(), outbox.ended.take(), outbox.endBoost, outbox.freeValue, outbox.others)
-        (outbox.endBoost, outbox.freeValue) = (false, false)
-        if !taken.4.isEmpty { outbox.others = [] }
-        assert(outbox.isEmpty, "takeOutbox() left an action behind")
-        return taken
-    }
-
-    /// The actions left in ``outbox``, whole, leaving it empty: for the transitions that return
-    /// their actions (the rarer ones, and the tests' forms of the contended ones).
-    mutating func outboxActions() -> Actions {
-        var taken = Actions()
-        swap(&taken, &outbox)
-        return taken
-    }
-}
-
-extension EngineStateMachine.Actions {
-    /// Every field, for the storage (see ``EngineStateMachine/takeOutbox()``).
-    consuming func taken() -> EngineStateMachine.TakenActions {
-        (grant, ended, endBoost, freeValue, others)
+        var actions = Actions()
+        actions.grant = grant(handle, kind: .dispatched)
+        return actions
     }
 }
 

@@ -56,7 +56,6 @@ extension EngineStateMachine {
         {
             return violation
         }
-        if !outbox.isEmpty { return "a transition's actions were left in the outbox: nobody performs them" }
         if let violation = sharedReadViolation(word: word) { return violation }
         if let violation = bound.violation(table) { return violation }
         if let violation = discarding.violation(table) { return violation }

@@ -6,18 +6,20 @@ extension EngineStateMachine {
     /// The holder starts a manual-completion command: the machine keeps a record of it until both
     /// its closure has returned and its completion arrived. The holder's release then goes
     /// through the lock.
-    /// - Parameter observed: the word (the caller holds the section).
+    /// - Parameter word: the word (the caller holds the section); on return, the word to store.
+    /// - Returns: the ticket its completion reports to.
     mutating func beginManual(
         _ waiter: Handle,
         kind: CommandKind,
-        observed: Int,
+        word: inout Int,
         now: UInt64 = 0
-    ) -> (Ticket, word: Int) {
-        assert(EngineWord.isHeld(observed) && hold.trackedSlot == nil, "manual completion without a plain holder")
+    ) -> Ticket {
+        assert(EngineWord.isHeld(word) && hold.trackedSlot == nil, "manual completion without a plain holder")
         let ticket = table.allocate(waiter, kind: kind, state: .holding, role: .exclusive(.running))
         hold.grant(tracked: ticket.slot)
-        if observed & EngineWord.slowRelease == 0 { hold.stamp(now, exact: false) }
-        return (ticket, observed | EngineWord.slowRelease)
+        if word & EngineWord.slowRelease == 0 { hold.stamp(now, exact: false) }
+        word |= EngineWord.slowRelease
+        return ticket
     }
 
     /// The closure of a manual-completion command returned.

@@ -2,48 +2,42 @@
 extension EngineStateMachine {
     // MARK: Discardable operations
 
-    /// An operation of a ``CommandQueue`` asks for the section. Before it takes its place, the
-    /// discardable operation that has not begun, if any, is discarded: a waiting one leaves the
-    /// queue (its task is resumed by the actions, and throws "cancelled"); one that was granted but has
-    /// not begun is marked, and ``beginDiscardable(_:)`` then refuses it. Both happen in this one
-    /// transition, so "enqueued later" and "discarded" are the same instant.
-    /// - Parameter isDiscardable: the new operation is itself discardable: it is discarded in turn
-    ///   if another operation is enqueued before it begins.
+    /// An operation of a ``CommandQueue`` is about to ask for the section: the discardable
+    /// operation that has not begun, if any, is discarded. A waiting one leaves the queue (its task
+    /// is resumed by the actions, and throws "cancelled"); one that was granted but has not begun
+    /// is marked, and ``beginDiscardable(_:)`` then refuses it. The storage calls it in the lock
+    /// section of the ``enqueueOperation(_:priority:discardable:word:now:)`` that follows, so
+    /// "enqueued later" and "discarded" are the same instant.
+    mutating func discardPending() -> Actions {
+        var actions = Actions()
+        guard let pending = discarding.takePending(), table.isCurrent(pending) else { return actions }
+        switch table[pending.slot].state {
+        case .waiting:
+            if let discarded = markLeft(pending.slot) { actions.others.append(.left(discarded)) }
+            table.sweepIfMostlyDead()
+        case .holding:
+            // mutant(discard-forgets-granted): break
+            discarding.discardHolder(pending)
+        case .left, .ended, .free:
+            break
+        }
+        return actions
+    }
+
+    /// An operation of a ``CommandQueue`` asks for the section (after ``discardPending()``). It
+    /// keeps a record while it waits and while it holds (for `cancelAll()`).
+    /// - Parameters:
+    ///   - isDiscardable: the new operation is itself discardable: it is discarded in turn if
+    ///     another operation is enqueued before it begins.
+    ///   - word: as for ``enqueue(_:kind:priority:reentrant:word:now:shared:)``.
     mutating func enqueueOperation(
         _ waiter: Handle,
         priority: CommandPriority,
         discardable isDiscardable: Bool,
-        observed: Int,
+        word: inout Int,
         now: UInt64 = 0
-    ) -> (Admission, Actions, word: Int) {
-        let (admission, word) = enqueueOperationIntoOutbox(
-            waiter, priority: priority, discardable: isDiscardable, observed: observed, now: now)
-        return (admission, outboxActions(), word)
-    }
-
-    /// ``enqueueOperation(_:priority:discardable:observed:now:)``, leaving its actions in
-    /// ``outbox``: the storage's form, on every operation (see ``outbox`` for why).
-    mutating func enqueueOperationIntoOutbox(
-        _ waiter: Handle,
-        priority: CommandPriority,
-        discardable isDiscardable: Bool,
-        observed: Int,
-        now: UInt64
-    ) -> (Admission, word: Int) {
-        if let pending = discarding.takePending(), table.isCurrent(pending) {
-            switch table[pending.slot].state {
-            case .waiting:
-                if let discarded = markLeft(pending.slot) { outbox.others.append(.left(discarded)) }
-                table.sweepIfMostlyDead()
-            case .holding:
-                // mutant(discard-forgets-granted): break
-                discarding.discardHolder(pending)
-            case .left, .ended, .free:
-                break
-            }
-        }
-        let (admission, word) = enqueue(
-            waiter, kind: .operation, priority: priority, reentrant: false, observed: observed, now: now)
+    ) -> Admission {
+        let admission = enqueue(waiter, kind: .operation, priority: priority, reentrant: false, word: &word, now: now)
         // mutant(discard-standard): if true {
         if isDiscardable {
             switch admission {
@@ -51,7 +45,7 @@ extension EngineStateMachine {
             case .granted(nil), .refused: break
             }
         }
-        return (admission, word)
+        return admission
     }
 
     /// A discardable operation that holds the section is about to begin. It no longer counts as

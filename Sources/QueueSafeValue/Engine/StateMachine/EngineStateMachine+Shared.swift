@@ -59,29 +59,31 @@ extension EngineStateMachine {
 
     /// The handle of the shared read `slot`, granted now in a batch or by admission, as an action
     /// beside the first grant: who starts it, and whether a helper runs it.
-    mutating func startReaderInOutbox(_ slot: UInt32, kind: CommandKind) {
+    mutating func startReader(_ actions: inout Actions, _ slot: UInt32, kind: CommandKind) {
         guard let handle = table[slot].handle else { preconditionFailure("a granted read without its waiter") }
         // Readers never run inline in a releasing block: their releases go by ticket.
         switch starter(of: handle, kind: kind) {
         case .helper(let helper):
             table[slot].role = .startedReader(table[slot].manual)
-            outbox.others.append(.helpReader(handle, helper: helper))
+            actions.others.append(.helpReader(handle, helper: helper))
         case .itself, .releaser:
-            outbox.others.append(.startReader(handle))
+            actions.others.append(.startReader(handle))
         }
     }
 
     /// ``handOn(closedBit:now:releaserQueue:)`` popped a shared read: grant it, and every shared read
     /// standing directly behind it, up to the first exclusive command.
     /// - Returns: the word to store.
-    mutating func grantReaders(first slot: UInt32, kind: CommandKind, closedBit: Int, now: UInt64) -> Int {
+    mutating func grantReaders(
+        _ actions: inout Actions, first slot: UInt32, kind: CommandKind, closedBit: Int, now: UInt64
+    ) -> Int {
         if inheritance.hasParked { inheritance.clear(slot) }
         _ = grantReader(slot)
         guard let handle = table[slot].handle else { preconditionFailure("a granted read without its waiter") }
         // Readers never run inline in a releasing block: their releases go by ticket.
         let starter = starter(of: handle, kind: kind)
         if case .helper = starter { table[slot].role = .startedReader(table[slot].manual) }
-        admitWaitingReaders()
+        admitWaitingReaders(&actions)
         var inherited = Urgency.none
         if inheritance.hasParked {
             // The waiters still parked now wait for these readers: the first inherits their
@@ -89,7 +91,7 @@ extension EngineStateMachine {
             inherited = inheritance.parkedUrgency
             if !inherited.isNone { inheritance.inherit(inherited) }
         }
-        outbox.grant = Grant(handle: handle, starter: starter, urgency: inherited, kind: kind, shared: true)
+        actions.grant = Grant(handle: handle, starter: starter, urgency: inherited, kind: kind, shared: true)
         hold.stamp(now, exact: true)
         // Readers always release under the lock: `slowRelease` stays set while they hold.
         return closedBit | EngineWord.shared | EngineWord.slowRelease
@@ -97,8 +99,8 @@ extension EngineStateMachine {
 
     /// While readers hold: grants every shared read that now stands first in the waiting order, up
     /// to the first exclusive command (or the oldest command, once a bounded-overtaking policy
-    /// says it is next). Leaves the grants in ``outbox``.
-    mutating func admitWaitingReaders() {
+    /// says it is next), as actions beside the first grant.
+    mutating func admitWaitingReaders(_ actions: inout Actions) {
         // mutant(batch-stops-early): while hold.readersHold, hold.readers.count < 1, let slot = peekNext(), table[slot].isShared {
         while hold.readersHold, let slot = peekNext(), table[slot].isShared {
             guard let (popped, kind) = popNext() else { break }
@@ -108,55 +110,55 @@ extension EngineStateMachine {
                 inheritance.lowerIfNeeded(readersHold: true)
             }
             _ = grantReader(popped)
-            startReaderInOutbox(popped, kind: kind)
+            startReader(&actions, popped, kind: kind)
         }
     }
 
     /// A shared read ends: it releases its share of the section. The last reader to release hands
-    /// the section on. Leaves its actions in ``outbox``.
+    /// the section on.
     /// - Parameters:
     ///   - ticket: the reader's ticket, from its grant.
-    ///   - observed: the word (it says `shared | slowRelease`).
-    /// - Returns: the word to store.
-    mutating func releaseReaderIntoOutbox(_ ticket: Ticket, observed: Int, now: UInt64) -> Int {
-        assert(outbox.isEmpty, "the outbox of an earlier transition was not taken")
+    ///   - word: the word (it says `shared | slowRelease`); on return, the word to store.
+    mutating func releaseReader(_ ticket: Ticket, word: inout Int, now: UInt64 = 0) -> Actions {
+        var actions = Actions()
+        let observed = word
         hold.observe(observed)
         guard isHoldingReader(ticket), hold.removeReader(ticket.slot) else {
             assertionFailure("release of a shared read that does not hold")
-            return observed
+            return actions
         }
-        outbox.ended = table[ticket.slot].handle.take()
+        actions.ended = table[ticket.slot].handle.take()
         table.end(ticket.slot)
         // Each reader ends its own thread's boost; the hold's boost ends with the last reader.
-        outbox.endBoost = inheritance.isHoldBoosted
-        // mutant(writer-beside-reader): guard !hold.readersHold || table.waitingCount > 0 else { return wordWhileReadersHold(observed) }
-        guard !hold.readersHold else { return wordWhileReadersHold(observed) }
-        return handOn(closedBit: observed & EngineWord.closed, now: now, releaserQueue: 0)
+        actions.endBoost = inheritance.isHoldBoosted
+        // mutant(writer-beside-reader): if hold.readersHold && table.waitingCount == 0 {
+        if hold.readersHold {
+            word = wordWhileReadersHold(observed)
+            return actions
+        }
+        word = handOn(&actions, closedBit: observed & EngineWord.closed, now: now, releaserQueue: 0)
+        return actions
     }
 
     /// A shared read that took the idle path gives its share back through the lock (it saw a
-    /// command waiting, or the container released). The last reader hands the section on. Leaves
-    /// its actions in ``outbox``.
-    /// - Parameter observed: the word before the engine set `slowRelease` on it (it counts the
-    ///   reader; `slowRelease` may have been cleared since the reader saw it, when the last listed
-    ///   reader left and nobody waited).
-    /// - Returns: the word to store.
-    mutating func releaseIdleReaderIntoOutbox(observed: Int, now: UInt64) -> Int {
-        assert(outbox.isEmpty, "the outbox of an earlier transition was not taken")
-        assert(EngineWord.idleReaders(observed) > 0, "an idle reader released that the word does not count")
+    /// command waiting, or the container released). The last reader hands the section on.
+    /// - Parameter word: the word before the engine set `slowRelease` on it (it counts the reader;
+    ///   `slowRelease` may have been cleared since the reader saw it, when the last listed reader
+    ///   left and nobody waited); on return, the word to store.
+    mutating func releaseIdleReader(word: inout Int, now: UInt64 = 0) -> Actions {
+        assert(EngineWord.idleReaders(word) > 0, "an idle reader released that the word does not count")
+        var actions = Actions()
+        let observed = word
         hold.observe(observed)
         hold.removeIdleReader()
         // It may have been raised as a holder: it ends its own boost.
-        outbox.endBoost = inheritance.isHoldBoosted
-        let word = observed &- EngineWord.idleReaderUnit
-        guard !hold.readersHold else { return wordWhileReadersHold(word) }
-        return handOn(closedBit: observed & EngineWord.closed, now: now, releaserQueue: 0)
-    }
-
-    /// ``releaseIdleReaderIntoOutbox(observed:now:)``, returning its actions (for the tests).
-    mutating func releaseIdleReader(observed: Int, now: UInt64 = 0) -> (Actions, word: Int) {
-        let word = releaseIdleReaderIntoOutbox(observed: observed, now: now)
-        return (outboxActions(), word)
+        actions.endBoost = inheritance.isHoldBoosted
+        if hold.readersHold {
+            word = wordWhileReadersHold(observed &- EngineWord.idleReaderUnit)
+            return actions
+        }
+        word = handOn(&actions, closedBit: observed & EngineWord.closed, now: now, releaserQueue: 0)
+        return actions
     }
 
     /// The word to store after a reader left while others still hold: `shared` stays while a
@@ -167,12 +169,6 @@ extension EngineStateMachine {
         guard !hold.hasListedReaders else { return word }
         let idleOnly = word & ~EngineWord.shared
         return table.waitingCount == 0 ? idleOnly & ~EngineWord.slowRelease : idleOnly
-    }
-
-    /// ``releaseReaderIntoOutbox(_:observed:now:)``, returning its actions (for the tests).
-    mutating func releaseReader(_ ticket: Ticket, observed: Int, now: UInt64 = 0) -> (Actions, word: Int) {
-        let word = releaseReaderIntoOutbox(ticket, observed: observed, now: now)
-        return (outboxActions(), word)
     }
 
     /// The block of the granted dispatched shared read `ticket` is about to run it.

@@ -12,7 +12,12 @@
 ///
 /// Transitions that race with the lock-free idle path take the state word the engine observed
 /// (`observed`) and return the word to store; see ``EngineWord``.
-struct EngineStateMachine<Handle: EngineHandle> {
+struct EngineStateMachine {
+    /// What the machine keeps for a command: the storage's waiter object, which it only stores,
+    /// returns in its actions, and asks one thing (``Contender/targetQueueID``, to decide who starts
+    /// a dispatched command).
+    typealias Handle = Contender
+
     /// Identifies a command's record while it waits or holds the section. A ticket of a command
     /// that has ended no longer matches its slot: the generation moved on.
     struct Ticket: Hashable, Sendable {
@@ -100,9 +105,9 @@ struct EngineStateMachine<Handle: EngineHandle> {
     // them (the storage reads what it needs through the views in `EngineStateMachine+Diagnostics`).
 
     /// The records and the waiting order (`RecordTable.swift`).
-    var table = RecordTable<Handle>()
+    var table = RecordTable()
     /// The bounded-overtaking policy (`OvertakeBound.swift`).
-    var bound: OvertakeBound<Handle>
+    var bound: OvertakeBound
     /// Who holds the section, and since when (`Hold.swift`).
     var hold = Hold()
     /// Priority inheritance's bookkeeping (`Inheritance.swift`).
@@ -110,14 +115,7 @@ struct EngineStateMachine<Handle: EngineHandle> {
     /// The container's life (`Lifecycle.swift`).
     var life = Lifecycle()
     /// ``CommandQueue``'s discardable operations (`Lifecycle.swift`).
-    var discarding = Discarding<Handle>()
-    /// The actions of the transition in progress, which the storage takes (``takeOutbox()``) in
-    /// the same lock section. Transitions on the contended path leave their actions here instead
-    /// of returning them: a returned `Actions`, a generic struct holding references, was copied and
-    /// destroyed through its value witnesses, hundreds of instructions per release. Empty between
-    /// transitions.
-    var outbox = Actions()
-
+    var discarding = Discarding()
     /// - Parameter maxOvertakes: `nil` for strict priority (the default), or how many commands that
     ///   arrived after a waiting command may be granted before it (see ``CommandFairness``).
     init(maxOvertakes: Int? = nil) {
@@ -131,103 +129,98 @@ struct EngineStateMachine<Handle: EngineHandle> {
     ///
     /// - Parameters:
     ///   - reentrant: the caller is inside this section already, so waiting would wait for itself.
-    ///   - observed: the word before the engine set `slowRelease` on it.
+    ///   - word: the word before the engine set `slowRelease` on it; on return, the word to store.
     ///   - now: the time, for ``Hold/since``.
-    /// - Returns: the decision and the word to store.
+    /// - Returns: the decision.
     mutating func enqueue(
         _ waiter: Handle,
         kind: CommandKind,
         priority: CommandPriority,
         reentrant: Bool,
-        observed: Int,
+        word: inout Int,
         now: UInt64 = 0,
         shared: Bool = false
-    ) -> (Admission, word: Int) {
-        if life.isClosed { return (.refused(.valueContainerDeinited), observed) }
+    ) -> Admission {
+        let observed = word
+        if life.isClosed { return .refused(.valueContainerDeinited) }
         hold.observe(observed)
         // mutant(double-grant): guard EngineWord.isHeld(observed), table.waitingCount > 0 else {
         guard EngineWord.isHeld(observed) else {
             assert(table.waitingCount == 0 && hold.trackedSlot == nil, "a free section with waiters or a holder record")
             if shared {
                 hold.stamp(now, exact: true)
-                return (
-                    .granted(grantReader(allocateReader(waiter, kind: kind))),
-                    EngineWord.shared | EngineWord.slowRelease
-                )
+                word = EngineWord.shared | EngineWord.slowRelease
+                return .granted(grantReader(allocateReader(waiter, kind: kind)))
             }
             guard kind == .operation else {
                 hold.grant(tracked: nil)
-                return (.granted(nil), kind.wordBits)
+                word = kind.wordBits
+                return .granted(nil)
             }
             let ticket = table.allocate(waiter, kind: kind, state: .holding, role: .operation(.unattached))
             hold.grant(tracked: ticket.slot)
             hold.stamp(now, exact: true)
-            // mutant(stale-holder-record): return (.granted(ticket), kind.wordBits)
-            return (.granted(ticket), kind.wordBits | EngineWord.slowRelease)
+            // mutant(stale-holder-record): word = kind.wordBits
+            word = kind.wordBits | EngineWord.slowRelease
+            return .granted(ticket)
         }
-        if reentrant { return (.refused(.reentrantAccess), observed) }
+        if reentrant { return .refused(.reentrantAccess) }
         hold.foundHeld()
         if observed & EngineWord.slowRelease == 0 {
             // The holder took a free section unseen: it has held it at least since now.
             hold.stamp(now, exact: false)
         }
         if shared && EngineWord.readersHold(observed) && mayJoinReaders(priority: priority) {
-            return (
-                .granted(grantReader(allocateReader(waiter, kind: kind))),
-                observed | EngineWord.shared | EngineWord.slowRelease
-            )
+            word = observed | EngineWord.shared | EngineWord.slowRelease
+            return .granted(grantReader(allocateReader(waiter, kind: kind)))
         }
         let role: Role =
             shared ? .reader(.notManual) : kind == .operation ? .operation(.unattached) : .exclusive(.notManual)
         let ticket = table.allocate(waiter, kind: kind, state: .waiting, role: role)
         let arrival = table.enqueue(ticket.slot, priority: priority)
         bound.arrived(ticket, sequence: arrival)
-        return (.queued(ticket), observed | EngineWord.slowRelease)
+        word = observed | EngineWord.slowRelease
+        return .queued(ticket)
     }
 
     // MARK: Release
 
     /// The holder ends its command: grant the next waiting command, or free the section.
     /// - Parameters:
-    ///   - observed: the word (it has holder bits, and `slowRelease` or `closed`).
+    ///   - word: the word (it has holder bits, and `slowRelease` or `closed`); on return, the word
+    ///     to store.
     ///   - now: the time, for ``Hold/since``.
     ///   - releaserQueue: the queue of a dispatched block that may run a successor for the same queue
     ///     inline (see ``Starter/releaser``); 0 otherwise.
-    /// - Returns: the actions and the word to store.
-    mutating func release(observed: Int, now: UInt64 = 0, releaserQueue: Int = 0) -> (Actions, word: Int) {
-        let word = releaseIntoOutbox(observed: observed, now: now, releaserQueue: releaserQueue)
-        return (outboxActions(), word)
-    }
-
-    /// ``release(observed:now:releaserQueue:)``, leaving its actions in ``outbox``: the storage's
-    /// form, on every contended release.
-    /// - Returns: the word to store.
-    mutating func releaseIntoOutbox(observed: Int, now: UInt64, releaserQueue: Int) -> Int {
-        assert(EngineWord.isHeld(observed), "release of a free section")
-        assert(outbox.isEmpty, "the outbox of an earlier transition was not taken")
+    mutating func release(word: inout Int, now: UInt64 = 0, releaserQueue: Int = 0) -> Actions {
+        assert(EngineWord.isHeld(word), "release of a free section")
+        var actions = Actions()
         if let slot = hold.endTracked() {
-            outbox.ended = table[slot].handle.take()
+            actions.ended = table[slot].handle.take()
             table.end(slot)
         }
-        return handOn(closedBit: observed & EngineWord.closed, now: now, releaserQueue: releaserQueue)
+        word = handOn(&actions, closedBit: word & EngineWord.closed, now: now, releaserQueue: releaserQueue)
+        return actions
     }
 
     /// The section's last holder (an exclusive command, or the last shared read) released it: grant
     /// the next waiting command (with the shared reads directly behind it, if it is one), or free
-    /// the section. Leaves its actions in ``outbox``.
+    /// the section.
     /// - Returns: the word to store.
-    mutating func handOn(closedBit: Int, now: UInt64, releaserQueue: Int) -> Int {
+    mutating func handOn(_ actions: inout Actions, closedBit: Int, now: UInt64, releaserQueue: Int) -> Int {
         hold.stamp(0, exact: false)
-        outbox.endBoost = inheritance.endHold()
+        actions.endBoost = inheritance.endHold()
         guard let (slot, kind) = popNext() else {
             hold.free()
             // mutant(value-outlives-container): if false, life.freeValue() {
             if life.freeValue() {
-                outbox.freeValue = true
+                actions.freeValue = true
             }
             return closedBit
         }
-        if table[slot].isShared { return grantReaders(first: slot, kind: kind, closedBit: closedBit, now: now) }
+        if table[slot].isShared {
+            return grantReaders(&actions, first: slot, kind: kind, closedBit: closedBit, now: now)
+        }
         // popNext() left the record's handle in place: the grant takes it, unless the record stays
         // as the holder's (an operation's, for cancelAll); the others' records go below.
         guard let next = kind == .operation ? table[slot].handle : table[slot].handle.take() else {
@@ -242,7 +235,8 @@ struct EngineStateMachine<Handle: EngineHandle> {
             if !inherited.isNone { inheritance.inherit(inherited) }
         }
         // Decided before the record goes: a helper is found among the records still waiting.
-        grantInOutbox(next, kind: kind, urgency: inherited, releaserQueue: releaserQueue, boosted: outbox.endBoost)
+        actions.grant = grant(
+            next, kind: kind, urgency: inherited, releaserQueue: releaserQueue, boosted: actions.endBoost)
         var word = closedBit | kind.wordBits
         if kind == .operation {
             table[slot].state = .holding
@@ -295,11 +289,12 @@ struct EngineStateMachine<Handle: EngineHandle> {
     ///   sweep once such entries outnumber the live ones.
     mutating func leave(_ ticket: Ticket) -> Actions? {
         guard table.isWaiting(ticket) else { return nil }
-        if let waiter = markLeft(ticket.slot) { outbox.others.append(.left(waiter)) }
+        var actions = Actions()
+        if let waiter = markLeft(ticket.slot) { actions.others.append(.left(waiter)) }
         // An exclusive command that left may have been all that kept shared reads behind it waiting.
-        if hold.readersHold { admitWaitingReaders() }
+        if hold.readersHold { admitWaitingReaders(&actions) }
         table.sweepIfMostlyDead()
-        return outboxActions()
+        return actions
     }
 
     /// Whether the command is still waiting for its turn.
@@ -323,20 +318,23 @@ struct EngineStateMachine<Handle: EngineHandle> {
 
     /// The container was released: refuse every new command, and free the value as soon as nothing
     /// holds or waits for it.
-    /// - Parameter observed: the word before the engine set `closed` on it.
-    /// - Returns: the actions (the value is freed now if nothing holds it), and the word to store.
-    mutating func close(observed: Int) -> (Actions, word: Int) {
+    /// - Parameter word: the word before the engine set `closed` on it; on return, the word to store.
+    /// - Returns: the actions (the value is freed now if nothing holds it).
+    mutating func close(word: inout Int) -> Actions {
         var actions = Actions()
-        guard life.close() else { return (actions, observed | EngineWord.closed) }
+        let observed = word
+        word = observed | EngineWord.closed
+        guard life.close() else { return actions }
         hold.observe(observed)
         if EngineWord.isHeld(observed) {
             hold.foundHeld()
-            return (actions, observed | EngineWord.closed)
+            return actions
         }
         assert(table.waitingCount == 0)
         hold.free()
         actions.freeValue = life.freeValue()
-        return (actions, EngineWord.closed)
+        word = EngineWord.closed
+        return actions
     }
 
     // MARK: Records

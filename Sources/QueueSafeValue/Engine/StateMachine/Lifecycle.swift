@@ -57,8 +57,8 @@ struct Lifecycle {
 ///
 /// Invariant (``violation(_:)``): a pending discardable operation, while its record is current, is
 /// an operation that waits or holds.
-struct Discarding<Handle: EngineHandle> {
-    typealias Ticket = EngineStateMachine<Handle>.Ticket
+struct Discarding {
+    typealias Ticket = EngineStateMachine.Ticket
 
     /// The newest discardable operation that has not begun, if any.
     private(set) var pending: Ticket?
@@ -91,7 +91,7 @@ struct Discarding<Handle: EngineHandle> {
         return false
     }
 
-    func violation(_ table: RecordTable<Handle>) -> String? {
+    func violation(_ table: RecordTable) -> String? {
         guard let pending, table.isCurrent(pending) else { return nil }
         let record = table[pending.slot]
         if record.kind != .operation || (record.state != .waiting && record.state != .holding) {

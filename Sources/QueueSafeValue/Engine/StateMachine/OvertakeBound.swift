@@ -6,8 +6,8 @@
 ///
 /// Invariant (``violation(_:)``): the arrivals from ``start`` on include every waiting command, in
 /// arrival order; ``oldestOvertakes`` is 0 when none remains.
-struct OvertakeBound<Handle: EngineHandle> {
-    typealias Ticket = EngineStateMachine<Handle>.Ticket
+struct OvertakeBound {
+    typealias Ticket = EngineStateMachine.Ticket
 
     /// A waiting command, in arrival order.
     struct Arrival {
@@ -48,7 +48,7 @@ struct OvertakeBound<Handle: EngineHandle> {
 
     /// The oldest command that still waits, if a bound applies; drops the ones ahead of it that no
     /// longer wait.
-    mutating func oldestWaiting(in table: RecordTable<Handle>) -> Arrival? {
+    mutating func oldestWaiting(in table: RecordTable) -> Arrival? {
         guard limit != nil else { return nil }
         while start < arrivals.count {
             let front = arrivals[start]
@@ -89,13 +89,13 @@ struct OvertakeBound<Handle: EngineHandle> {
     }
 
     /// Whether some waiting command is due (it waits, and the bound says it is next).
-    func isSomeoneDue(in table: RecordTable<Handle>) -> Bool {
+    func isSomeoneDue(in table: RecordTable) -> Bool {
         isDue && arrivals[start...].contains { table.isWaiting($0.ticket) }
     }
 
     /// What is wrong with the bound's bookkeeping, if anything.
     /// - Complexity: O(n)
-    func violation(_ table: RecordTable<Handle>) -> String? {
+    func violation(_ table: RecordTable) -> String? {
         guard limit != nil else { return arrivals.isEmpty ? nil : "arrivals kept under strict priority" }
         let live = arrivals[start...].filter { table.isWaiting($0.ticket) }.count
         if live != table.waitingCount {

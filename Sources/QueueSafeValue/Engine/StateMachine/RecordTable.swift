@@ -99,8 +99,9 @@ extension EngineStateMachine {
 /// whose record waits, and every other entry is counted dead; every record that waits is in the
 /// heap; the free list names only free records, as many as there are; every record's role fits its
 /// kind; every registered helper waits.
-struct RecordTable<Handle: EngineHandle> {
-    typealias Machine = EngineStateMachine<Handle>
+struct RecordTable {
+    typealias Handle = Contender
+    typealias Machine = EngineStateMachine
     typealias Record = Machine.Record
     typealias Ticket = Machine.Ticket
 

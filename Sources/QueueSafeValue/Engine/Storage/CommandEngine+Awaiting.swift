@@ -67,23 +67,19 @@ extension CommandEngine {
     ) -> (waiter: AwaitingWaiter, granted: Bool) {
         SyncPoints.commandPoint("operation arrives at", self)
         let waiter = AwaitingWaiter()
-        SyncPoints.inheritance(true)
-        defer { SyncPoints.inheritance(false) }
-        var deferred: [Deferred] = []
-        var taken = Self.nothingTaken
-        let (admission, lowersBoost) = machine.withLock { machine in
-            let admission = transition(announcing: EngineWord.slowRelease, &machine) { machine, observed in
-                let (admission, word) = machine.enqueueOperationIntoOutbox(
-                    waiter, priority: priority, discardable: discardable, observed: observed, now: coarseNow())
-                SyncPoints.note(discardable ? "a discardable operation is enqueued" : "an operation is enqueued")
-                return (admission, word)
+        var admitted: Machine.Admission?
+        // A discarded operation that was parked may have been a reason for a boost: `perform`
+        // lowers it.
+        perform { machine in
+            let actions = machine.discardPending()
+            admitted = transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
+                machine.enqueueOperation(
+                    waiter, priority: priority, discardable: discardable, word: &word, now: coarseNow())
             }
-            // A discarded operation that was parked may have been a reason for a boost.
-            taken = take(machine.takeOutbox(), &deferred)
-            return (admission, machine.takeBoostSync())
+            SyncPoints.note(discardable ? "a discardable operation is enqueued" : "an operation is enqueued")
+            return actions
         }
-        _ = perform(taken, deferred)
-        if lowersBoost { lowerBoost() }
+        guard let admission = admitted else { preconditionFailure("the transition ran under the lock") }
         switch admission {
         case .granted(let ticket?):
             waiter.ticket = ticket
@@ -293,8 +289,8 @@ extension CommandEngine {
     /// task is resumed to throw `.timedOut` with a snapshot of the queue, unless it was granted (or
     /// left) first.
     private func timeOut(_ waiter: AwaitingWaiter) {
-        apply { machine in
-            guard let actions = machine.leave(waiter.ticket) else { return nil }
+        perform { machine in
+            guard let actions = machine.leave(waiter.ticket) else { return .init() }
             waiter.refusal = .timedOut(snapshot(machine, word: state.loadAcquire()))
             return actions
         }
@@ -303,6 +299,6 @@ extension CommandEngine {
     /// Every waiting operation leaves the queue (its task is resumed, cancelled and throws
     /// `.cancelled`), and the running operation's task is cancelled.
     final func cancelAll() {
-        apply { $0.cancelAll() }
+        perform { $0.cancelAll() }
     }
 }

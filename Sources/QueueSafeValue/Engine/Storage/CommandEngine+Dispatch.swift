@@ -88,12 +88,12 @@ extension CommandEngine {
     static let dispatchStarted = 1
 
     /// The one start of a granted exclusive dispatched command, whichever path granted it: under
-    /// the engine lock in the grant's lock section when the machine granted it (``take(_:_:)``),
+    /// the engine lock in the grant's lock section when the machine granted it (``prepare(_:_:)``),
     /// or right after the idle compare-and-swap when it took a free section (`DispatchedCommand`).
     /// Notes its queue for diagnostics, then hands it to `helper`, a waiting thread that runs on
     /// its queue (the slot then says started: nobody else may take it), or publishes it in the
     /// dispatched holder's slot for its block to claim (or a waiter on its queue to take over).
-    /// Its block, or the helper's wake-up, follows after unlocking (``perform(_:_:)``).
+    /// Its block, or the helper's wake-up, follows after unlocking (``perform(_:)``).
     final func publishGrantedDispatch(_ command: Contender, helper: Contender?) {
         dispatchedHolderQueue.storeRelaxed(command.targetQueueID)
         guard let helper else { return publishPendingDispatch(command) }
@@ -192,6 +192,6 @@ extension CommandEngine {
     /// such a waiter to take over, and given a block that claims it (its first block may have run
     /// and found the slot taken; whichever block claims it first runs it).
     private func republish(_ command: Contender) {
-        apply { $0.returnTakenOver(command) }
+        perform { $0.returnTakenOver(command) }
     }
 }

@@ -50,15 +50,15 @@ extension CommandEngine {
     ) -> Machine.Admission {
         SyncPoints.commandPoint("read arrives at", self, kind)
         return machine.withLock { machine in
-            transition(announcing: EngineWord.slowRelease, &machine) { machine, observed in
-                let (admission, word) = machine.enqueue(
-                    waiter, kind: kind, priority: priority, reentrant: reentrant, observed: observed, now: coarseNow(),
+            transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
+                let admission = machine.enqueue(
+                    waiter, kind: kind, priority: priority, reentrant: reentrant, word: &word, now: coarseNow(),
                     shared: true)
                 switch admission {
                 case .granted(let ticket?), .queued(let ticket): waiter.readerTicket = ticket
                 case .granted(nil), .refused: break
                 }
-                return (admission, word)
+                return admission
             }
         }
     }
@@ -67,18 +67,12 @@ extension CommandEngine {
     /// on (the actions are performed after unlocking).
     final func releaseReader(_ ticket: Ticket) {
         SyncPoints.commandPoint("read releases", self)
-        SyncPoints.inheritance(true)
-        defer { SyncPoints.inheritance(false) }
-        var deferred: [Deferred] = []
-        var taken = Self.nothingTaken
-        machine.withLock { machine in
+        perform { machine in
             // The word says `shared | slowRelease`: only locked transitions change it now.
-            transitionWhileHeld(&machine) { machine, observed in
-                ((), machine.releaseReaderIntoOutbox(ticket, observed: observed, now: coarseNow()))
+            transitionWhileHeld(&machine) { machine, word in
+                machine.releaseReader(ticket, word: &word, now: coarseNow())
             }
-            taken = take(machine.takeOutbox(), &deferred)
         }
-        _ = perform(taken, deferred)
     }
 
     /// The block of a granted dispatched shared read claims it: `false` if a helper runs it.
@@ -173,21 +167,15 @@ extension CommandEngine {
     /// waits for the section, or the container was released. The last reader hands the section on.
     @usableFromInline
     final func releaseIdleReaderSlow() {
-        SyncPoints.inheritance(true)
-        defer { SyncPoints.inheritance(false) }
-        var deferred: [Deferred] = []
-        var taken = Self.nothingTaken
-        machine.withLock { machine in
+        perform { machine in
             // The reader saw `slowRelease` or `closed`, but the release of the last listed reader
             // may have cleared `slowRelease` since (only idle readers hold, nobody waits), and then
             // other idle readers join and leave on the word: announce it again, as an enqueue does.
-            // mutant(idle-release-while-word-moves): transitionWhileHeld(&machine) { machine, observed in
-            transition(announcing: EngineWord.slowRelease, &machine) { machine, observed in
-                ((), machine.releaseIdleReaderIntoOutbox(observed: observed, now: coarseNow()))
+            // mutant(idle-release-while-word-moves): transitionWhileHeld(&machine) { machine, word in
+            transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
+                machine.releaseIdleReader(word: &word, now: coarseNow())
             }
-            taken = take(machine.takeOutbox(), &deferred)
         }
-        _ = perform(taken, deferred)
     }
 
     // MARK: Blocking shared reads

@@ -82,16 +82,16 @@ extension CommandEngine {
     /// Under the engine lock: a transition that may race with the idle path (an enqueue, a close).
     /// It first sets `bit` with one atomic read-modify-write, so that neither idle
     /// compare-and-swap can succeed from then on; the machine decides on the word it read, and the
-    /// word it returns is stored, without a retry loop.
+    /// word it leaves in `word` is stored, without a retry loop.
     @inline(__always)
     final func transition<R>(
         announcing bit: Int,
         _ machine: inout Machine,
-        _ decide: (inout Machine, _ observed: Int) -> (R, word: Int)
+        _ decide: (inout Machine, _ word: inout Int) -> R
     ) -> R {
-        // mutant(enqueue-without-slow-release): let observed = bit == EngineWord.slowRelease ? state.loadAcquire() : state.fetchOr(bit)
-        let observed = state.fetchOr(bit)
-        let (result, word) = decide(&machine, observed)
+        // mutant(enqueue-without-slow-release): var word = bit == EngineWord.slowRelease ? state.loadAcquire() : state.fetchOr(bit)
+        var word = state.fetchOr(bit)
+        let result = decide(&machine, &word)
         state.storeRelease(word)
         return result
     }
@@ -102,9 +102,10 @@ extension CommandEngine {
     @inline(__always)
     final func transitionWhileHeld<R>(
         _ machine: inout Machine,
-        _ decide: (inout Machine, _ observed: Int) -> (R, word: Int)
+        _ decide: (inout Machine, _ word: inout Int) -> R
     ) -> R {
-        let (result, word) = decide(&machine, state.loadAcquire())
+        var word = state.loadAcquire()
+        let result = decide(&machine, &word)
         state.storeRelease(word)
         return result
     }

@@ -54,7 +54,7 @@ import QueueSafeValueShims
 // @unchecked Sendable: mutable state is the locked machine and atomic words
 @usableFromInline
 class CommandEngine: @unchecked Sendable {
-    typealias Machine = EngineStateMachine<Contender>
+    typealias Machine = EngineStateMachine
     typealias Ticket = Machine.Ticket
 
     /// The engine's atomic words, by ``Word`` (each word's meaning is there).
@@ -193,9 +193,9 @@ class CommandEngine: @unchecked Sendable {
         reentrant: Bool = false
     ) -> Machine.Admission {
         machine.withLock { machine in
-            transition(announcing: EngineWord.slowRelease, &machine) { machine, observed in
+            transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
                 machine.enqueue(
-                    waiter, kind: kind, priority: priority, reentrant: reentrant, observed: observed, now: coarseNow())
+                    waiter, kind: kind, priority: priority, reentrant: reentrant, word: &word, now: coarseNow())
             }
         }
     }
@@ -219,18 +219,11 @@ class CommandEngine: @unchecked Sendable {
     @usableFromInline
     @discardableResult
     final func releaseSlow(releaserQueue: Int = 0) -> Contender? {
-        // The release may hand a raise on to the heir, and ends the releaser's own.
-        SyncPoints.inheritance(true)
-        defer { SyncPoints.inheritance(false) }
-        var deferred: [Deferred] = []
-        var taken = Self.nothingTaken
-        machine.withLock { machine in
-            transitionWhileHeld(&machine) { machine, observed in
-                ((), machine.releaseIntoOutbox(observed: observed, now: coarseNow(), releaserQueue: releaserQueue))
+        perform { machine in
+            transitionWhileHeld(&machine) { machine, word in
+                machine.release(word: &word, now: coarseNow(), releaserQueue: releaserQueue)
             }
-            taken = take(machine.takeOutbox(), &deferred)
         }
-        return perform(taken, deferred)
     }
 
     /// Takes a waiting command out of the queue (a cancellation), if it still waits: it never runs
@@ -239,7 +232,7 @@ class CommandEngine: @unchecked Sendable {
     /// The resumed task then finds out under the lock that it was not granted.
     /// - Complexity: O(1) amortized.
     final func leave(_ ticket: Ticket) {
-        apply { $0.leave(ticket) }
+        perform { $0.leave(ticket) ?? .init() }
     }
 
     /// A waiting command gives up (its deadline passed, or waiting would deadlock): it leaves the
@@ -248,8 +241,8 @@ class CommandEngine: @unchecked Sendable {
     ///   was granted first (then it runs).
     final func leaveWithSnapshot(_ ticket: Ticket) -> QueueDiagnostics? {
         var diagnostics: QueueDiagnostics?
-        apply { machine in
-            guard let actions = machine.leave(ticket) else { return nil }
+        perform { machine in
+            guard let actions = machine.leave(ticket) else { return .init() }
             diagnostics = snapshot(machine, word: state.loadAcquire())
             return actions
         }
@@ -261,9 +254,8 @@ class CommandEngine: @unchecked Sendable {
     /// run.
     @usableFromInline
     final func close() {
-        apply { machine in
-            transition(announcing: EngineWord.closed, &machine) { machine, observed in machine.close(observed: observed)
-            }
+        perform { machine in
+            transition(announcing: EngineWord.closed, &machine) { machine, word in machine.close(word: &word) }
         }
     }
 
@@ -273,8 +265,8 @@ class CommandEngine: @unchecked Sendable {
     /// - Returns: the ticket its completion closure reports to.
     final func beginManual(_ waiter: Contender, kind: CommandKind) -> Ticket {
         machine.withLock { machine in
-            transitionWhileHeld(&machine) { machine, observed in
-                machine.beginManual(waiter, kind: kind, observed: observed, now: coarseNow())
+            transitionWhileHeld(&machine) { machine, word in
+                machine.beginManual(waiter, kind: kind, word: &word, now: coarseNow())
             }
         }
     }
@@ -291,7 +283,7 @@ class CommandEngine: @unchecked Sendable {
     /// The completion of the manual-completion command `ticket` was called, or dropped uncalled.
     final func manualCompletionArrived(_ ticket: Ticket, dropped: Bool) {
         SyncPoints.commandPoint("manual completion is called for", self)
-        apply { $0.manualCompletionArrived(ticket, dropped: dropped) }
+        perform { $0.manualCompletionArrived(ticket, dropped: dropped) }
     }
 
     // MARK: Observation

@@ -17,7 +17,7 @@ import Dispatch
 /// ones that concern it.
 // @unchecked Sendable: `isGranted` is touched only under the engine lock
 @usableFromInline
-class Contender: EngineHandle, @unchecked Sendable {
+class Contender: @unchecked Sendable {
     /// The engine's verdict for the waiting party, written under the engine lock when the state
     /// machine grants the command. Read under the same lock (see
     /// ``CommandEngine/waitForTurn(_:deadline:holdsNothing:startedLater:cancellable:)``).
