@@ -59,6 +59,11 @@ struct AtomicWord: @unchecked Sendable {
         SyncPoints.atomic()
         return qsv_atomic_load_relaxed(words.address(index))
     }
+    /// The value, for an assertion: a relaxed load that is not a sync point, so that checking a
+    /// condition does not give the controlled scheduler a place to switch threads.
+    @inlinable @inline(__always) func peekForAssertion() -> Int {
+        qsv_atomic_load_relaxed(words.address(index))
+    }
     @inlinable @inline(__always) func storeRelease(_ value: Int) {
         SyncPoints.atomic()
         qsv_atomic_store_release(words.address(index), value)

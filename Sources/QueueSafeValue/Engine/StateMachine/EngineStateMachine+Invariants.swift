@@ -38,16 +38,26 @@ extension EngineStateMachine {
         if let violation = invariantViolation(word: word) { preconditionFailure(violation) }
     }
 
-    /// What is wrong with the machine's bookkeeping, or with the word it left, if anything.
-    /// - Complexity: O(n)
-    func invariantViolation(word: Int) -> String? {
-        if let violation = table.violation() { return violation }
+    /// What is wrong with `word`, the word a locked transition leaves, given what the machine knows:
+    /// commands wait only while the section is held, and with `slowRelease` set (so that the holder
+    /// hands it on through the lock), as does a tracked holder; the `closed` bit is the container's
+    /// state; the holder and the readers are as ``Hold/violation(word:)`` says. The storage asserts
+    /// it after every locked transition of the word (debug builds).
+    /// - Complexity: O(readers)
+    func wordViolation(_ word: Int) -> String? {
         if !EngineWord.isHeld(word) && table.waitingCount != 0 { return "commands wait while the section is free" }
         if (table.waitingCount > 0 || hold.trackedSlot != nil) && word & EngineWord.slowRelease == 0 {
             return "the holder could release without the lock while the machine needs it to"
         }
         if let violation = life.violation(word: word, waitingCount: table.waitingCount) { return violation }
-        if let violation = hold.violation(word: word) { return violation }
+        return hold.violation(word: word)
+    }
+
+    /// What is wrong with the machine's bookkeeping, or with the word it left, if anything.
+    /// - Complexity: O(n)
+    func invariantViolation(word: Int) -> String? {
+        if let violation = table.violation() { return violation }
+        if let violation = wordViolation(word) { return violation }
         if let slot = hold.trackedSlot, table[slot].state != .holding {
             return "the tracked holder's record is \(table[slot].state)"
         }

@@ -53,6 +53,7 @@ enum EngineWord {
 
     /// How many shared reads that took the idle path hold the section.
     @inline(__always)
+    @inlinable
     static func idleReaders(_ word: Int) -> Int { word >> 5 }
 
     /// Whether a shared read may join on the idle path: nothing holds the section exclusively,
@@ -62,6 +63,13 @@ enum EngineWord {
     static func admitsIdleReader(_ word: Int) -> Bool {
         // mutant(idle-reader-joins-past-writer): word & (holderMask | closed) == 0
         word & (holderMask | slowRelease | closed) == 0
+    }
+
+    /// Whether `word` shows `kind` holding the section with `slowRelease` or `closed` announced:
+    /// the word an idle release that fails must leave (the holder then releases through the lock).
+    @inlinable
+    static func isAnnounced(_ word: Int, heldBy kind: CommandKind) -> Bool {
+        word & holderMask == kind.wordBits && word & (slowRelease | closed) != 0
     }
 
     /// Whether an idle reader may leave on the idle path: nobody waits and the container is open.

@@ -13,7 +13,9 @@
 /// so, with `slowRelease` set; the word's shared bit exactly while listed readers hold; readers never
 /// beside an exclusive holder; under `slowRelease` the machine's count of idle readers is the
 /// word's; readers listed exactly while the holder is ``Holder/readers``, each once; a machine that
-/// saw a free section never finds it held under `slowRelease`.
+/// saw a free section never finds it held under `slowRelease`. The storage asserts it (within
+/// ``EngineStateMachine/wordViolation(_:)``) on the word every locked transition leaves, and the
+/// idle path's own rules in `CommandEngine+Word.swift`.
 struct Hold {
     /// Who holds the section.
     enum Holder: Equatable {

@@ -3,26 +3,51 @@ import QueueSafeValueShims
 // The state word's protocol (the `state` word, see `EngineWord` for its layout and invariant): every change
 // any code makes to the word is one of the six functions below. Four are the lock-free idle path
 // (an exclusive command's take and release, a blocking shared read's join and leave); two are the
-// shapes of a locked transition. Elsewhere the word is only read: for diagnostics
-// snapshots, and for the holder's kind (the helping loop, and priority inheritance under the
-// lock). The controlled scheduler in the test suite runs them as they are: each atomic operation
-// is a sync point (`SyncPoints`).
+// shapes of a locked transition (the slow-release hand-over). Elsewhere the word is only read: for
+// diagnostics snapshots, and for the holder's kind (the helping loop, and priority inheritance
+// under the lock). The controlled scheduler in the test suite runs them as they are: each atomic
+// operation is a sync point (`SyncPoints`).
+//
+// Each function states what it may assume of the word and what it leaves, and asserts both in
+// debug builds (every test and checker run), reading the word with `peekForAssertion()`, which is
+// not a sync point, so the assertions do not change the schedules the checker explores. Release
+// builds compile them away.
 extension CommandEngine {
     /// Idle take: `0 → kind`, one compare-and-swap, no lock. Fails once any bit is set.
     @inlinable
     @inline(__always)
+    ///
+    /// Before: `kind` is an exclusive kind. After, if it took the section: the word shows `kind`
+    /// as the holder (nothing else can change the holder bits until it releases).
     final func tryAcquireIdle(_ kind: CommandKind) -> Bool {
         SyncPoints.commandPoint("command arrives at", self, kind)
-        return state.compareExchange(expected: 0, desired: kind.wordBits)
+        assert(kind.wordBits & ~EngineWord.holderMask == 0 && kind.wordBits != 0, "an idle take of no holder kind")
+        let taken = state.compareExchange(expected: 0, desired: kind.wordBits)
+        assert(
+            !taken || state.peekForAssertion() & EngineWord.holderMask == kind.wordBits,
+            "an idle take left a word that does not show its holder")
+        return taken
     }
 
     /// Idle release: `kind → 0`, one compare-and-swap, no lock. Fails when `slowRelease` or `closed`
     /// is set: the holder then releases through the lock (``releaseSlow(releaserQueue:)``).
     @inlinable
     @inline(__always)
+    ///
+    /// Before: the word shows `kind` as the holder (the caller holds). After, if it did not
+    /// release: the word still shows it, with `slowRelease` or `closed` announced; the section is
+    /// the caller's to hand on through the lock.
     final func tryReleaseIdle(_ kind: CommandKind) -> Bool {
         SyncPoints.commandPoint("command releases", self, kind)
-        return state.compareExchange(expected: kind.wordBits, desired: 0)
+        assert(
+            state.peekForAssertion() & EngineWord.holderMask == kind.wordBits,
+            "an idle release by a command the word does not show as the holder")
+        // mutant(idle-release-lets-go-when-it-fails): let released = state.exchange(0) == kind.wordBits
+        let released = state.compareExchange(expected: kind.wordBits, desired: 0)
+        assert(
+            released || EngineWord.isAnnounced(state.peekForAssertion(), heldBy: kind),
+            "an idle release that failed let go of the section, or failed with nothing announced")
+        return released
     }
 
     /// Idle join of a blocking shared read: `w → w + unit` while the word admits idle readers
@@ -43,7 +68,13 @@ extension CommandEngine {
         var word = state.loadRelaxed()
         while EngineWord.admitsIdleReader(word) {
             let seen = state.compareExchangeValue(expected: word, desired: word &+ EngineWord.idleReaderUnit)
-            if seen == word { return IdleRead(record: record, place: place) }
+            if seen == word {
+                assert(
+                    EngineWord.idleReaders(state.peekForAssertion()) > 0
+                        && state.peekForAssertion() & EngineWord.holderMask == 0,
+                    "an idle join left a word that does not count the reader, or shows an exclusive holder")
+                return IdleRead(record: record, place: place)
+            }
             word = seen
         }
         qsv_idle_reads_pop(record, place)
@@ -63,11 +94,18 @@ extension CommandEngine {
         SyncPoints.commandPoint("read releases", self, .blocking)
         qsv_idle_reads_pop(read.record, read.place)
         var word = state.loadRelaxed()
+        assert(
+            EngineWord.idleReaders(word) > 0 && word & EngineWord.holderMask == 0,
+            "an idle leave of a reader the word does not count")
         while EngineWord.releasesIdleReader(word) {
             let seen = state.compareExchangeValue(expected: word, desired: word &- EngineWord.idleReaderUnit)
             if seen == word { return true }
             word = seen
         }
+        // It still holds its share: the last reader to leave through the lock hands the section on.
+        assert(
+            EngineWord.idleReaders(word) > 0 && word & (EngineWord.slowRelease | EngineWord.closed) != 0,
+            "an idle leave failed with nothing announced")
         return false
     }
 
@@ -81,17 +119,22 @@ extension CommandEngine {
 
     /// Under the engine lock: a transition that may race with the idle path (an enqueue, a close).
     /// It first sets `bit` with one atomic read-modify-write, so that neither idle
-    /// compare-and-swap can succeed from then on; the machine decides on the word it read, and the
-    /// word it leaves in `word` is stored, without a retry loop.
+    /// compare-and-swap can succeed from then on; the machine decides on the word it read and
+    /// leaves the word to store in `word`, which is stored without a retry loop.
+    ///
+    /// Before: `bit` is `slowRelease` or `closed`. After: the word stored agrees with the machine
+    /// (``EngineStateMachine/wordViolation(_:)``).
     @inline(__always)
     final func transition<R>(
         announcing bit: Int,
         _ machine: inout Machine,
         _ decide: (inout Machine, _ word: inout Int) -> R
     ) -> R {
+        assert(bit == EngineWord.slowRelease || bit == EngineWord.closed, "a transition announced no lock bit")
         // mutant(enqueue-without-slow-release): var word = bit == EngineWord.slowRelease ? state.loadAcquire() : state.fetchOr(bit)
         var word = state.fetchOr(bit)
         let result = decide(&machine, &word)
+        assertAgrees(machine, word)
         state.storeRelease(word)
         return result
     }
@@ -99,15 +142,29 @@ extension CommandEngine {
     /// Under the engine lock, called by the holder (a release through the lock, the start of a
     /// manual completion): `slowRelease` or `closed` is set or the holder is the caller, so only
     /// locked transitions change the word now, and a plain read and store suffice.
+    ///
+    /// Before: the word shows a holder. After: the word stored agrees with the machine.
     @inline(__always)
     final func transitionWhileHeld<R>(
         _ machine: inout Machine,
         _ decide: (inout Machine, _ word: inout Int) -> R
     ) -> R {
         var word = state.loadAcquire()
+        assert(EngineWord.isHeld(word), "a holder's transition on a free section")
         let result = decide(&machine, &word)
+        assertAgrees(machine, word)
         state.storeRelease(word)
         return result
+    }
+
+    /// Debug builds: traps if `word`, about to be stored, disagrees with the machine.
+    @inline(__always)
+    private func assertAgrees(_ machine: borrowing Machine, _ word: Int) {
+        #if DEBUG
+            if let violation = machine.wordViolation(word) {
+                assertionFailure("a transition left a word that disagrees: \(violation)")
+            }
+        #endif
     }
 }
 
