@@ -57,12 +57,6 @@ extension CommandEngine {
         return nil
     }
 
-    /// Marks the calling thread as running a synchronous closure in the section (or not, with 0).
-    @usableFromInline
-    final func setOwnerThread(_ thread: Int) {
-        ownerThread.storeRelaxed(thread)
-    }
-
     /// Calls `body` with a completion closure on the thread that holds the section, then blocks
     /// that thread until the completion is called (from any thread) or dropped. The caller still
     /// holds the section afterwards and releases it as usual.

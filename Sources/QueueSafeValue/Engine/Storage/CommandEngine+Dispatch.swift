@@ -14,19 +14,31 @@ import QueueSafeValueShims
 extension CommandEngine {
     // MARK: Dispatched commands
 
-    /// Places a dispatched command in the queue at the moment of the call (after its idle
-    /// compare-and-swap failed), so commands issued one after another from one thread keep their
-    /// order.
-    /// - Returns: `true` if the section was free after all and the command holds it now (the caller
-    ///   starts it); `false` if it waits (the engine starts it when its turn comes).
+    /// A dispatched command arrives: the command's one call into the storage. Tags it with its
+    /// queue's identity (so that a waiter running on that queue knows it does, even if the command
+    /// takes a free section: that waiter may block the queue before the command's block runs),
+    /// takes a free section on the idle path or places the command in the queue through the lock
+    /// at the moment of the call (so commands issued one after another from one thread keep their
+    /// order), and publishes it if it holds the section now, for its block to claim.
+    /// - Returns: `true` if the command holds the section (the caller starts its block); `false`
+    ///   if it waits (the engine starts it when its turn comes).
     /// - Throws: `.valueContainerDeinited` if the container is gone.
     /// - Complexity: O(log n)
-    final func enqueueDispatched(_ command: Contender, priority: CommandPriority) throws(QueueSafeValueError) -> Bool {
-        switch enqueue(command, kind: .dispatched, priority: priority) {
-        case .granted: return true
-        case .queued: return false
-        case .refused(let error): throw error
+    final func admitDispatched(
+        _ command: Contender, on queue: DispatchQueue, priority: CommandPriority
+    ) throws(QueueSafeValueError) -> Bool {
+        command.adoptQueueID(queueIdentity(of: queue))
+        var holds = tryAcquireIdle(.dispatched)
+        if !holds {
+            switch enqueue(command, kind: .dispatched, priority: priority) {
+            case .granted: holds = true
+            case .queued: holds = false
+            case .refused(let error): throw error
+            }
         }
+        // mutant(dispatch-before-publish): if holds { command.start(); publishGrantedDispatch(command, helper: nil); return false }
+        if holds { publishGrantedDispatch(command, helper: nil) }
+        return holds
     }
 
     // MARK: Queue identities
@@ -112,12 +124,20 @@ extension CommandEngine {
     }
 
     /// The block of `command`, or its predecessor's block running it inline, claims it: `true` if
-    /// it was still published, `false` if a waiter took it over. Only `command` itself.
+    /// it was still published (the calling thread is then the one running the section's closure,
+    /// see ``setOwnerThread(_:)``), `false` if a waiter took it over. Only `command` itself.
     final func claimPendingDispatch(_ command: Contender) -> Bool {
         let raw = Int(bitPattern: Unmanaged.passUnretained(command).toOpaque())
         guard pendingDispatch.compareExchange(expected: raw, desired: Self.dispatchStarted) else { return false }
         Unmanaged.passUnretained(command).release()  // the reference the slot held
+        setOwnerThread(currentThreadID())
         return true
+    }
+
+    /// Marks the calling thread as running a synchronous closure in the section (or not, with 0):
+    /// a dispatched command's block or helper, and a manual completion's closure returning.
+    final func setOwnerThread(_ thread: Int) {
+        ownerThread.storeRelaxed(thread)
     }
 
     /// Takes over the published dispatched holder, if the holder is one and its block has not

@@ -49,6 +49,10 @@ class Contender: @unchecked Sendable {
 
     /// Runs a granted dispatched command on the calling thread, which runs on its queue and waits
     /// for the same section (see *helping* in ``BlockingWaiter``): the command's block is not run.
+    /// A dispatched command's queue identity, which the storage gives it when it arrives (see
+    /// ``CommandEngine/admitDispatched(_:on:priority:)``). Other waiters run on no queue of their own.
+    func adoptQueueID(_ identity: Int) {}
+
     func runOnHelper() {
         preconditionFailure("only dispatched commands run on a helper")
     }

@@ -47,7 +47,8 @@ class DispatchedCommand<Value>: Contender, @unchecked Sendable {
     private let queue: DispatchQueue
     private let completion: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)?
     /// The queue's identity (see `QueueTag`): a waiter running on the queue compares it with its own.
-    private let queueID: Int
+    /// Given by the storage when the command arrives, before anyone else can see the command.
+    private var queueID = 0
 
     required init(
         engine: ValueEngine<Value>,
@@ -63,9 +64,6 @@ class DispatchedCommand<Value>: Contender, @unchecked Sendable {
         // Passed in, not read from `operation`: switching over the generic enum in unspecialized
         // code costs a metadata lookup per command (see `ValueEngine.dispatchedCommandType`).
         self.isShared = shared
-        // Tagged now, so that a waiter running on the queue knows it does, even if this command
-        // takes a free section: that waiter may block the queue before this command's block runs.
-        self.queueID = engine.queueIdentity(of: queue)
     }
 
     /// Places the command in the queue now and arranges for it to run on `queue`.
@@ -78,9 +76,8 @@ class DispatchedCommand<Value>: Contender, @unchecked Sendable {
         completion: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)?
     ) {
         let command = Self(engine: engine, queue: queue, operation: operation, completion: completion)
-        if engine.tryAcquireIdle(.dispatched) { return command.publishAndStart() }
         do {
-            if try engine.enqueueDispatched(command, priority: priority) { command.publishAndStart() }
+            if try engine.admitDispatched(command, on: queue, priority: priority) { command.start() }
         } catch {
             SyncPoints.async(queue) { command.deliverFailure(error) }
         }
@@ -97,6 +94,8 @@ class DispatchedCommand<Value>: Contender, @unchecked Sendable {
         operation: Operation
     ) {
         let command = Self(engine: engine, queue: queue, operation: operation, completion: nil, shared: true)
+        // Tagged before it takes its place: see `CommandEngine.admitDispatched(_:on:priority:)`.
+        command.queueID = engine.queueIdentity(of: queue)
         switch engine.enqueueReader(command, kind: .dispatched, priority: priority, reentrant: false) {
         case .granted:
             command.start()
@@ -133,16 +132,13 @@ class DispatchedCommand<Value>: Contender, @unchecked Sendable {
         }
     }
 
-    /// Starts a command that took a free section (not through a release, which publishes it).
-    private func publishAndStart() {
-        // mutant(dispatch-before-publish): start(); engine.publishGrantedDispatch(self, helper: nil); return;
-        engine.publishGrantedDispatch(self, helper: nil)
-        start()
-    }
-
     override var targetQueue: DispatchQueue? { queue }
 
     override var targetQueueID: Int { queueID }
+
+    override func adoptQueueID(_ identity: Int) {
+        queueID = identity
+    }
 
     /// Dispatches the block of the granted (and published) command. Until the block claims it, a
     /// blocking waiter that runs on `queue` may take it over (see
@@ -165,6 +161,7 @@ class DispatchedCommand<Value>: Contender, @unchecked Sendable {
     /// delivered in a block of its own, after the thread's current block (the waiter) ends.
     override func runOnHelper() {
         if isShared { return executeShared() }
+        engine.setOwnerThread(currentThreadID())
         if let delivery = execute(inlineQueue: 0, deliverHere: false).delivery {
             let box = UncheckedSendable(delivery)
             SyncPoints.async(queue) { box.value() }
@@ -215,7 +212,7 @@ class DispatchedCommand<Value>: Contender, @unchecked Sendable {
     ///   it was started otherwise, or the release is left to a manual completion), and the delivery
     ///   to run after the release.
     private func execute(inlineQueue: Int, deliverHere: Bool) -> (next: DispatchedCommand?, delivery: Delivery?) {
-        engine.setOwnerThread(currentThreadID())
+        // The thread running it was marked by its claim, or as the helper.
         switch operation {
         case .read(let body):
             read(body)
