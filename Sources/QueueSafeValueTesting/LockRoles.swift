@@ -42,7 +42,7 @@
             let roles = [
                 ("EngineStateMachine", "engine"), ("BoostRecord", "boost record"),
                 ("DeadlockDetector", "deadlock detector"), ("BoostRegistry", "boost registry"),
-                ("Array<QueueSafeValue.Contender>", "helper jobs"), ("Observation", "observer"),
+                ("Array<QueueSafeValue.Waiter>", "helper jobs"), ("Observation", "observer"),
             ]
             return roles.first { type.contains($0.0) }?.1 ?? type
         }

@@ -4,7 +4,7 @@
 /// runs on a dispatch queue of its own, so no helper or inline successor is ever chosen for one.
 // @unchecked Sendable: its number never changes (and `isGranted`, as for every waiter, is touched
 // only under the engine lock)
-final class NumberedHandle: Contender, @unchecked Sendable {
+final class NumberedHandle: Waiter, @unchecked Sendable {
     let id: Int
 
     init(_ id: Int) {
@@ -12,7 +12,7 @@ final class NumberedHandle: Contender, @unchecked Sendable {
     }
 }
 
-extension Contender {
+extension Waiter {
     /// The number of a ``NumberedHandle`` (-1 for any other waiter).
     var number: Int { (self as? NumberedHandle)?.id ?? -1 }
 }

@@ -17,7 +17,8 @@ import Testing
 @Suite(.runsAlongsideOthers) struct MemoryLayoutTests {
     typealias Machine = EngineStateMachine
 
-    /// "16 bytes, so a waiting command costs the machine 32 (this record and its heap entry)".
+    /// A record is 16 bytes, so a waiting command costs the machine 32 (its record and its heap
+    /// entry).
     @Test func aWaitingCommandCostsTheMachine32Bytes() {
         #expect(MemoryLayout<Machine.Record>.size == 16)
         #expect(MemoryLayout<Machine.Record>.stride == 16)
@@ -67,6 +68,6 @@ import Testing
 
     /// The record keeps its waiter in one word (part of its 16 bytes).
     @Test func aRecordKeepsTheWaiterInOneWord() {
-        #expect(MemoryLayout<Contender?>.size == MemoryLayout<Int>.size)
+        #expect(MemoryLayout<Waiter?>.size == MemoryLayout<Int>.size)
     }
 }

@@ -22,7 +22,7 @@
             case dispatch
         }
 
-        enum Contender: String, CaseIterable, Sendable {
+        enum Waiter: String, CaseIterable, Sendable {
             case wait
             case waitWithTimeout
         }
@@ -36,9 +36,8 @@
 
         @Test(
             .enabled(if: Realtime.mayRun, Realtime.skipReason),
-            arguments: Holder.allCases, Contender.allCases)
-        func urgentWaiter_getsTheValueSoon_andTheHolderGetsItsOwnPriorityBack(holder: Holder, waiter: Contender) throws
-        {
+            arguments: Holder.allCases, Waiter.allCases)
+        func urgentWaiter_getsTheValueSoon_andTheHolderGetsItsOwnPriorityBack(holder: Holder, waiter: Waiter) throws {
             try Realtime.require()
             let outcome = Self.run(holder: holder, waiter: waiter)
             // Mutex, whose futex inherits priority, takes 20 ms here; without inheritance ~970 ms.
@@ -153,7 +152,7 @@
         }
 
         /// Runs the shape once and undoes everything it set (affinities, policies).
-        static func run(holder: Holder, waiter: Contender) -> Outcome {
+        static func run(holder: Holder, waiter: Waiter) -> Outcome {
             let value = QueueSafeValue(value: 0, label: "pathfinder")
             let holding = DispatchSemaphore(value: 0)
             let urgentReady = DispatchSemaphore(value: 0)

@@ -104,7 +104,7 @@ import Testing
     }
 
     /// A task granted while a more urgent task still waits behind it inherits that urgency before
-    /// its closure starts (the release escalates it, see `CommandEngine.raiseHeir`): it sees the
+    /// its closure starts (the release escalates it, see `CommandEngine.raiseNextHolder`): it sees the
     /// raised priority at once, without waiting for a raise.
     @Test func taskGrantedWhileAMoreUrgentTaskWaits_startsEscalated() async throws {
         let value = QueueSafeValue(value: 0, label: "escalated heir")

@@ -17,8 +17,9 @@ func cpuRelax() {
 }
 
 /// The identity of the task the caller runs in (its address, the same one `UnsafeCurrentTask`
-/// wraps), or 0 outside any task. About 2 ns, where `withUnsafeCurrentTask` costs about 35 ns: an
-/// awaiting command's idle path records its task with it.
+/// wraps), or 0 outside any task, read without the call `withUnsafeCurrentTask` makes into the
+/// runtime (<doc:Benchmarks#Why-the-code-is-shaped-this-way> has both costs): an awaiting
+/// command's idle path records its task with it.
 @usableFromInline
 @inline(__always)
 func currentTaskID() -> Int {

@@ -18,7 +18,7 @@ extension EngineStateMachine {
         /// The dispatched block that just released runs on the same queue and may run its successor
         /// inline, without a new block (see `DispatchedCommand`'s batches). The grant is still
         /// published, so a waiter on that queue may take it over first.
-        case releaser
+        case releasingBlock
     }
 
     /// The command a transition granted the section, and how it starts.
@@ -95,8 +95,8 @@ extension EngineStateMachine {
         // A thread blocked on the command's queue runs it: its block could not run meanwhile.
         // mutant(helper-never-chosen): if false, table.hasHelpers, let helper = table.helper(forQueue: queue) { return .helper(helper) }
         if table.hasHelpers, let helper = table.helper(forQueue: queue) { return .helper(helper) }
-        // mutant(inline-off-its-queue): if releaserQueue != 0 && !boosted { return .releaser }
-        if releaserQueue != 0 && queue == releaserQueue && !boosted { return .releaser }
+        // mutant(inline-off-its-queue): if releaserQueue != 0 && !boosted { return .releasingBlock }
+        if releaserQueue != 0 && queue == releaserQueue && !boosted { return .releasingBlock }
         return .itself
     }
 

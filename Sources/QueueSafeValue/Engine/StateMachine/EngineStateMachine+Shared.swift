@@ -66,7 +66,7 @@ extension EngineStateMachine {
         case .helper(let helper):
             table[slot].role = .startedReader(table[slot].manual)
             actions.others.append(.helpReader(handle, helper: helper))
-        case .itself, .releaser:
+        case .itself, .releasingBlock:
             actions.others.append(.startReader(handle))
         }
     }

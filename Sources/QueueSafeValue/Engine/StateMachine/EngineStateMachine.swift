@@ -14,9 +14,9 @@
 /// (`observed`) and return the word to store; see ``EngineWord``.
 struct EngineStateMachine {
     /// What the machine keeps for a command: the storage's waiter object, which it only stores,
-    /// returns in its actions, and asks one thing (``Contender/targetQueueID``, to decide who starts
+    /// returns in its actions, and asks one thing (``Waiter/targetQueueID``, to decide who starts
     /// a dispatched command).
-    typealias Handle = Contender
+    typealias Handle = Waiter
 
     /// Identifies a command's record while it waits or holds the section. A ticket of a command
     /// that has ended no longer matches its slot: the generation moved on.
@@ -191,7 +191,7 @@ struct EngineStateMachine {
     ///     to store.
     ///   - now: the time, for ``Hold/since``.
     ///   - releaserQueue: the queue of a dispatched block that may run a successor for the same queue
-    ///     inline (see ``Starter/releaser``); 0 otherwise.
+    ///     inline (see ``Starter/releasingBlock``); 0 otherwise.
     mutating func release(word: inout Int, now: UInt64 = 0, releaserQueue: Int = 0) -> Actions {
         assert(EngineWord.isHeld(word), "release of a free section")
         var actions = Actions()

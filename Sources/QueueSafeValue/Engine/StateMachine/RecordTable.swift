@@ -4,7 +4,7 @@
 extension EngineStateMachine {
     /// What a record knows beyond its place in the queue: the part that only some kinds of command
     /// use, as that kind's payload. One byte (each payload is a small enum, whose spare bits hold
-    /// the case), so a record stays 16 bytes.
+    /// the case), so a record stays two words (`MemoryLayoutTests` checks both).
     enum Role: Hashable {
         /// A blocking, awaiting or dispatched command that holds alone, with the phase of its manual
         /// completion (``ManualPhase/notManual`` for most).
@@ -31,8 +31,8 @@ extension EngineStateMachine {
         case done
     }
 
-    /// What the machine knows of one command: 16 bytes, so a waiting command costs the machine 32
-    /// (this record and its heap entry).
+    /// What the machine knows of one command: with its heap entry, all a waiting command costs the
+    /// machine, which `MemoryLayoutTests.aWaitingCommandCostsTheMachine32Bytes` keeps small.
     struct Record {
         var generation: UInt32 = 0
         var state: RecordState = .free
@@ -100,7 +100,7 @@ extension EngineStateMachine {
 /// heap; the free list names only free records, as many as there are; every record's role fits its
 /// kind; every registered helper waits.
 struct RecordTable {
-    typealias Handle = Contender
+    typealias Handle = Waiter
     typealias Machine = EngineStateMachine
     typealias Record = Machine.Record
     typealias Ticket = Machine.Ticket

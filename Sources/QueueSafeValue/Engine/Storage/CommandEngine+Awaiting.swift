@@ -23,7 +23,8 @@ extension CommandEngine {
     ///
     /// It keeps an `isolated` parameter, where the functions it calls are `nonisolated(nonsending)`:
     /// called `nonisolated(nonsending)` from the inlined command, it cost the uncontended command,
-    /// which never calls it, 84 instructions more (906 to 990).
+    /// which never calls it, instructions of its own (the `await set uncontended` row;
+    /// <doc:Benchmarks#Why-the-code-is-shaped-this-way> has the count).
     /// With `cancellable` false (`AwaitSchedule.evenIfCancelled`), the task's cancellation changes
     /// nothing: the command keeps its place and runs when its turn comes.
     /// - Throws: `.cancelled`, `.reentrantAccess` (the task is inside this section already),
@@ -138,7 +139,7 @@ extension CommandEngine {
     /// (`perform`) does not register its wait for deadlock detection: a cycle passes only through
     /// parties that hold what another waits for, and a walk looks only at holders' waits, so the
     /// registration could never take part in a cycle. (It cost every waiting command two trips
-    /// through the process-wide detector lock, about 2,000 instructions.) Its own urgency is then
+    /// through the process-wide detector lock.) Its own urgency is then
     /// parked in the same trip through the engine lock that stores its continuation.
     /// - Parameters:
     ///   - holdsNothing: the waiting task is an operation's own task that has run none of its

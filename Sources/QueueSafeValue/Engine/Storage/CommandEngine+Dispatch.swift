@@ -25,7 +25,7 @@ extension CommandEngine {
     /// - Throws: `.valueContainerDeinited` if the container is gone.
     /// - Complexity: O(log n)
     final func admitDispatched(
-        _ command: Contender, on queue: DispatchQueue, priority: CommandPriority
+        _ command: Waiter, on queue: DispatchQueue, priority: CommandPriority
     ) throws(QueueSafeValueError) -> Bool {
         command.adoptQueueID(queueIdentity(of: queue))
         var holds = tryAcquireIdle(.dispatched)
@@ -46,8 +46,8 @@ extension CommandEngine {
     /// The identity of `queue` (see ``QueueTag/identity(of:in:)``), tagging it if it has no tag
     /// yet. A value's dispatch commands usually target one queue, so the last queue's identity is
     /// kept in a one-entry cache: a hit costs four loads, where reading the queue's tag costs a
-    /// lookup in Dispatch's queue-specific list and a generic metadata lookup (about 500
-    /// instructions, the largest single item of a dispatch command's cost). The cache keeps the
+    /// lookup in Dispatch's queue-specific list and a generic metadata lookup, the largest single
+    /// item of a dispatch command's cost (<doc:Benchmarks#Why-the-code-is-shaped-this-way>). The cache keeps the
     /// last queue alive until another queue replaces it or the engine goes.
     ///
     /// The entry is a sequence lock: a reader that sees the same even version before and after
@@ -106,7 +106,7 @@ extension CommandEngine {
     /// its queue (the slot then says started: nobody else may take it), or publishes it in the
     /// dispatched holder's slot for its block to claim (or a waiter on its queue to take over).
     /// Its block, or the helper's wake-up, follows after unlocking (``perform(_:)``).
-    final func publishGrantedDispatch(_ command: Contender, helper: Contender?) {
+    final func publishGrantedDispatch(_ command: Waiter, helper: Waiter?) {
         dispatchedHolderQueue.storeRelaxed(command.targetQueueID)
         guard let helper else { return publishPendingDispatch(command) }
         // Handed over in this lock section: a helper that gives up takes the lock to leave, and
@@ -119,14 +119,14 @@ extension CommandEngine {
     /// Publishes `command`, just granted, as the dispatched holder whose block has not started.
     /// (A release that grants it also notes its queue, under the lock; one that took a free
     /// section notes it itself, see `DispatchedCommand`.)
-    final func publishPendingDispatch(_ command: Contender) {
+    final func publishPendingDispatch(_ command: Waiter) {
         pendingDispatch.storeRelease(Int(bitPattern: Unmanaged.passRetained(command).toOpaque()))
     }
 
     /// The block of `command`, or its predecessor's block running it inline, claims it: `true` if
     /// it was still published (the calling thread is then the one running the section's closure,
     /// see ``setOwnerThread(_:)``), `false` if a waiter took it over. Only `command` itself.
-    final func claimPendingDispatch(_ command: Contender) -> Bool {
+    final func claimPendingDispatch(_ command: Waiter) -> Bool {
         let raw = Int(bitPattern: Unmanaged.passUnretained(command).toOpaque())
         guard pendingDispatch.compareExchange(expected: raw, desired: Self.dispatchStarted) else { return false }
         Unmanaged.passUnretained(command).release()  // the reference the slot held
@@ -143,7 +143,7 @@ extension CommandEngine {
     /// Takes over the published dispatched holder, if the holder is one and its block has not
     /// started: the taker runs it, and its block, which finds it gone, does not. Waits the moment
     /// it takes a command that took a free section to publish itself.
-    final func takePendingDispatch() -> Contender? {
+    final func takePendingDispatch() -> Waiter? {
         while state.loadAcquire() & EngineWord.holderMask == CommandKind.dispatched.wordBits {
             let raw = pendingDispatch.loadAcquire()
             if raw == Self.dispatchStarted { return nil }
@@ -154,7 +154,7 @@ extension CommandEngine {
             guard pendingDispatch.compareExchange(expected: raw, desired: Self.dispatchStarted),
                 let pointer = UnsafeRawPointer(bitPattern: raw)
             else { continue }
-            return Unmanaged<Contender>.fromOpaque(pointer).takeRetainedValue()
+            return Unmanaged<Waiter>.fromOpaque(pointer).takeRetainedValue()
         }
         return nil
     }
@@ -211,7 +211,7 @@ extension CommandEngine {
     /// meanwhile (and saw the slot taken) gets it as a job; otherwise it is published again, for
     /// such a waiter to take over, and given a block that claims it (its first block may have run
     /// and found the slot taken; whichever block claims it first runs it).
-    private func republish(_ command: Contender) {
+    private func republish(_ command: Waiter) {
         perform { $0.returnTakenOver(command) }
     }
 }

@@ -7,7 +7,7 @@
 //   publishes a granted dispatched command (in the dispatched holder's slot, or as a helper's job),
 //   and reads from the waiters what the rest needs (their continuations and tasks are guarded by
 //   this lock). It runs no user code, signals nothing and releases no reference.
-// - `carryOut(_:heir:_:)`, after unlocking: raises and starts the grant as the machine chose, ends
+// - `carryOut(_:nextHolder:_:)`, after unlocking: raises and starts the grant as the machine chose, ends
 //   the releaser's boost, frees the value, lets go of an ended holder, then carries out the rarer
 //   actions in order: resumes the tasks of commands that left, cancels tasks, finishes a manual
 //   completion, starts shared reads.
@@ -20,51 +20,51 @@ extension CommandEngine {
         /// Cancel this task (``CommandQueue/cancelAll()``).
         case cancel(any CancellableTask)
         /// A manual completion arrived after the closure returned: finish the command.
-        case finish(Contender)
+        case finish(Waiter)
         /// A shared read granted beside the first grant: start it.
-        case start(Contender)
+        case start(Waiter)
         /// A waiting thread was handed a shared read to run: wake it.
-        case postJob(Contender)
+        case postJob(Waiter)
     }
 
     /// The thread and task of a newly granted holder that inherits an urgency (see
-    /// ``raiseHeir(_:_:)``), read under the lock.
-    typealias Heir = (thread: Int, task: Int)
+    /// ``raiseNextHolder(_:_:)``), read under the lock.
+    typealias NextHolder = (thread: Int, task: Int)
 
     /// Runs one transition under the engine lock and carries out its actions after unlocking.
     /// - Parameter transition: the machine's transition (with the state word's handling, where it
     ///   changes the word).
     /// - Returns: the granted command when the machine chose the releasing block to run it
-    ///   (``EngineStateMachine/Starter/releaser``): the caller claims and runs it inline.
+    ///   (``EngineStateMachine/Starter/releasingBlock``): the caller claims and runs it inline.
     @inline(__always)
     @discardableResult
-    final func perform(_ transition: (inout Machine) -> Machine.Actions) -> Contender? {
-        // The actions may hand a raise on to the heir, or end the releaser's own.
+    final func perform(_ transition: (inout Machine) -> Machine.Actions) -> Waiter? {
+        // The actions may hand a raise on to the nextHolder, or end the releaser's own.
         SyncPoints.inheritance(true)
         defer { SyncPoints.inheritance(false) }
         var deferred: [Deferred] = []
-        var heir: Heir = (0, 0)
+        var nextHolder: NextHolder = (0, 0)
         var lowersBoost = false
         // The actions leave the lock section as its result, never through a captured variable:
         // the compiler then moves them instead of copying every reference they hold.
         var actions = machine.withLock { machine in
             var actions = transition(&machine)
-            heir = prepare(&actions, &deferred)
+            nextHolder = prepare(&actions, &deferred)
             lowersBoost = machine.takeBoostSync()
             return actions
         }
         // A waiter left: the boost it asked for ends with it (see `PriorityInheritance.swift`).
         defer { if lowersBoost { lowerBoost() } }
-        return carryOut(&actions, heir: heir, deferred)
+        return carryOut(&actions, nextHolder: nextHolder, deferred)
     }
 
     /// Under the engine lock, in the lock section of the transition that returned `actions`:
     /// marks the granted waiter, publishes a granted dispatched command (see
     /// ``publishGrantedDispatch(_:helper:)``), and reads from the waiters what the rarer actions
     /// need.
-    /// - Returns: the heir's thread and task, if the grant inherits an urgency.
+    /// - Returns: the nextHolder's thread and task, if the grant inherits an urgency.
     @inline(__always)
-    private func prepare(_ actions: inout Machine.Actions, _ deferred: inout [Deferred]) -> Heir {
+    private func prepare(_ actions: inout Machine.Actions, _ deferred: inout [Deferred]) -> NextHolder {
         for other in actions.others {
             switch other {
             case .left(let waiter):
@@ -100,7 +100,7 @@ extension CommandEngine {
             }
         case .itself:
             if grant.kind == .dispatched && !grant.shared { publishGrantedDispatch(next, helper: nil) }
-        case .releaser:
+        case .releasingBlock:
             publishGrantedDispatch(next, helper: nil)
         }
         return grant.urgency.isNone ? (0, 0) : (next.threadToBoost, next.taskToEscalate)
@@ -110,20 +110,20 @@ extension CommandEngine {
     /// ``EngineStateMachine/Actions`` gives.
     /// - Returns: the granted command when the machine chose the releasing block to run it.
     @inline(__always)
-    private func carryOut(_ actions: inout Machine.Actions, heir: Heir, _ deferred: [Deferred]) -> Contender? {
+    private func carryOut(_ actions: inout Machine.Actions, nextHolder: NextHolder, _ deferred: [Deferred]) -> Waiter? {
         // A boosted holder hands the section on while still boosted, and only then goes back to
         // its own priority (below): at its own priority it might not get the processor to hand it on.
-        var inline: Contender?
+        var inline: Waiter?
         if let grant = actions.grant.take() {
             // The new holder inherits the urgency of the waiters still parked before it starts.
-            if !grant.urgency.isNone { raiseHeir(heir, grant.urgency) }
+            if !grant.urgency.isNone { raiseNextHolder(nextHolder, grant.urgency) }
             switch grant.starter {
             case .itself:
                 grant.handle.start()
             // mutant(helper-job-after-unlock): case .helper(let helper): helper.assignJob(grant.handle)
             case .helper(let helper):
                 helper.postJob()
-            case .releaser:
+            case .releasingBlock:
                 inline = grant.handle
             }
         }

@@ -43,7 +43,7 @@ extension CommandEngine {
     /// Asks the machine for a shared read on behalf of `waiter` (its ticket is stored in the
     /// waiter under the lock, before any release can grant it).
     final func enqueueReader(
-        _ waiter: Contender,
+        _ waiter: Waiter,
         kind: CommandKind,
         priority: CommandPriority,
         reentrant: Bool

@@ -176,7 +176,7 @@ class CommandEngine: @unchecked Sendable {
     @inlinable
     @inline(__always)
     @discardableResult
-    final func releaseReturningInline(_ kind: CommandKind, releaserQueue: Int = 0) -> Contender? {
+    final func releaseReturningInline(_ kind: CommandKind, releaserQueue: Int = 0) -> Waiter? {
         // Cleared first: once the word says free, another thread may take the section and set them.
         ownerThread.storeRelaxed(0)
         if tryReleaseIdle(kind) { return nil }
@@ -187,7 +187,7 @@ class CommandEngine: @unchecked Sendable {
 
     /// Asks the machine for the section on behalf of `waiter`.
     final func enqueue(
-        _ waiter: Contender,
+        _ waiter: Waiter,
         kind: CommandKind,
         priority: CommandPriority,
         reentrant: Bool = false
@@ -206,9 +206,9 @@ class CommandEngine: @unchecked Sendable {
     /// - Parameter inlineQueue: the block could run a granted successor for this queue inline
     ///   (0: it cannot).
     /// - Returns: the successor the machine chose this block to run (see
-    ///   ``EngineStateMachine/Starter/releaser``); every other grant was started already.
+    ///   ``EngineStateMachine/Starter/releasingBlock``); every other grant was started already.
     @inline(__always)
-    final func releaseDispatched(inlineQueue: Int) -> Contender? {
+    final func releaseDispatched(inlineQueue: Int) -> Waiter? {
         pendingDispatch.storeRelaxed(0)
         return releaseReturningInline(.dispatched, releaserQueue: inlineQueue)
     }
@@ -218,7 +218,7 @@ class CommandEngine: @unchecked Sendable {
     /// - Returns: the granted command the releasing block runs inline, if the machine chose it.
     @usableFromInline
     @discardableResult
-    final func releaseSlow(releaserQueue: Int = 0) -> Contender? {
+    final func releaseSlow(releaserQueue: Int = 0) -> Waiter? {
         perform { machine in
             transitionWhileHeld(&machine) { machine, word in
                 machine.release(word: &word, now: coarseNow(), releaserQueue: releaserQueue)
@@ -263,7 +263,7 @@ class CommandEngine: @unchecked Sendable {
 
     /// The holder starts a manual-completion command.
     /// - Returns: the ticket its completion closure reports to.
-    final func beginManual(_ waiter: Contender, kind: CommandKind) -> Ticket {
+    final func beginManual(_ waiter: Waiter, kind: CommandKind) -> Ticket {
         machine.withLock { machine in
             transitionWhileHeld(&machine) { machine, word in
                 machine.beginManual(waiter, kind: kind, word: &word, now: coarseNow())

@@ -28,7 +28,7 @@ import QueueSafeValueShims
 // lock to escalate it and runs the task's escalation handler under it, which takes boost locks.
 
 /// Task escalations decided under a boost lock, made after it is released. Each task is retained
-/// from the moment it is added (while the lock keeps it alive: it is the holder, a granted heir or a
+/// from the moment it is added (while the lock keeps it alive: it is the holder, a granted next holder or a
 /// listed reader) until it has been escalated. The first is kept inline: a raise escalates one task
 /// (the holder) far more often than several, and that one costs no allocation.
 struct Escalations: ~Copyable {
@@ -65,7 +65,7 @@ struct Escalations: ~Copyable {
 /// What the engine's boost lock guards: the parties raised for the current hold, the shared reads
 /// running their closures, and the value's observers.
 struct BoostRecord {
-    /// The parties this engine raised during the current hold (its holder, a granted heir, the
+    /// The parties this engine raised during the current hold (its holder, a granted next holder, the
     /// shared reads): each keeps this engine's contribution in the ``BoostRegistry`` until it ends it
     /// itself, under this lock, before it leaves the holder's code (so each is alive while it is
     /// listed here), or until the hold's urgency falls to none.
@@ -180,13 +180,13 @@ extension CommandEngine {
     }
 
     /// Brings every party raised for the current hold to what the machine says the holder inherits
-    /// now (``EngineStateMachine/beginBoost()``), raising the holder (or `heir`, granted and not
+    /// now (``EngineStateMachine/beginBoost()``), raising the holder (or `nextHolder`, granted and not
     /// started yet) and the shared reads, or bringing them down when a reason left. Under the boost
     /// lock, which serializes it with the raised parties' own ends; the urgency is read under the
     /// engine lock inside it, so whichever call comes last applies the newest decision.
     /// - Returns: the parties whose inherited urgency changed (for the chain walk).
     @discardableResult
-    final func syncBoost(heir: Heir? = nil) -> [Node] {
+    final func syncBoost(nextHolder: NextHolder? = nil) -> [Node] {
         let registry = BoostRegistry.shared
         let source = ObjectIdentifier(self)
         var escalations = Escalations()
@@ -198,9 +198,9 @@ extension CommandEngine {
             if !urgency.isNone {
                 // The holder is alive: waiters keep it from releasing without the lock, and its
                 // release takes this lock to end what it got, after this.
-                if let heir {
-                    if heir.thread != 0 { record.targets.insert(.thread(heir.thread)) }
-                    if heir.task != 0 { target(task: heir.task, urgency, &record, &escalations) }
+                if let nextHolder {
+                    if nextHolder.thread != 0 { record.targets.insert(.thread(nextHolder.thread)) }
+                    if nextHolder.task != 0 { target(task: nextHolder.task, urgency, &record, &escalations) }
                 }
                 if thread != 0 { record.targets.insert(.thread(thread)) }
                 if task != 0 { target(task: task, urgency, &record, &escalations) }
@@ -273,23 +273,25 @@ extension CommandEngine {
     ///
     /// A suspended task granted the section alone, when what it inherits has no thread axis (every
     /// parked waiter is a task, or a thread whose priority the platform cannot lend), is only
-    /// escalated, as ``syncBoost(heir:)`` would do without listing it: an escalation needs no
+    /// escalated, as ``syncBoost(nextHolder:)`` would do without listing it: an escalation needs no
     /// undoing, so neither the boost lock nor the registry is involved, and the release of a
     /// contended awaiting command makes one call into the runtime. (Its task is known only once it
     /// suspended, and stays suspended until it is started after this: it is alive. The word shows
-    /// whether the grant went to shared reads, which `syncBoost` raises together.) Any other heir
+    /// whether the grant went to shared reads, which `syncBoost` raises together.) Any other next holder
     /// goes through `syncBoost`, which reads what it inherits again, under the locks (a waiter may
     /// have left since).
     @inline(never)
-    final func raiseHeir(_ heir: Heir, _ urgency: Urgency) {
-        if urgency.thread == 0 && heir.thread == 0 && heir.task != 0 && !EngineWord.readersHold(state.loadAcquire()) {
+    final func raiseNextHolder(_ nextHolder: NextHolder, _ urgency: Urgency) {
+        if urgency.thread == 0 && nextHolder.thread == 0 && nextHolder.task != 0
+            && !EngineWord.readersHold(state.loadAcquire())
+        {
             var escalations = Escalations()
-            // mutant(heir-never-escalated): _ = heir
-            escalations.add(task: heir.task, to: urgency.task)
+            // mutant(next-holder-never-escalated): _ = nextHolder
+            escalations.add(task: nextHolder.task, to: urgency.task)
             escalations.make()
             return
         }
-        syncBoost(heir: heir)
+        syncBoost(nextHolder: nextHolder)
     }
 
     /// The calling thread stops running the holder's code: it released the section (and started

@@ -172,7 +172,7 @@ extension CommandEngine {
     /// current task's stack of sections: the task-local plumbing of an exclusive task section and of
     /// a shared read alike. Always inlined: as an async function of its own (with an isolated
     /// parameter) it cost every awaiting command two task switches and two task allocations more
-    /// (902 instructions per `await set` before it was split out, 1,343 after).
+    /// (<doc:Benchmarks#Why-the-code-is-shaped-this-way> has the count).
     @inlinable
     @inline(__always)
     final func withSections<R>(

@@ -20,7 +20,7 @@ typealias TurnContinuation = UnsafeContinuation<Void, Never>
 // `task`'s last write (by the release that ended the operation, after unlocking: that transition
 // made the machine forget the operation, so no locked access follows)
 @usableFromInline
-final class AwaitingWaiter: Contender, @unchecked Sendable {
+final class AwaitingWaiter: Waiter, @unchecked Sendable {
     /// The suspended task, stored under the engine lock while the command waits. Resumed after the
     /// lock is released by whichever transition ends the wait (grant or leave): that transition
     /// happened under the lock after the store, so the read is ordered after it.

@@ -32,7 +32,7 @@ import QueueSafeValueShims
 /// grant's signal). A command run while helping gets a waiter of its own for its own waits. The same
 /// semaphore blocks the thread of a manual-completion command until its completion arrives.
 // @unchecked Sendable: its word is atomic, its semaphore thread-safe; `job` is handed over through the word
-final class BlockingWaiter: Contender, @unchecked Sendable {
+final class BlockingWaiter: Waiter, @unchecked Sendable {
     private static let granted = 1
     private static let parked = 2
     private static let jobBit = 4
@@ -53,7 +53,7 @@ final class BlockingWaiter: Contender, @unchecked Sendable {
     /// engine lock before it sets `job` in the word, taken by this thread after it saw `job`.
     /// Several may be handed over at once (shared reads for its queue), and more may come while it
     /// runs the first: so a lock of their own.
-    private let jobs = LockedState.make([Contender]())
+    private let jobs = LockedState.make([Waiter]())
 
     private override init() {}
 
@@ -76,7 +76,7 @@ final class BlockingWaiter: Contender, @unchecked Sendable {
 
     override var threadToBoost: Int { thread }
 
-    override func assignJob(_ command: Contender) {
+    override func assignJob(_ command: Waiter) {
         jobs.withLock { $0.append(command) }
     }
 

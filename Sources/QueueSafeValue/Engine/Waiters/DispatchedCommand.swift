@@ -10,7 +10,7 @@ import Dispatch
 /// same queue, that command runs in the same block (up to ``batchLimit`` in a row), which saves a
 /// dispatch per command when a queue drains a backlog.
 // @unchecked Sendable: runs on one queue at a time; fields immutable
-class DispatchedCommand<Value>: Contender, @unchecked Sendable {
+class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
     enum Operation {
         /// `get(completion:)`: the closure is the critical section.
         case read(@Sendable (Result<Value, QueueSafeValueError>) -> Void)
@@ -32,14 +32,14 @@ class DispatchedCommand<Value>: Contender, @unchecked Sendable {
     /// How many granted commands for the same queue one dispatched block runs back to back.
     static var batchLimit: Int { 64 }
 
-    // The fields are in this order so that the object takes 88 bytes, a 96-byte allocation (the
-    // benchmark's memory per pending command, ≤ 128 bytes with the machine's record): the flag
-    // beside `Contender.isGranted`, then the 17-byte operation at the next 8-byte boundary. Put
-    // anywhere else, the operation's tag byte spills into a word of its own and every command
-    // takes a 112-byte allocation.
+    // The fields are in this order so that the object fits the allocation the memory-layout test
+    // `aDispatchedCommandIsOneAllocationOf96BytesAtMost` allows (the benchmark's memory per
+    // pending command): the flag beside `Waiter.isGranted`, then the operation at the next word
+    // boundary. Put anywhere else, the operation's tag byte spills into a word of its own and every
+    // command takes the next larger allocation.
 
     /// A shared read (see `CommandEngine+Shared.swift`; always a ``DispatchedSharedRead``): it
-    /// takes and gives back its share through the lock, by ``Contender/readerTicket``, and is never
+    /// takes and gives back its share through the lock, by ``Waiter/readerTicket``, and is never
     /// published in the dispatched holder's slot nor run inline by a releasing block.
     private let isShared: Bool
     private let operation: Operation
@@ -273,7 +273,7 @@ class DispatchedCommand<Value>: Contender, @unchecked Sendable {
     /// The successor the machine chose this block to run inline: a command of this value (the engine
     /// of a value grants only its own commands) and on this queue (the releaser's), so of this type.
     @inline(__always)
-    private func successor(_ next: Contender?) -> DispatchedCommand? {
+    private func successor(_ next: Waiter?) -> DispatchedCommand? {
         next.map { unsafeDowncast($0, to: Self.self) }
     }
 
@@ -337,8 +337,8 @@ class DispatchedCommand<Value>: Contender, @unchecked Sendable {
 
 // MARK: - DispatchedSharedRead
 
-/// A dispatched shared read: a ``DispatchedCommand`` that keeps its ``Contender/readerTicket``.
-/// Exclusive dispatch commands, the common ones, do not carry the ticket's 8 bytes.
+/// A dispatched shared read: a ``DispatchedCommand`` that keeps its ``Waiter/readerTicket``.
+/// Exclusive dispatch commands, the common ones, do not carry the ticket.
 final class DispatchedSharedRead<Value>: DispatchedCommand<Value>, @unchecked Sendable {
     // @unchecked Sendable: the ticket is written under the engine lock before the read can be
     // granted, and read by the read's own block or helper once granted.

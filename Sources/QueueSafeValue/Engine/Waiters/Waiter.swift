@@ -1,6 +1,6 @@
 import Dispatch
 
-// MARK: - Contender
+// MARK: - Waiter
 
 /// A command's representative in the engine: what ``CommandEngine`` starts when the command's
 /// turn comes. One kind per way of waiting, side by side in this folder:
@@ -17,7 +17,7 @@ import Dispatch
 /// ones that concern it.
 // @unchecked Sendable: `isGranted` is touched only under the engine lock
 @usableFromInline
-class Contender: @unchecked Sendable {
+class Waiter: @unchecked Sendable {
     /// The engine's verdict for the waiting party, written under the engine lock when the state
     /// machine grants the command. Read under the same lock (see
     /// ``CommandEngine/waitForTurn(_:deadline:holdsNothing:startedLater:cancellable:)``).
@@ -26,8 +26,8 @@ class Contender: @unchecked Sendable {
     /// A shared read's ticket, stored under the engine lock when it takes its place (before any
     /// release can grant it); read by the read's own party once granted. Only a dispatched shared
     /// read keeps it (``DispatchedSharedRead``): it is the one party that reads it back (blocking
-    /// and awaiting reads take theirs from the admission), and a stored ticket here cost every
-    /// command 8 bytes, a dispatch command a larger allocation (see `DispatchedCommand`).
+    /// and awaiting reads take theirs from the admission), and a stored ticket here made every
+    /// waiter a word larger, and a dispatch command a larger allocation (see `DispatchedCommand`).
     var readerTicket: CommandEngine.Ticket {
         get { .none }
         set {}  // nothing kept: see above
@@ -61,13 +61,13 @@ class Contender: @unchecked Sendable {
     /// releasing thread, outside the engine lock.
     @usableFromInline
     func start() {
-        preconditionFailure("Contender.start() must be overridden")
+        preconditionFailure("Waiter.start() must be overridden")
     }
 
     /// The manual completion of the command arrived after its closure had returned: finish the
     /// command. Called outside the engine lock, on the thread that called (or dropped) `done`.
     func finishManualCompletion() {
-        preconditionFailure("Contender.finishManualCompletion() must be overridden by manual-completion waiters")
+        preconditionFailure("Waiter.finishManualCompletion() must be overridden by manual-completion waiters")
     }
 
     // MARK: Hooks for the engine's actions
@@ -75,7 +75,7 @@ class Contender: @unchecked Sendable {
     /// Under the engine lock: the machine chose this waiting command's thread to run `command`, a
     /// granted dispatched command for a queue the thread runs on (see *helping* in
     /// ``BlockingWaiter``). ``postJob()`` follows after unlocking.
-    func assignJob(_ command: Contender) {
+    func assignJob(_ command: Waiter) {
         preconditionFailure("only blocking waiters help")
     }
 
