@@ -20,8 +20,7 @@ import Testing
         for (name, first, second) in [("alpha-thread", a, b), ("beta-thread", b, a)] {
             holding.enter()
             finished.enter()
-            Thread {
-                Thread.current.name = name
+            startNamedThread(name) {
                 _ = first.wait.set { _ in
                     holding.leave()
                     go.wait()
@@ -31,7 +30,7 @@ import Testing
                     }
                 }
                 finished.leave()
-            }.start()
+            }
         }
         waitOrFail(holding, "both threads to hold a value")
         go.signal()
@@ -50,15 +49,14 @@ import Testing
         let askForA = DispatchSemaphore(value: 0)
         let report = Locked<String?>(nil)
         let threadDone = DispatchSemaphore(value: 0)
-        Thread {
-            Thread.current.name = "sync"
+        startNamedThread("sync") {
             _ = b.wait.set { _ in
                 threadHolds.signal()
                 askForA.wait()
                 if case .failure(.deadlock(let refused)) = a.wait.get() { report.set(refused.description) }
             }
             threadDone.signal()
-        }.start()
+        }
         waitOrFail(threadHolds, "the thread to hold B")
         let task = Task(name: "refresher") {
             try await a.async.withLock { _ in
@@ -93,5 +91,21 @@ import Testing
         let message = try #require(failure?.message)
         #expect(message.contains("deadlock"), "\(message)")
         #expect(message.contains("task 'first' (0x") && message.contains("task 'second' (0x"), "\(message)")
+    }
+
+    /// Starts a thread that names itself through Foundation (`Thread.current.name`), as a user's
+    /// thread would, but only once `start()` has returned: swift-corelibs-foundation applies the
+    /// name to the running thread only when the `Thread` object already knows its pthread, which
+    /// `start()` records after creating the thread, so a thread that names itself at once can lose
+    /// the name (it often did under ThreadSanitizer's timing).
+    private func startNamedThread(_ name: String, _ body: @escaping @Sendable () -> Void) {
+        let started = DispatchSemaphore(value: 0)
+        let thread = Thread {
+            started.wait()
+            Thread.current.name = name
+            body()
+        }
+        thread.start()
+        started.signal()
     }
 }
