@@ -19,7 +19,7 @@ let package = Package(
             name: "QueueSafeValue", dependencies: ["QueueSafeValueShims"],
             swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
         .target(
-            name: "QueueSafeValueTesting", dependencies: ["QueueSafeValue"],
+            name: "QueueSafeValueTesting", dependencies: ["QueueSafeValue", "QueueSafeValueShims"],
             swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
         // Real-time scheduling for the priority-inversion test and benchmark row (not the library's).
         .target(name: "RealtimeSupport"),

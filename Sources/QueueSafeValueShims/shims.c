@@ -69,6 +69,17 @@ int qsv_thread_name(uintptr_t thread, char *buffer, size_t size) {
     return 1;
 }
 
+void qsv_set_current_thread_name(const char *name) {
+#if defined(__APPLE__)
+    (void)pthread_setname_np(name);
+#else
+    char truncated[16];
+    strncpy(truncated, name, sizeof truncated - 1);
+    truncated[sizeof truncated - 1] = 0;
+    (void)pthread_setname_np(pthread_self(), truncated);
+#endif
+}
+
 // MARK: - Priority inheritance: the platform calls
 
 #if defined(__APPLE__)

@@ -1,6 +1,7 @@
 #if DEBUG
     import Dispatch
     import Foundation
+    import QueueSafeValueShims
 
     @_spi(Testing) import QueueSafeValue
 
@@ -222,9 +223,11 @@
 
         private var isOverLocked: Bool { lock.withLock { isOver } }
 
-        /// Names the calling thread (Linux keeps 15 bytes of it).
+        /// Names the calling thread (Linux keeps 15 bytes of it), through pthreads, which takes
+        /// effect at once: swift-corelibs-foundation's `Thread.current.name` may not reach the
+        /// system in the first instant of a thread's body (see GettingStarted's *Deadlocks*).
         private static func nameCurrentThread(_ name: String) {
-            Thread.current.name = String(decoding: name.utf8.prefix(15), as: UTF8.self)
+            qsv_set_current_thread_name(String(decoding: name.utf8.prefix(15), as: UTF8.self))
         }
 
         /// Runs the world from its threads' first turn until every thread has ended (or a violation);

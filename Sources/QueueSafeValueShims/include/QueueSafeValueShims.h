@@ -96,6 +96,9 @@ void qsv_sanitizer_ignore_accesses_end(void);
 /// with). The thread must stay alive during the call.
 int qsv_thread_name(uintptr_t thread, char *buffer, size_t size);
 
+/// Names the calling thread (Linux keeps the first 15 bytes); takes effect at once.
+void qsv_set_current_thread_name(const char *name);
+
 // Priority inheritance's platform calls, each a few lines: the policy that decides when to make
 // them is in Swift (`PriorityBackend.swift`), where the tests run both platforms' policies on a
 // recording fake.
