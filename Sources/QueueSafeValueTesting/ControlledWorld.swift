@@ -131,6 +131,8 @@
         let granularity: Granularity
         /// The virtual clock (`commands`), in uptime nanoseconds: it starts at the real clock's now.
         private var virtualNow = DispatchTime.now().uptimeNanoseconds
+        /// Where the checker's step clock starts (see ``fairnessNow``).
+        private let clockOrigin = DispatchTime.now().uptimeNanoseconds
         /// Failures the run's own code reported (see ``failRun(_:)``) end it as a violation does.
         private(set) var decisions: [Decision] = []
         private(set) var outcome = RunOutcome()
@@ -532,6 +534,15 @@
         var now: DispatchTime? {
             guard granularity == .commands else { return nil }
             return lock.withLock { DispatchTime(uptimeNanoseconds: virtualNow) }
+        }
+
+        /// The eventually fair mode's clock: the virtual clock (`commands`); for the checker
+        /// (`syncPoints`), a microsecond per step that made progress since the run began, so that
+        /// a schedule decides how much time passes and a bound can be explored.
+        var fairnessNow: UInt64 {
+            lock.withLock {
+                granularity == .commands ? virtualNow : clockOrigin &+ UInt64(progress) &* 1_000
+            }
         }
 
         var virtualSleep: (@Sendable (UInt64) async throws -> Void)? {

@@ -1,3 +1,5 @@
+import Dispatch
+
 // MARK: - CommandFairness
 
 /// How a value (or a ``CommandQueue``) weighs priority against waiting time.
@@ -20,9 +22,12 @@
 public struct CommandFairness: Sendable, Hashable, CustomStringConvertible {
     /// How many later commands may be granted before a waiting one; `nil` for strict priority.
     public let maxOvertakes: Int?
+    /// The eventually fair mode's bound, in nanoseconds; `nil` for the other modes.
+    let bargingBound: UInt64?
 
-    private init(maxOvertakes: Int?) {
+    private init(maxOvertakes: Int?, bargingBound: UInt64? = nil) {
         self.maxOvertakes = maxOvertakes
+        self.bargingBound = bargingBound
     }
 
     /// Highest priority first, always; first come, first served within a priority. A steady stream
@@ -39,8 +44,67 @@ public struct CommandFairness: Sendable, Hashable, CustomStringConvertible {
         return CommandFairness(maxOvertakes: maxOvertakes)
     }
 
-    /// "strict priority", "at most 8 overtakes".
+    /// Eventually fair, with the default bound of 1 millisecond: ``eventual(starvationBound:)``.
+    public static let eventual = CommandFairness(maxOvertakes: nil, bargingBound: 1_000_000)
+
+    /// Eventually fair: priorities stay strict, but within one priority a command that arrives
+    /// while the value is free may take it ahead of waiting commands, and a waiting command that
+    /// has waited `starvationBound` or longer is handed the value directly at the next release.
+    ///
+    /// Under strict priority every release hands the value to the next waiting thread, which may
+    /// not be running: when threads outnumber cores, each hand-off waits for the scheduler. Here a
+    /// release of a `wait` command frees the value and wakes the first waiting thread to claim it,
+    /// and a running thread that asks meanwhile takes it at once: more commands per second, and a
+    /// wait of at most about `starvationBound` plus one command's hold.
+    ///
+    /// What stays as under strict priority: nobody takes the value ahead of a waiting command of
+    /// higher priority; a waiting thread that asks its holder for urgency (priority inheritance)
+    /// stops the barging until it is served; timeouts, cancellation and deadlock detection behave
+    /// the same. A waiting dispatch, awaiting or ``CommandQueue`` command is always handed the value
+    /// directly (nothing of it runs until it is started, so there is no one to claim), though a
+    /// command of any kind may take a free value ahead of a waiting `wait` command. So the order of
+    /// side effects within one priority is not the order of arrival: pick this mode for counters,
+    /// caches and statistics, where throughput matters more than order. It does not combine with
+    /// ``bounded(maxOvertakes:)``: that mode keeps first-come-first-served hand-offs and lets a
+    /// lower priority through; this one keeps priorities strict and relaxes the order within one.
+    ///
+    /// - Parameter starvationBound: how long a waiting command may be passed over, from its arrival;
+    ///   zero hands every release to the first waiting command, as strict priority does.
+    /// - Throws: ``QueueSafeValueError/invalidArgument(_:)`` for a negative bound or `.never`.
+    public static func eventual(starvationBound: DispatchTimeInterval) throws(QueueSafeValueError)
+        -> CommandFairness
+    {
+        // Saturated, in 64 bits on every platform (a bound beyond 292 years is as good as none).
+        func scaled(_ amount: Int, _ unit: Int64) -> Int64 {
+            let (product, overflow) = Int64(amount).multipliedReportingOverflow(by: unit)
+            return overflow ? (amount < 0 ? .min : .max) : product
+        }
+        let nanoseconds: Int64
+        switch starvationBound {
+        case .seconds(let amount): nanoseconds = scaled(amount, 1_000_000_000)
+        case .milliseconds(let amount): nanoseconds = scaled(amount, 1_000_000)
+        case .microseconds(let amount): nanoseconds = scaled(amount, 1_000)
+        case .nanoseconds(let amount): nanoseconds = Int64(amount)
+        case .never: throw .invalidArgument("starvationBound must be finite, got .never")
+        @unknown default: throw .invalidArgument("starvationBound \(starvationBound) is not supported")
+        }
+        guard !starvationBound.isNegative else {
+            throw .invalidArgument("starvationBound must not be negative, got \(starvationBound)")
+        }
+        return CommandFairness(maxOvertakes: nil, bargingBound: UInt64(max(0, nanoseconds)))
+    }
+
+    /// The eventually fair mode's bound, or `nil` for the other modes.
+    public var starvationBound: DispatchTimeInterval? {
+        // In nanoseconds where they fit an `Int` (32 bits on watchOS: up to 2.1 s), else microseconds.
+        bargingBound.map { bound in
+            Int(exactly: bound).map { .nanoseconds($0) } ?? .microseconds(Int(clamping: bound / 1_000))
+        }
+    }
+
+    /// "strict priority", "at most 8 overtakes", "eventually fair within 1000 µs".
     public var description: String {
-        maxOvertakes.map { "at most \($0) overtakes" } ?? "strict priority"
+        if let bargingBound { return "eventually fair within \(bargingBound / 1_000) µs" }
+        return maxOvertakes.map { "at most \($0) overtakes" } ?? "strict priority"
     }
 }

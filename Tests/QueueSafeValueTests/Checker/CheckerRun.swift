@@ -100,9 +100,36 @@ final class CheckerRun: @unchecked Sendable {  // @unchecked Sendable: every acc
                 if let violation = engine.withMachine({ machine, word in machine.invariantViolation(word: word) }) {
                     return "\(engine.displayName): \(violation)"
                 }
+                if let violation = engine.withMachine({ machine, _ in Self.fairnessViolation(machine) }) {
+                    return "\(engine.displayName): \(violation)"
+                }
             }
             return world.isInheritanceSettled ? inheritanceViolation(engines) : nil
         }
+    }
+
+    /// The eventually fair mode's promises (``CommandFairness/eventual(starvationBound:)``), on the
+    /// clock the machine was given (the checker's step clock): the last grant went to no command
+    /// while one of higher priority that had arrived before it waited (nobody is overtaken by a
+    /// lower priority), nor while one of its own priority that arrived before it had waited the
+    /// bound (nobody waits past the bound and one hold). Strict priority promises more, and
+    /// bounded overtaking other things: `nil` for them.
+    static func fairnessViolation(_ machine: EngineStateMachine) -> String? {
+        guard let bound = machine.barging.bound, let grant = machine.barging.lastGrant else { return nil }
+        for entry in machine.table.waitingEntries {
+            let arrived = machine.barging.arrival(of: entry.slot)
+            let priority = CommandHeap.priority(of: entry.key)
+            if priority > grant.priority && arrived < grant.at {
+                return
+                    "a command of priority \(grant.priority) was granted while one of \(priority) waited: overtaken by"
+                    + " a lower priority"
+            }
+            if priority == grant.priority && arrived < grant.arrival && grant.at &- arrived >= bound {
+                return "a command was granted past one of its priority that had waited \(grant.at &- arrived) ns,"
+                    + " the bound is \(bound) ns: it waits past the bound"
+            }
+        }
+        return nil
     }
 
     /// Checks priority inheritance across `engines`, once no thread is passing a change along a

@@ -297,6 +297,48 @@ enum CheckerScenarios {
         }
     }
 
+    /// The eventually fair mode, bound 30 µs of the checker's step clock (a microsecond a step): a
+    /// thread issues commands back to back (it takes the value ahead of a waiting thread while the
+    /// bound allows), another waits at the same priority, a third at a higher one. At every quiet
+    /// step nobody was overtaken by a lower priority, and nobody waited past the bound and one hold
+    /// (`CheckerRun.fairnessViolation`).
+    static let eventualFairness = CheckerScenario(
+        name: "eventual fairness: a stream barges, a waiter of its priority and a higher one", preemptionBound: 2
+    ) { world in
+        let run = CheckerRun(world)
+        let value = QueueSafeValue(
+            value: 0, label: "eventual", fairness: try! .eventual(starvationBound: .microseconds(30)))
+        world.quiescentCheck = run.quiescentCheck([value.engine])
+        world.spawn("stream") {
+            for index in 1...3 { run.blocking("s\(index)", value.wait, .medium) }
+        }
+        world.spawn("waiter") { run.blocking("w", value.wait, .medium) }
+        world.spawn("urgent") { run.blocking("h", value.wait(timeout: .seconds(60)), .high) }
+        return { run.finalCheck(value.engine, commands: ["s1", "s2", "s3", "w", "h"]) }
+    }
+
+    /// Every kind of command on an eventually fair value: a dispatch or awaiting command may take
+    /// the free value ahead of a waiting thread, and is itself always handed the value directly.
+    static let eventualMixedCommands = CheckerScenario(
+        name: "eventual fairness: blocking, timed, dispatch and awaiting commands", preemptionBound: 2
+    ) { world in
+        let run = CheckerRun(world)
+        let value = QueueSafeValue(
+            value: 0, label: "eventual mixed", fairness: try! .eventual(starvationBound: .microseconds(30)))
+        let queue = DispatchQueue(label: "eventual queue")
+        world.quiescentCheck = run.quiescentCheck([value.engine])
+        world.spawn("A") {
+            run.blocking("c0", value.wait, .medium)
+            run.dispatch("c1", value, .medium, on: queue)
+        }
+        world.spawn("B") {
+            run.blocking("c2", value.wait(timeout: .seconds(60)), .medium)
+            run.awaiting("c3", value.async, .medium)
+        }
+        world.spawn("C") { run.blocking("c4", value.wait, .high) }
+        return { run.finalCheck(value.engine, commands: ["c0", "c1", "c2", "c3", "c4"], delivering: ["c1"]) }
+    }
+
     // MARK: Helping (what HelpingModel explored, on the real storage)
 
     /// A dispatch command for `queue` that checks it runs on that queue (its own block, or a waiter

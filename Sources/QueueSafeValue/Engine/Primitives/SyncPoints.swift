@@ -80,6 +80,17 @@ enum SyncPoints {
         return .now()
     }
 
+    /// The eventually fair mode's clock, in nanoseconds: under a controlled scheduler its own
+    /// clock (the checker's advances a microsecond at each step, so that an exploration sees time
+    /// pass), else `DispatchTime.now()`.
+    @inline(__always)
+    static func fairnessNow() -> UInt64 {
+        #if DEBUG
+            if let scheduler { return scheduler.fairnessNow }
+        #endif
+        return DispatchTime.now().uptimeNanoseconds
+    }
+
     #if DEBUG
         @usableFromInline
         static func virtualNow() -> DispatchTime? {
@@ -354,6 +365,8 @@ enum SyncPoints {
         func inheritance(_ begins: Bool)
         /// The virtual clock's now, or `nil` for the real clock.
         var now: DispatchTime? { get }
+        /// The eventually fair mode's clock (see ``SyncPoints/fairnessNow()``), in nanoseconds.
+        var fairnessNow: UInt64 { get }
         /// A sleep on the virtual clock, or `nil` for `Task.sleep`.
         var virtualSleep: (@Sendable (UInt64) async throws -> Void)? { get }
     }

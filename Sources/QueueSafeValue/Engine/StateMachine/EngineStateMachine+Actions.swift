@@ -53,6 +53,10 @@ extension EngineStateMachine {
         /// A dispatched shared read granted beside ``Actions/grant``, for a queue on which
         /// `helper`, a waiting thread, runs: that thread runs it.
         case helpReader(Handle, helper: Handle)
+        /// Eventually fair mode: the first waiting command, a blocking one, is woken to claim the
+        /// section a release freed (``claim(_:parking:word:now:)``); a command that arrives
+        /// meanwhile may take it first.
+        case claim(Handle)
     }
 
     /// What the storage performs after a transition, once the engine lock is released, in this

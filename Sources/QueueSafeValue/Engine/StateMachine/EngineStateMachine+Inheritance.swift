@@ -38,8 +38,17 @@ extension EngineStateMachine {
             let own = (chained?.own ?? inheritance.urgency(of: slot) ?? .none).merged(urgency)
             inheritance.setChained(slot, ChainedUrgency(own: own, inherited: inherited))
         }
+        // Eventually fair mode, the section free while a claim is on its way: nobody to raise yet;
+        // the command granted next inherits it (and nobody barges meanwhile).
+        if isFreeWithWaiters { return false }
         inheritance.noteHolder(holderBits)
         return inheritance.refresh(readersHold: hold.readersHold)
+    }
+
+    /// Eventually fair mode: the section is free while commands wait (a claim is on its way).
+    /// Exact: with commands waiting, every change of the holder happens under the lock.
+    var isFreeWithWaiters: Bool {
+        barging.isActive && hold.holder == .free && table.waitingCount > 0
     }
 
     /// The waiting command `ticket`, a link of a chain, now inherits `inherited` from the sections
@@ -51,6 +60,7 @@ extension EngineStateMachine {
         let own = inheritance.chainedUrgency(of: ticket.slot)?.own ?? inheritance.urgency(of: ticket.slot) ?? .none
         if inheritance.urgency(of: ticket.slot) == nil && inherited.isNone { return false }
         inheritance.setChained(ticket.slot, ChainedUrgency(own: own, inherited: inherited))
+        if isFreeWithWaiters { return false }
         inheritance.noteHolder(holderBits)
         return inheritance.refresh(readersHold: hold.readersHold)
     }

@@ -45,7 +45,11 @@ extension EngineStateMachine {
     /// it after every locked transition of the word (debug builds).
     /// - Complexity: O(readers)
     func wordViolation(_ word: Int) -> String? {
-        if !EngineWord.isHeld(word) && table.waitingCount != 0 { return "commands wait while the section is free" }
+        // Eventually fair mode: commands may wait behind a free section while one of them is on
+        // its way to claim it (``Barging``).
+        if !EngineWord.isHeld(word) && table.waitingCount != 0 && !barging.isActive {
+            return "commands wait while the section is free"
+        }
         if (table.waitingCount > 0 || hold.trackedSlot != nil) && word & EngineWord.slowRelease == 0 {
             return "the holder could release without the lock while the machine needs it to"
         }
@@ -68,6 +72,7 @@ extension EngineStateMachine {
         }
         if let violation = sharedReadViolation(word: word) { return violation }
         if let violation = bound.violation(table) { return violation }
+        if let violation = barging.violation(table, isHeld: EngineWord.isHeld(word)) { return violation }
         if let violation = discarding.violation(table) { return violation }
         return nil
     }

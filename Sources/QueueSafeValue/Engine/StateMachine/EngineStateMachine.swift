@@ -116,10 +116,15 @@ struct EngineStateMachine {
     var life = Lifecycle()
     /// ``CommandQueue``'s discardable operations (`Lifecycle.swift`).
     var discarding = Discarding()
-    /// - Parameter maxOvertakes: `nil` for strict priority (the default), or how many commands that
-    ///   arrived after a waiting command may be granted before it (see ``CommandFairness``).
-    init(maxOvertakes: Int? = nil) {
+    /// The eventually fair mode (`Barging.swift`).
+    var barging: Barging
+    /// - Parameters:
+    ///   - maxOvertakes: `nil` for strict priority (the default), or how many commands that
+    ///     arrived after a waiting command may be granted before it (see ``CommandFairness``).
+    ///   - bargingBound: `nil`, or the eventually fair mode's bound in nanoseconds (see ``Barging``).
+    init(maxOvertakes: Int? = nil, bargingBound: UInt64? = nil) {
         bound = OvertakeBound(limit: maxOvertakes)
+        barging = Barging(bound: bargingBound)
     }
 
     // MARK: Enqueue
@@ -146,7 +151,17 @@ struct EngineStateMachine {
         hold.observe(observed)
         // mutant(double-grant): guard EngineWord.isHeld(observed), table.waitingCount > 0 else {
         guard EngineWord.isHeld(observed) else {
-            assert(table.waitingCount == 0 && hold.trackedSlot == nil, "a free section with waiters or a holder record")
+            assert(hold.trackedSlot == nil, "a free section with a holder record")
+            // Commands wait behind a free section only in the eventually fair mode, while the first
+            // of them is on its way to claim it: this command may take it first, or waits too.
+            let waiting = table.waitingCount > 0
+            assert(!waiting || barging.isActive, "a free section with waiters")
+            guard !waiting || mayBarge(priority: priority, now: now) else {
+                return wait(waiter, kind: kind, priority: priority, shared: shared, word: &word, now: now)
+            }
+            barging.granted(at: now, priority: priority)
+            // With commands waiting, the holder hands the section on through the lock.
+            let waitingBit = waiting ? EngineWord.slowRelease : 0
             if shared {
                 hold.stamp(now, exact: true)
                 word = EngineWord.shared | EngineWord.slowRelease
@@ -154,7 +169,7 @@ struct EngineStateMachine {
             }
             guard kind == .operation else {
                 hold.grant(tracked: nil)
-                word = kind.wordBits
+                word = kind.wordBits | waitingBit
                 return .granted(nil)
             }
             let ticket = table.allocate(waiter, kind: kind, state: .holding, role: .operation(.unattached))
@@ -174,13 +189,32 @@ struct EngineStateMachine {
             word = observed | EngineWord.shared | EngineWord.slowRelease
             return .granted(grantReader(allocateReader(waiter, kind: kind)))
         }
+        return wait(waiter, kind: kind, priority: priority, shared: shared, word: &word, now: now)
+    }
+
+    /// The command takes its place in the waiting order.
+    private mutating func wait(
+        _ waiter: Handle, kind: CommandKind, priority: CommandPriority, shared: Bool, word: inout Int, now: UInt64
+    ) -> Admission {
         let role: Role =
             shared ? .reader(.notManual) : kind == .operation ? .operation(.unattached) : .exclusive(.notManual)
         let ticket = table.allocate(waiter, kind: kind, state: .waiting, role: role)
         let arrival = table.enqueue(ticket.slot, priority: priority)
         bound.arrived(ticket, sequence: arrival)
-        word = observed | EngineWord.slowRelease
+        barging.arrived(ticket.slot, at: now)
+        word |= EngineWord.slowRelease
         return .queued(ticket)
+    }
+
+    /// Eventually fair mode, the section free while the first waiting command is on its way to
+    /// claim it: whether a command of `priority` that arrives now may take it first. Never past a
+    /// command of higher priority, nor past one that waited the bound; and not while a waiting
+    /// command asks the holder for urgency (the barging holder would not inherit it in time).
+    private mutating func mayBarge(priority: CommandPriority, now: UInt64) -> Bool {
+        guard !inheritance.hasParked, let first = table.firstWaitingEntry() else { return false }
+        let firstPriority = CommandHeap.priority(of: first.key)
+        // mutant(barge-past-higher-priority): return !barging.isDue(first.slot, now: now)
+        return priority > firstPriority || (priority == firstPriority && !barging.isDue(first.slot, now: now))
     }
 
     // MARK: Release
@@ -210,6 +244,16 @@ struct EngineStateMachine {
     mutating func handOn(_ actions: inout Actions, closedBit: Int, now: UInt64, releaserQueue: Int) -> Int {
         hold.stamp(0, exact: false)
         actions.endBoost = inheritance.endHold()
+        if barging.isActive, let first = table.firstWaitingEntry() {
+            if mayFreeForBarging(first, now: now) {
+                // Eventually fair mode: the section goes free, and the first waiting command is
+                // woken to claim it (unless it was woken already); an arrival may take it first.
+                hold.free()
+                wakeToClaim(&actions, first.slot)
+                return closedBit | EngineWord.slowRelease
+            }
+            barging.granted(at: now, priority: CommandHeap.priority(of: first.key), slot: first.slot)
+        }
         guard let (slot, kind) = popNext() else {
             hold.free()
             // mutant(value-outlives-container): if false, life.freeValue() {
@@ -218,6 +262,17 @@ struct EngineStateMachine {
             }
             return closedBit
         }
+        return grantPopped(
+            &actions, slot: slot, kind: kind, closedBit: closedBit, now: now, releaserQueue: releaserQueue)
+    }
+
+    /// Grants the section to the waiting command in `slot`, just popped from the waiting order
+    /// (with the shared reads directly behind it, if it is one).
+    /// - Returns: the word to store.
+    mutating func grantPopped(
+        _ actions: inout Actions, slot: UInt32, kind: CommandKind, closedBit: Int, now: UInt64, releaserQueue: Int
+    ) -> Int {
+        if barging.isActive { barging.clearWoken(table.ticket(of: slot)) }
         if table[slot].isShared {
             return grantReaders(&actions, first: slot, kind: kind, closedBit: closedBit, now: now)
         }
@@ -297,6 +352,105 @@ struct EngineStateMachine {
         return actions
     }
 
+    /// ``leave(_:)`` in the eventually fair mode, which may find the section free (the command that
+    /// leaves may be the one woken to claim it): the next waiting command is then woken to claim it,
+    /// or granted it.
+    /// - Parameter word: the word, with `slowRelease` set by the engine; on return, the word to store.
+    mutating func leave(_ ticket: Ticket, word: inout Int, now: UInt64) -> Actions? {
+        let observed = word
+        hold.observe(observed)
+        let held = EngineWord.isHeld(observed)
+        if held { hold.foundHeld() }
+        // A free section that nobody waits for goes back to the idle path.
+        defer { if !EngineWord.isHeld(word) && table.waitingCount == 0 { word &= ~EngineWord.slowRelease } }
+        guard var actions = leave(ticket) else { return nil }
+        barging.clearWoken(ticket)
+        if !held && !barging.isClaimOnItsWay(table) {
+            if let granted = settleFree(&actions, closedBit: observed & EngineWord.closed, now: now) { word = granted }
+        }
+        return actions
+    }
+
+    // MARK: Barging
+
+    /// Eventually fair mode: whether a release may free the section instead of handing it to
+    /// `first`, the first waiting command: it is a blocking exclusive command (a thread that can
+    /// claim it when it runs), it has waited less than the bound, and no waiting command asks the
+    /// holder for urgency.
+    private mutating func mayFreeForBarging(_ first: CommandHeap.Entry, now: UInt64) -> Bool {
+        table[first.slot].kind == .blocking && !table[first.slot].isShared && !inheritance.hasParked
+            && !barging.isDue(first.slot, now: now)
+    }
+
+    /// The first waiting command, in `slot`, is woken to claim the free section, unless it was.
+    private mutating func wakeToClaim(_ actions: inout Actions, _ slot: UInt32) {
+        let ticket = table.ticket(of: slot)
+        guard barging.woken != ticket, let handle = table[slot].handle else { return }
+        barging.wake(ticket)
+        actions.others.append(.claim(handle))
+    }
+
+    /// What ``claim(_:parking:word:now:)`` decided.
+    enum ClaimOutcome {
+        /// The claimer was granted the section (its start is in the actions), or no longer waits
+        /// (granted directly, or it left): it looks at its own state.
+        case done
+        /// The section is held: the claimer goes on waiting, still on its way unless it parks.
+        case wait
+        /// Another command is first now (it was woken or granted instead): the claimer goes on
+        /// waiting, no longer on its way.
+        case passedOn
+    }
+
+    /// Eventually fair mode: the waiting command `ticket`, woken to claim a free section, claims
+    /// it. If the section is free it is granted (or, if another command is first now, that one is
+    /// woken or granted); if a command took it first, the claimer waits on.
+    /// - Parameters:
+    ///   - parking: the claimer is about to park: it is no longer on its way, so the next release
+    ///     wakes it again.
+    ///   - word: the word, with `slowRelease` set by the engine; on return, the word to store.
+    mutating func claim(_ ticket: Ticket, parking: Bool, word: inout Int, now: UInt64) -> (ClaimOutcome, Actions) {
+        var actions = Actions()
+        let observed = word
+        hold.observe(observed)
+        if EngineWord.isHeld(observed) { hold.foundHeld() }
+        guard table.isWaiting(ticket) else {
+            barging.clearWoken(ticket)
+            return (.done, actions)
+        }
+        if EngineWord.isHeld(observed) {
+            if parking { barging.clearWoken(ticket) }
+            return (.wait, actions)
+        }
+        let closedBit = observed & EngineWord.closed
+        guard let first = table.firstWaitingEntry(), first.slot == ticket.slot else {
+            // Another command is first now: it is woken to claim the section, or granted it.
+            barging.clearWoken(ticket)
+            if !barging.isClaimOnItsWay(table), let granted = settleFree(&actions, closedBit: closedBit, now: now) {
+                word = granted
+            }
+            return (.passedOn, actions)
+        }
+        barging.granted(at: now, priority: CommandHeap.priority(of: first.key), slot: first.slot)
+        guard let (slot, kind) = table.popWaiting() else { return (.done, actions) }
+        word = grantPopped(&actions, slot: slot, kind: kind, closedBit: closedBit, now: now, releaserQueue: 0)
+        return (.done, actions)
+    }
+
+    /// Eventually fair mode, the section free with commands waiting and no claim on its way: the
+    /// first waiting command is woken to claim it, or granted it.
+    /// - Returns: the word to store after a grant; `nil` if the word stays.
+    private mutating func settleFree(_ actions: inout Actions, closedBit: Int, now: UInt64) -> Int? {
+        guard let first = table.firstWaitingEntry() else { return nil }
+        if mayFreeForBarging(first, now: now) {
+            wakeToClaim(&actions, first.slot)
+            return nil
+        }
+        barging.granted(at: now, priority: CommandHeap.priority(of: first.key), slot: first.slot)
+        guard let (slot, kind) = table.popWaiting() else { return nil }
+        return grantPopped(&actions, slot: slot, kind: kind, closedBit: closedBit, now: now, releaserQueue: 0)
+    }
+
     /// Whether the command is still waiting for its turn.
     func isWaiting(_ ticket: Ticket) -> Bool {
         table.isWaiting(ticket)
@@ -330,7 +484,8 @@ struct EngineStateMachine {
             hold.foundHeld()
             return actions
         }
-        assert(table.waitingCount == 0)
+        // Eventually fair mode: free while a woken command is on its way to claim it.
+        if table.waitingCount > 0 { return actions }
         hold.free()
         actions.freeValue = life.freeValue()
         word = EngineWord.closed

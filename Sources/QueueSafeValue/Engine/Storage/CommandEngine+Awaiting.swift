@@ -75,7 +75,7 @@ extension CommandEngine {
             let actions = machine.discardPending()
             admitted = transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
                 machine.enqueueOperation(
-                    waiter, priority: priority, discardable: discardable, word: &word, now: coarseNow())
+                    waiter, priority: priority, discardable: discardable, word: &word, now: machineNow())
             }
             SyncPoints.note(discardable ? "a discardable operation is enqueued" : "an operation is enqueued")
             return actions
@@ -291,7 +291,7 @@ extension CommandEngine {
     /// left) first.
     private func timeOut(_ waiter: AwaitingWaiter) {
         perform { machine in
-            guard let actions = machine.leave(waiter.ticket) else { return .init() }
+            guard let actions = leave(waiter.ticket, &machine) else { return .init() }
             waiter.refusal = .timedOut(snapshot(machine, word: state.loadAcquire()))
             return actions
         }

@@ -25,6 +25,8 @@ extension CommandEngine {
         case start(Waiter)
         /// A waiting thread was handed a shared read to run: wake it.
         case postJob(Waiter)
+        /// A waiting thread is woken to claim a free section (eventually fair mode).
+        case postClaim(Waiter)
     }
 
     /// The thread and task of a newly granted holder that inherits an urgency (see
@@ -82,6 +84,8 @@ extension CommandEngine {
                 reader.isGranted = true
                 helper.assignJob(reader)
                 deferred.append(.postJob(helper))
+            case .claim(let waiter):
+                deferred.append(.postClaim(waiter))
             }
         }
         // Moved out and back, so that reading it retains nothing.
@@ -138,6 +142,7 @@ extension CommandEngine {
             case .finish(let command): command.finishManualCompletion()
             case .start(let reader): reader.start()
             case .postJob(let helper): helper.postJob()
+            case .postClaim(let waiter): waiter.postClaim()
             }
         }
         return inline

@@ -52,7 +52,7 @@ extension CommandEngine {
         return machine.withLock { machine in
             transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
                 let admission = machine.enqueue(
-                    waiter, kind: kind, priority: priority, reentrant: reentrant, word: &word, now: coarseNow(),
+                    waiter, kind: kind, priority: priority, reentrant: reentrant, word: &word, now: machineNow(),
                     shared: true)
                 switch admission {
                 case .granted(let ticket?), .queued(let ticket): waiter.readerTicket = ticket
@@ -70,7 +70,7 @@ extension CommandEngine {
         perform { machine in
             // The word says `shared | slowRelease`: only locked transitions change it now.
             transitionWhileHeld(&machine) { machine, word in
-                machine.releaseReader(ticket, word: &word, now: coarseNow())
+                machine.releaseReader(ticket, word: &word, now: machineNow())
             }
         }
     }
@@ -173,7 +173,7 @@ extension CommandEngine {
             // other idle readers join and leave on the word: announce it again, as an enqueue does.
             // mutant(idle-release-while-word-moves): transitionWhileHeld(&machine) { machine, word in
             transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
-                machine.releaseIdleReader(word: &word, now: coarseNow())
+                machine.releaseIdleReader(word: &word, now: machineNow())
             }
         }
     }

@@ -114,10 +114,23 @@ class CommandEngine: @unchecked Sendable {
     /// The name the user gave the container or queue, if any; see ``displayName``.
     final let label: String?
 
+    /// The value was made with ``CommandFairness/eventual``: the machine's clock is precise (the
+    /// bound is a millisecond), not the coarse one diagnostics need.
+    final let isEventuallyFair: Bool
+
     @usableFromInline
     init(label: String?, fairness: CommandFairness = .strictPriority) {
         self.label = label
-        machine = LockedState.make(Machine(maxOvertakes: fairness.maxOvertakes))
+        isEventuallyFair = fairness.bargingBound != nil
+        machine = LockedState.make(Machine(maxOvertakes: fairness.maxOvertakes, bargingBound: fairness.bargingBound))
+    }
+
+    /// The time the machine's transitions are given (``Hold/since``, and the eventually fair mode's
+    /// bound): the coarse clock, or in the eventually fair mode the precise one (on a controlled
+    /// scheduler's clock under the testing library).
+    @inline(__always)
+    final func machineNow() -> UInt64 {
+        isEventuallyFair ? SyncPoints.fairnessNow() : coarseNow()
     }
 
     deinit {
@@ -195,7 +208,7 @@ class CommandEngine: @unchecked Sendable {
         machine.withLock { machine in
             transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
                 machine.enqueue(
-                    waiter, kind: kind, priority: priority, reentrant: reentrant, word: &word, now: coarseNow())
+                    waiter, kind: kind, priority: priority, reentrant: reentrant, word: &word, now: machineNow())
             }
         }
     }
@@ -221,7 +234,7 @@ class CommandEngine: @unchecked Sendable {
     final func releaseSlow(releaserQueue: Int = 0) -> Waiter? {
         perform { machine in
             transitionWhileHeld(&machine) { machine, word in
-                machine.release(word: &word, now: coarseNow(), releaserQueue: releaserQueue)
+                machine.release(word: &word, now: machineNow(), releaserQueue: releaserQueue)
             }
         }
     }
@@ -232,7 +245,34 @@ class CommandEngine: @unchecked Sendable {
     /// The resumed task then finds out under the lock that it was not granted.
     /// - Complexity: O(1) amortized.
     final func leave(_ ticket: Ticket) {
-        perform { $0.leave(ticket) ?? .init() }
+        perform { leave(ticket, &$0) ?? .init() }
+    }
+
+    /// Under the lock: the machine's leave. In the eventually fair mode a command may leave while the
+    /// section is free (the one woken to claim it): the transition then decides on the word.
+    @inline(__always)
+    final func leave(_ ticket: Ticket, _ machine: inout Machine) -> Machine.Actions? {
+        guard isEventuallyFair else { return machine.leave(ticket) }
+        return transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
+            machine.leave(ticket, word: &word, now: machineNow())
+        }
+    }
+
+    /// Eventually fair mode: the blocking command `ticket`, woken to claim the section a release
+    /// freed, claims it (see ``EngineStateMachine/claim(_:parking:word:now:)``). If it is granted,
+    /// its own start (the granted bit) is among the actions performed.
+    /// - Parameter parking: the claimer is about to park.
+    /// - Returns: what the machine decided.
+    final func claim(_ ticket: Ticket, parking: Bool) -> Machine.ClaimOutcome {
+        var outcome = Machine.ClaimOutcome.wait
+        perform { machine in
+            transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
+                let (decided, actions) = machine.claim(ticket, parking: parking, word: &word, now: machineNow())
+                outcome = decided
+                return actions
+            }
+        }
+        return outcome
     }
 
     /// A waiting command gives up (its deadline passed, or waiting would deadlock): it leaves the
@@ -242,7 +282,7 @@ class CommandEngine: @unchecked Sendable {
     final func leaveWithSnapshot(_ ticket: Ticket) -> QueueDiagnostics? {
         var diagnostics: QueueDiagnostics?
         perform { machine in
-            guard let actions = machine.leave(ticket) else { return .init() }
+            guard let actions = leave(ticket, &machine) else { return .init() }
             diagnostics = snapshot(machine, word: state.loadAcquire())
             return actions
         }
@@ -266,7 +306,7 @@ class CommandEngine: @unchecked Sendable {
     final func beginManual(_ waiter: Waiter, kind: CommandKind) -> Ticket {
         machine.withLock { machine in
             transitionWhileHeld(&machine) { machine, word in
-                machine.beginManual(waiter, kind: kind, word: &word, now: coarseNow())
+                machine.beginManual(waiter, kind: kind, word: &word, now: machineNow())
             }
         }
     }

@@ -37,6 +37,8 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     private static let parked = 2
     private static let jobBit = 4
     private static let recheckBit = 8
+    /// Eventually fair mode: a release freed the section and woke this thread to claim it.
+    private static let claimBit = 16
 
     /// How many times a waiter polls before it parks: a few microseconds, longer than a typical
     /// short critical section and shorter than a futex sleep and wake-up.
@@ -91,6 +93,11 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
         post(Self.recheckBit)
     }
 
+    /// Wakes this waiting thread to claim the section a release freed (eventually fair mode).
+    override func postClaim() {
+        post(Self.claimBit)
+    }
+
     /// Sets `bit` and clears `parked`; signals if it found the thread parked.
     private func post(_ bit: Int) {
         var current = word.loadAcquire()
@@ -112,10 +119,44 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
         ticket: CommandEngine.Ticket,
         deadline: DispatchTime?
     ) -> QueueSafeValueError? {
+        // Eventually fair mode: this thread was woken to claim a free section and is on its way.
+        var claiming = false
+        while true {
+            if spin(engine: engine, ticket: ticket, claiming: &claiming) { return nil }
+            if claiming {
+                // No longer on its way: the next release wakes it again.
+                claiming = false
+                if case .done = engine.claim(ticket, parking: true) { return awaitGrantWithoutParking() }
+            }
+            switch park(engine: engine, ticket: ticket, deadline: deadline) {
+            case .granted: return nil
+            case .gaveUp(let error): return error
+            case .claim: claiming = true
+            }
+        }
+    }
+
+    /// Polls the word for a while (``spinLimit`` turns, yielding every ``yieldEvery``), running the
+    /// jobs handed over meanwhile and, in the eventually fair mode, claiming a section that was
+    /// freed for this thread.
+    /// - Returns: whether the section was granted.
+    private func spin(engine: CommandEngine, ticket: CommandEngine.Ticket, claiming: inout Bool) -> Bool {
         for round in 1...SyncPoints.spinLimit(Self.spinLimit) {
             let current = word.loadAcquire()
-            if current & Self.granted != 0 { return nil }
+            if current & Self.granted != 0 { return true }
             if current & Self.jobBit != 0 { runJob() }
+            if current & Self.claimBit != 0 {
+                _ = word.fetchAnd(~Self.claimBit)
+                claiming = true
+            }
+            // On its way to a free section: claim it once the word shows no holder.
+            if claiming && !EngineWord.isHeld(engine.state.loadAcquire()) {
+                switch engine.claim(ticket, parking: false) {
+                case .done: return awaitGrantWithoutParking() == nil
+                case .passedOn: claiming = false
+                case .wait: break
+                }
+            }
             if round % Self.yieldEvery == 0 {
                 // The holder may be waiting for this CPU: let it run rather than burn the slice.
                 SyncPoints.yield()
@@ -123,7 +164,15 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
                 SyncPoints.relax()
             }
         }
-        return park(engine: engine, ticket: ticket, deadline: deadline)
+        return false
+    }
+
+    /// How a park ended.
+    private enum ParkResult {
+        case granted
+        case gaveUp(QueueSafeValueError)
+        /// Eventually fair mode: woken to claim the section a release freed.
+        case claim
     }
 
     /// The parking half of ``waitForGrant(engine:ticket:deadline:)``: registered for deadlock
@@ -132,7 +181,7 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
         engine: CommandEngine,
         ticket: CommandEngine.Ticket,
         deadline: DispatchTime?
-    ) -> QueueSafeValueError? {
+    ) -> ParkResult {
         // Before it blocks its queue for longer than a spin: see *helping*.
         var tagEpoch = engine.becomeHelper(ticket)
         let nodes = DeadlockDetector.currentNodes()
@@ -153,27 +202,31 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
                 SyncPoints.inheritance(false)
                 inheritancePending = false
             }
-            guard registration.verdict == .wait else { return refuse(registration, engine: engine, ticket: ticket) }
+            guard registration.verdict == .wait else {
+                return refuse(registration, engine: engine, ticket: ticket).map { .gaveUp($0) } ?? .granted
+            }
             let outcome = parkOnce(deadline: deadline)
             // Unregistered before anything else, and before leaving the queue: a party that gave
             // up must not look like a waiter to another thread's walk.
             DeadlockDetector.shared.unregister(nodes, watcher: tagEpoch == nil ? nil : self)
             switch outcome {
             case .granted:
-                return nil
+                return .granted
             case .job:
                 runJob()
             case .recheck:
                 // A queue was tagged: it may be the one this thread runs on.
                 tagEpoch = engine.becomeHelper(ticket)
+            case .claim:
+                return .claim
             case .deadlinePassed:
                 if let diagnostics = engine.leaveWithSnapshot(ticket) {
                     runJobHandedBeforeLeaving()
-                    return .timedOut(diagnostics)
+                    return .gaveUp(.timedOut(diagnostics))
                 }
                 // Granted at the same instant: its start() sets `granted` without a signal (not parked).
                 awaitGrantWithoutParking()
-                return nil
+                return .granted
             }
         }
     }
@@ -182,6 +235,7 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
         case granted
         case job
         case recheck
+        case claim
         case deadlinePassed
     }
 
@@ -194,6 +248,10 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
             if current & Self.recheckBit != 0 {
                 _ = word.fetchAnd(~Self.recheckBit)
                 return .recheck
+            }
+            if current & Self.claimBit != 0 {
+                _ = word.fetchAnd(~Self.claimBit)
+                return .claim
             }
             // mutant(lost-parked-bit): guard word.compareExchange(expected: current, desired: current) else { continue }
             guard word.compareExchange(expected: current, desired: current | Self.parked) else { continue }
@@ -240,8 +298,11 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
 
     /// The machine granted this waiter; its start() is on its way (briefly: the granting thread is
     /// between unlocking and starting it).
-    private func awaitGrantWithoutParking() {
+    /// - Returns: `nil`, for the callers that return "granted".
+    @discardableResult
+    private func awaitGrantWithoutParking() -> QueueSafeValueError? {
         while word.loadAcquire() & Self.granted == 0 { SyncPoints.yield() }
+        return nil
     }
 
     /// Runs the dispatch commands handed to this thread, with a waiter of its own for their own

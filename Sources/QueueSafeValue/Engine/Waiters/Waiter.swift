@@ -84,6 +84,12 @@ class Waiter: @unchecked Sendable {
         preconditionFailure("only blocking waiters help")
     }
 
+    /// After unlocking, eventually fair mode: wakes this waiting thread to claim the section a
+    /// release freed (see ``EngineStateMachine/claim(_:parking:word:now:)``).
+    func postClaim() {
+        preconditionFailure("only blocking waiters claim")
+    }
+
     /// Under the engine lock: the command left the queue and never runs. The continuation of its
     /// suspended task, to resume after unlocking, if it has one (a thread that left wakes by itself,
     /// and a dispatched command has no one waiting).
