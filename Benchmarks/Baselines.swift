@@ -12,9 +12,9 @@ enum Baselines {
         // `Synchronization` needs macOS 15 / iOS 18 on Apple platforms: there the floors are left out
         // where the benchmark runs on an older system.
         if #available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *) { all.append(mutexUncontended) }
-        all += [lockContended(threads: 2), lockContended(threads: 4)]
+        all += [lockContended(threads: 2), lockContended(threads: 4), lockContended(threads: 8)]
         if #available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *) {
-            all.append(fairLockContended(threads: 4))
+            all += [2, 4, 8].map { fairLockContended(threads: $0) } + [2, 4, 8].map { mutexContended(threads: $0) }
         }
         all += [
             syncUncontended, syncContended, HandOffFloor.scenario, asyncSerial, actorCall, taskCreateAwait,
@@ -62,6 +62,25 @@ enum Baselines {
                 }
             }
             check(counter.value == operations, "fair lock counted \(counter.value) of \(operations)")
+            return Sample(measured: Double(elapsed), operations: operations)
+        }
+    }
+
+    /// `Synchronization.Mutex` from several threads: on Linux a futex lock that lets a running
+    /// thread take it ahead of a woken one (unfair), with priority inheritance.
+    @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
+    static func mutexContended(threads: Int) -> Scenario {
+        Scenario(
+            name: "mutex contended \(threads) threads",
+            summary: "Synchronization.Mutex withLock { $0 += 1 } from \(threads) threads at once",
+            timeWindowed: true
+        ) { window in
+            let shared = MutexCounter()
+            let (elapsed, operations) = Concurrency.runThreads(threads, for: UInt64(window)) { _, deadline in
+                Concurrency.repeatUntil(deadline) { shared.mutex.withLock { $0 += 1 } }
+            }
+            let final = shared.mutex.withLock { $0 }
+            check(final == operations, "mutex contended counted \(final) of \(operations)")
             return Sample(measured: Double(elapsed), operations: operations)
         }
     }

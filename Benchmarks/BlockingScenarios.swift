@@ -8,6 +8,11 @@ enum BlockingScenarios {
         [
             getUncontended, setUncontended, withLockUncontended, transactionUncontended, withLockCopyOnWrite,
             transactionCopyOnWrite, setContended(threads: 2), setContended(threads: 4),
+            setContendedOnePriority(threads: 2), setContendedOnePriority(threads: 4),
+            setContendedOnePriority(threads: 8), setContendedOnePriority(threads: 2, fairness: .eventual),
+            setContendedOnePriority(threads: 4, fairness: .eventual),
+            setContendedOnePriority(threads: 8, fairness: .eventual), waitTail(fairness: .strictPriority),
+            waitTail(fairness: .eventual),
         ]
     }
 
@@ -150,5 +155,65 @@ enum BlockingScenarios {
             check(final == operations, "wait.set contended \(threads) threads counted \(final) of \(operations)")
             return Sample(measured: Double(elapsed), operations: operations)
         }
+    }
+
+    /// Every thread at one priority (`value.wait.highestPriority.set`, the original library's
+    /// spelling): the order within a priority is all there is, so this is where a fairness mode
+    /// shows.
+    static func setContendedOnePriority(threads: Int, fairness: CommandFairness = .strictPriority) -> Scenario {
+        let mode = fairness == .strictPriority ? "" : " eventual"
+        return Scenario(
+            name: "wait.set contended \(threads) threads one priority\(mode)",
+            summary: "value.wait.highestPriority.set { $0 += 1 } from \(threads) threads at once, "
+                + "fairness \(fairness)",
+            timeWindowed: true
+        ) { window in
+            let value = QueueSafeValue(value: 0, fairness: fairness)
+            let (elapsed, operations) = Concurrency.runThreads(threads, for: UInt64(window)) { _, deadline in
+                Concurrency.repeatUntil(deadline) { value.wait.highestPriority.set { $0 += 1 } }
+            }
+            let final = try! value.wait.highestPriority.get().get()
+            check(final == operations, "wait.set contended \(threads) threads one priority counted \(final)")
+            return Sample(measured: Double(elapsed), operations: operations)
+        }
+    }
+
+    /// The tail of the wait on the 4-thread one-priority row: the 99th percentile, over every
+    /// command of the window, of the time from the call to the start of the closure. Its figure is
+    /// that percentile in nanoseconds (not a cost per command).
+    static func waitTail(fairness: CommandFairness) -> Scenario {
+        let mode = fairness == .strictPriority ? "" : " eventual"
+        return Scenario(
+            name: "wait.set contended 4 threads one priority\(mode) p99 wait",
+            summary: "the 99th percentile of the wait from the call to the closure's start, in ns, "
+                + "value.wait.highestPriority.set from 4 threads, fairness \(fairness)",
+            timeWindowed: true
+        ) { window in
+            let value = QueueSafeValue(value: 0, fairness: fairness)
+            let logs = (0..<4).map { _ in WaitLog() }
+            let (_, operations) = Concurrency.runThreads(4, for: UInt64(window)) { index, deadline in
+                let log = logs[index]
+                return Concurrency.repeatUntil(deadline) {
+                    let called = Clock.now()
+                    value.wait.highestPriority.set { count in
+                        log.waits.append(Clock.now() - called)
+                        count += 1
+                    }
+                }
+            }
+            let final = try! value.wait.highestPriority.get().get()
+            check(final == operations, "the p99 row counted \(final) of \(operations)")
+            let waits = logs.flatMap(\.waits).sorted()
+            return Sample(measured: Double(waits[waits.count * 99 / 100]), operations: 1)
+        }
+    }
+}
+
+/// One thread's waits (written only by its thread, read after the threads joined).
+final class WaitLog: @unchecked Sendable {  // @unchecked Sendable: one writer, read after it finished
+    var waits: [UInt64] = []
+
+    init() {
+        waits.reserveCapacity(1 << 16)
     }
 }
