@@ -41,7 +41,10 @@ final class Generation: @unchecked Sendable {
         self.index = index
         book = Book(issuers: issuers)
         let token = LifetimeToken()
-        let container = QueueSafeValue(value: Ledger(book: book, token: token))
+        // Every other container is eventually fair: barging, claims and due hand-offs under the
+        // same mix of commands, timeouts, cancellations and releases.
+        let container = QueueSafeValue(
+            value: Ledger(book: book, token: token), fairness: index % 2 == 1 ? .eventual : .strictPriority)
         self.token = token
         self.container = container
         wait = container.wait

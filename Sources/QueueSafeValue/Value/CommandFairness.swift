@@ -62,7 +62,9 @@ public struct CommandFairness: Sendable, Hashable, CustomStringConvertible {
     /// stops the barging until it is served; timeouts, cancellation and deadlock detection behave
     /// the same. A waiting dispatch, awaiting or ``CommandQueue`` command is always handed the value
     /// directly (nothing of it runs until it is started, so there is no one to claim), though a
-    /// command of any kind may take a free value ahead of a waiting `wait` command. So the order of
+    /// command of any kind may take a free value ahead of a waiting `wait` command; and while a
+    /// dispatch command or an operation waits, nobody takes the value ahead of the queue, so that
+    /// one issuer's commands still run in the order it issued them. So the order of
     /// side effects within one priority is not the order of arrival: pick this mode for counters,
     /// caches and statistics, where throughput matters more than order. It does not combine with
     /// ``bounded(maxOvertakes:)``: that mode keeps first-come-first-served hand-offs and lets a

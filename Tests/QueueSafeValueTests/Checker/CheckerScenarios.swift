@@ -317,6 +317,31 @@ enum CheckerScenarios {
         return { run.finalCheck(value.engine, commands: ["s1", "s2", "s3", "w", "h"]) }
     }
 
+    /// One issuer's commands keep their order in the eventually fair mode too: its `wait` command
+    /// never takes a freed value ahead of the dispatch command it issued before, still waiting.
+    static let eventualIssuerOrder = CheckerScenario(
+        name: "eventual fairness: one issuer's dispatch command, then its wait", preemptionBound: 2
+    ) { world in
+        let run = CheckerRun(world)
+        let value = QueueSafeValue(
+            value: 0, label: "eventual issuer", fairness: try! .eventual(starvationBound: .milliseconds(1)))
+        let queue = DispatchQueue(label: "eventual issuer queue")
+        world.quiescentCheck = run.quiescentCheck([value.engine])
+        world.spawn("issuer") {
+            // Issued while the issuer holds the value (behind the waiter, if it came first); its
+            // wait arrives right after the release, which may have freed the value for the waiter.
+            value.wait.set { _ in run.dispatch("d1", value, .medium, on: queue, completion: false) }
+            run.blocking("b2", value.wait, .medium)
+        }
+        world.spawn("waiter") { run.blocking("w", value.wait, .medium) }
+        return {
+            if let problem = run.finalCheck(value.engine, commands: ["w", "d1", "b2"]) { return problem }
+            let order = run.runOrder
+            return order.firstIndex(of: "d1")! < order.firstIndex(of: "b2")!
+                ? nil : "\(order): the issuer's wait ran before the dispatch command it issued first"
+        }
+    }
+
     /// Every kind of command on an eventually fair value: a dispatch or awaiting command may take
     /// the free value ahead of a waiting thread, and is itself always handed the value directly.
     static let eventualMixedCommands = CheckerScenario(

@@ -18,7 +18,7 @@ extension Explorers {
             CheckerScenarios.cancelAllOperations, CheckerScenarios.attachRaces, CheckerScenarios.discardable,
             CheckerScenarios.standardOperations,
             CheckerScenarios.boundedOvertaking, CheckerScenarios.eventualFairness,
-            CheckerScenarios.eventualMixedCommands,
+            CheckerScenarios.eventualMixedCommands, CheckerScenarios.eventualIssuerOrder,
             CheckerScenarios.waiterBehindItsQueue,
             CheckerScenarios.twoDispatchAndTwoWaiters, CheckerScenarios.dispatchArrivingFromOffTheQueue,
             CheckerScenarios.timedWaiterOnTheQueue, CheckerScenarios.silentSuccessorsInline,

@@ -208,10 +208,14 @@ struct EngineStateMachine {
 
     /// Eventually fair mode, the section free while the first waiting command is on its way to
     /// claim it: whether a command of `priority` that arrives now may take it first. Never past a
-    /// command of higher priority, nor past one that waited the bound; and not while a waiting
-    /// command asks the holder for urgency (the barging holder would not inherit it in time).
-    private mutating func mayBarge(priority: CommandPriority, now: UInt64) -> Bool {
-        guard !inheritance.hasParked, let first = table.firstWaitingEntry() else { return false }
+    /// command of higher priority, nor past one that waited the bound; not while a waiting command
+    /// asks the holder for urgency (the barging holder would not inherit it in time); and not while
+    /// a dispatch command or an operation waits (its issuer went on, and may be the one arriving
+    /// now: one issuer's commands keep their order).
+    mutating func mayBarge(priority: CommandPriority, now: UInt64) -> Bool {
+        // mutant(barge-past-own-dispatch): let detachedWaits = false
+        let detachedWaits = table.waitingDetachedCount > 0
+        guard !inheritance.hasParked, !detachedWaits, let first = table.firstWaitingEntry() else { return false }
         let firstPriority = CommandHeap.priority(of: first.key)
         // mutant(barge-past-higher-priority): return !barging.isDue(first.slot, now: now)
         return priority > firstPriority || (priority == firstPriority && !barging.isDue(first.slot, now: now))

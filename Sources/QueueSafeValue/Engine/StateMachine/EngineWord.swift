@@ -107,6 +107,12 @@ enum CommandKind: UInt8, Hashable, Sendable, CustomStringConvertible {
         }
     }
 
+    /// A command whose issuer goes on after issuing it (a dispatch command, a ``CommandQueue``
+    /// operation): the issuer's next command may arrive while it still waits. A blocking or
+    /// awaiting command's issuer waits with it.
+    @inline(__always)
+    var isDetached: Bool { self == .dispatched || self == .operation }
+
     @usableFromInline
     var description: String {
         switch self {

@@ -112,6 +112,10 @@ struct RecordTable {
     private(set) var sequence: UInt64 = 0
     /// Commands waiting for their turn.
     private(set) var waitingCount = 0
+    /// Of those, the dispatch commands and ``CommandQueue`` operations: commands whose issuer went
+    /// on after issuing them, so that the issuer's next command must not pass them (the
+    /// eventually fair mode asks, see ``EngineStateMachine/mayBarge(priority:now:)``).
+    private(set) var waitingDetachedCount = 0
     /// Heap entries whose command left the queue (or was granted ahead of the waiting order).
     private var deadEntries = 0
     /// Waiting blocking commands whose threads run on dispatch queues, by slot: the identities of
@@ -191,6 +195,7 @@ struct RecordTable {
         heap.insert(.init(key: CommandHeap.key(priority: priority, sequence: arrival), slot: slot))
         sequence &+= 1
         waitingCount += 1
+        if records[Int(slot)].kind.isDetached { waitingDetachedCount += 1 }
         return arrival
     }
 
@@ -200,7 +205,7 @@ struct RecordTable {
         while let entry = heap.popFirst() {
             records[Int(entry.slot)].inHeap = false
             if records[Int(entry.slot)].state == .waiting {
-                waitingCount -= 1
+                stopsWaiting(entry.slot)
                 return (entry.slot, records[Int(entry.slot)].kind)
             }
             deadEntries -= 1
@@ -216,7 +221,7 @@ struct RecordTable {
         guard let entry = heap.popFirst() else { return nil }
         records[Int(entry.slot)].inHeap = false
         if records[Int(entry.slot)].state == .waiting {
-            waitingCount -= 1
+            stopsWaiting(entry.slot)
             return (entry.slot, true)
         }
         deadEntries -= 1
@@ -239,7 +244,7 @@ struct RecordTable {
     /// The waiting command in `slot` left the queue (its heap entry stays until it surfaces).
     /// - Returns: its handle, which the record forgets.
     mutating func markLeft(_ slot: UInt32) -> Handle? {
-        waitingCount -= 1
+        stopsWaiting(slot)
         deadEntries += 1
         return markLeftPopped(slot)
     }
@@ -258,9 +263,16 @@ struct RecordTable {
     /// policy): its heap entry is now dead, and dropped when it surfaces; its record stays until
     /// then, marked ended, with its handle for the grant.
     mutating func grantAhead(_ slot: UInt32) {
+        stopsWaiting(slot)
         records[Int(slot)].state = .ended
-        waitingCount -= 1
         deadEntries += 1
+    }
+
+    /// The waiting command in `slot` stops waiting (granted, or it left): the counts follow.
+    @inline(__always)
+    private mutating func stopsWaiting(_ slot: UInt32) {
+        waitingCount -= 1
+        if records[Int(slot)].kind.isDetached { waitingDetachedCount -= 1 }
     }
 
     /// Drops the dead entries in one O(n) sweep once they outnumber the live ones.
@@ -333,6 +345,10 @@ struct RecordTable {
             if !roleFits { return "a \(record.kind) command with the role \(record.role)" }
         }
         if waiting != waitingCount { return "a waiting command outside the heap" }
+        let detached = records.filter { $0.state == .waiting && $0.kind.isDetached }.count
+        if detached != waitingDetachedCount {
+            return "\(waitingDetachedCount) waiting dispatch commands and operations counted, \(detached) wait"
+        }
         if free != freeSlots.count || freeSlots.contains(where: { records[Int($0)].state != .free }) {
             return "the free list and the free records disagree"
         }
