@@ -22,6 +22,11 @@
 /// > holder record: the holder (an exclusive command, or the idle readers the word counts) may leave
 /// > unseen.
 ///
+/// In the eventually fair mode (``Barging``) the word may also be `slowRelease` alone: the section
+/// is free, commands wait, and one of them was woken to claim it. Both idle takes fail on it (the
+/// word is not 0, and `slowRelease` is set), so every arrival reaches the machine, which decides
+/// whether it may take the section ahead of the waiting commands.
+///
 /// A locked transition that may race with the idle path first sets a bit with one atomic
 /// read-modify-write (`slowRelease` to enqueue, `closed` to close): from then on no idle
 /// compare-and-swap can succeed, so the transition decides on the value it read and stores its
