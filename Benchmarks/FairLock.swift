@@ -13,8 +13,9 @@ import Synchronization
 
 /// A strict first-come-first-served ticket lock whose waiters park: what any fair lock costs at the
 /// least when there are more threads than processors. A thread takes a ticket and waits until the
-/// lock serves it, polling the "now serving" word the way `QueueSafeValue`'s own blocking waiters do
-/// (200 polls, a CPU pause between them, `sched_yield` every 16th), then parks on the condition
+/// lock serves it, polling the "now serving" word the way `QueueSafeValue`'s own blocking waiters did
+/// before issue 44 (200 polls, a CPU pause between them, `sched_yield` every 16th; they now yield at
+/// the 16th and every 4th after it), then parks on the condition
 /// variable of its ticket's slot. `unlock` serves the next ticket and wakes its slot only if someone
 /// parked. Nothing else: no priorities, no timeouts, no queue of records, no reentrancy check.
 @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)

@@ -43,9 +43,13 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     /// How many times a waiter polls before it parks: a few microseconds, longer than a typical
     /// short critical section and shorter than a futex sleep and wake-up.
     static let spinLimit = 200
-    /// Every this many polls the spinning waiter yields its CPU (`sched_yield`), so a holder that
-    /// was descheduled on the same CPU gets to finish instead of waiting for the spin to run out.
-    static let yieldEvery = 16
+    /// The spinning waiter first yields its CPU (`sched_yield`) after this many polls: a hand-off
+    /// between two running threads completes within them, and a yield would only cost it.
+    static let firstYield = 16
+    /// From then on it yields every this many polls: the section is being passed among threads that
+    /// wait for a CPU (more threads than cores), and a holder or next holder descheduled on this CPU
+    /// gets to run sooner (Architecture, "More threads than cores", has the measurements).
+    static let yieldEvery = 4
 
     private let word = AtomicWord(0)
     private let parker = Parker()
@@ -136,7 +140,8 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
         }
     }
 
-    /// Polls the word for a while (``spinLimit`` turns, yielding every ``yieldEvery``), running the
+    /// Polls the word for a while (``spinLimit`` turns, yielding from ``firstYield`` on every
+    /// ``yieldEvery``), running the
     /// jobs handed over meanwhile and, in the eventually fair mode, claiming a section that was
     /// freed for this thread.
     /// - Returns: whether the section was granted.
@@ -157,7 +162,7 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
                 case .wait: break
                 }
             }
-            if round % Self.yieldEvery == 0 {
+            if round >= Self.firstYield && round % Self.yieldEvery == 0 {
                 // The holder may be waiting for this CPU: let it run rather than burn the slice.
                 SyncPoints.yield()
             } else {
