@@ -68,23 +68,31 @@ extension CheckerRun {
 enum CheckerScenarios {
     // MARK: The engine's commands (what EngineModel explored, on the real storage)
 
-    static let mixedCommands = CheckerScenario(
-        name: "blocking, timed, dispatch and awaiting commands of mixed priorities", preemptionBound: 2
-    ) { world in
-        let run = CheckerRun(world)
-        let value = QueueSafeValue(value: 0, label: "mixed")
-        let queue = DispatchQueue(label: "mixed queue")
-        world.quiescentCheck = run.quiescentCheck([value.engine])
-        world.spawn("A") {
-            run.blocking("c0", value.wait, .low)
-            run.dispatch("c1", value, .high, on: queue)
+    static let mixedCommands = commandMix(
+        name: "blocking, timed, dispatch and awaiting commands of mixed priorities", label: "mixed",
+        fairness: .strictPriority, priorities: [.low, .high, .high, .low, .highest])
+
+    /// One command of each shape from three threads: blocking `c0` then dispatch `c1`, timed `c2`
+    /// then awaiting `c3`, blocking `c4`, at `priorities` (in that order), on a value of `fairness`.
+    private static func commandMix(
+        name: String, label: String, fairness: CommandFairness, priorities: [CommandPriority]
+    ) -> CheckerScenario {
+        CheckerScenario(name: name, preemptionBound: 2) { world in
+            let run = CheckerRun(world)
+            let value = QueueSafeValue(value: 0, label: label, fairness: fairness)
+            let queue = DispatchQueue(label: "\(label) queue")
+            world.quiescentCheck = run.quiescentCheck([value.engine])
+            world.spawn("A") {
+                run.blocking("c0", value.wait, priorities[0])
+                run.dispatch("c1", value, priorities[1], on: queue)
+            }
+            world.spawn("B") {
+                run.blocking("c2", value.wait(timeout: .seconds(60)), priorities[2])
+                run.awaiting("c3", value.async, priorities[3])
+            }
+            world.spawn("C") { run.blocking("c4", value.wait, priorities[4]) }
+            return { run.finalCheck(value.engine, commands: ["c0", "c1", "c2", "c3", "c4"], delivering: ["c1"]) }
         }
-        world.spawn("B") {
-            run.blocking("c2", value.wait(timeout: .seconds(60)), .high)
-            run.awaiting("c3", value.async, .low)
-        }
-        world.spawn("C") { run.blocking("c4", value.wait, .highest) }
-        return { run.finalCheck(value.engine, commands: ["c0", "c1", "c2", "c3", "c4"], delivering: ["c1"]) }
     }
 
     static let arrivalOrder = CheckerScenario(name: "one issuer's commands keep their order", preemptionBound: 2) {
@@ -344,25 +352,10 @@ enum CheckerScenarios {
 
     /// Every kind of command on an eventually fair value: a dispatch or awaiting command may take
     /// the free value ahead of a waiting thread, and is itself always handed the value directly.
-    static let eventualMixedCommands = CheckerScenario(
-        name: "eventual fairness: blocking, timed, dispatch and awaiting commands", preemptionBound: 2
-    ) { world in
-        let run = CheckerRun(world)
-        let value = QueueSafeValue(
-            value: 0, label: "eventual mixed", fairness: try! .eventual(starvationBound: .microseconds(30)))
-        let queue = DispatchQueue(label: "eventual queue")
-        world.quiescentCheck = run.quiescentCheck([value.engine])
-        world.spawn("A") {
-            run.blocking("c0", value.wait, .medium)
-            run.dispatch("c1", value, .medium, on: queue)
-        }
-        world.spawn("B") {
-            run.blocking("c2", value.wait(timeout: .seconds(60)), .medium)
-            run.awaiting("c3", value.async, .medium)
-        }
-        world.spawn("C") { run.blocking("c4", value.wait, .high) }
-        return { run.finalCheck(value.engine, commands: ["c0", "c1", "c2", "c3", "c4"], delivering: ["c1"]) }
-    }
+    static let eventualMixedCommands = commandMix(
+        name: "eventual fairness: blocking, timed, dispatch and awaiting commands", label: "eventual mixed",
+        fairness: try! .eventual(starvationBound: .microseconds(30)),
+        priorities: [.medium, .medium, .medium, .medium, .high])
 
     // MARK: Helping (what HelpingModel explored, on the real storage)
 

@@ -33,21 +33,13 @@ import Testing
     @Test func aWaitingHigherPriority_goesFirst_asUnderStrictPriority() throws {
         for _ in 0..<20 {
             let value = QueueSafeValue(value: [String](), label: "eventual order", fairness: .eventual)
-            let holding = DispatchSemaphore(value: 0)
-            let release = DispatchSemaphore(value: 0)
+            let holder = SectionHolder(value)
             let threads = ThreadGroup()
-            threads.spawn {
-                value.wait.set { _ in
-                    holding.signal()
-                    release.wait()
-                }
-            }
-            #expect(holding.wait(timeout: .now() + hangTimeout) == .success)
             threads.spawn { value.wait.lowestPriority.set { $0.append("low") } }
             #expect(waitUntil("the low command to wait") { value.diagnostics.waitingCount == 1 })
             threads.spawn { value.wait.highestPriority.set { $0.append("high") } }
             #expect(waitUntil("the high command to wait") { value.diagnostics.waitingCount == 2 })
-            release.signal()
+            holder.release()
             #expect(threads.join())
             #expect(try value.wait.get().get() == ["high", "low"])
         }
@@ -82,24 +74,13 @@ import Testing
 
     @Test func aTimedWaiter_timesOut_andTheValueStaysUsable() throws {
         let value = QueueSafeValue(value: 0, label: "eventual timeout", fairness: .eventual)
-        let holding = DispatchSemaphore(value: 0)
-        let release = DispatchSemaphore(value: 0)
-        let threads = ThreadGroup()
-        threads.spawn {
-            value.wait.set { _ in
-                holding.signal()
-                release.wait()
-            }
-        }
-        #expect(holding.wait(timeout: .now() + hangTimeout) == .success)
+        let holder = SectionHolder(value)
         let result = value.wait(timeout: .milliseconds(20)).set { $0 += 1 }
+        holder.release()
         guard case .failure(.timedOut) = result else {
             Issue.record("expected a timeout, got \(result)")
-            release.signal()
             return
         }
-        release.signal()
-        #expect(threads.join())
         #expect(value.wait.set { $0 += 1 }.isSuccess)
         #expect(try value.wait.get().get() == 1)
     }

@@ -362,9 +362,7 @@ struct EngineStateMachine {
     /// - Parameter word: the word, with `slowRelease` set by the engine; on return, the word to store.
     mutating func leave(_ ticket: Ticket, word: inout Int, now: UInt64) -> Actions? {
         let observed = word
-        hold.observe(observed)
-        let held = EngineWord.isHeld(observed)
-        if held { hold.foundHeld() }
+        let held = hold.observeHolder(observed)
         // A free section that nobody waits for goes back to the idle path.
         defer { if !EngineWord.isHeld(word) && table.waitingCount == 0 { word &= ~EngineWord.slowRelease } }
         guard var actions = leave(ticket) else { return nil }
@@ -415,18 +413,16 @@ struct EngineStateMachine {
     ///   - word: the word, with `slowRelease` set by the engine; on return, the word to store.
     mutating func claim(_ ticket: Ticket, parking: Bool, word: inout Int, now: UInt64) -> (ClaimOutcome, Actions) {
         var actions = Actions()
-        let observed = word
-        hold.observe(observed)
-        if EngineWord.isHeld(observed) { hold.foundHeld() }
+        let held = hold.observeHolder(word)
         guard table.isWaiting(ticket) else {
             barging.clearWoken(ticket)
             return (.done, actions)
         }
-        if EngineWord.isHeld(observed) {
+        if held {
             if parking { barging.clearWoken(ticket) }
             return (.wait, actions)
         }
-        let closedBit = observed & EngineWord.closed
+        let closedBit = word & EngineWord.closed
         guard let first = table.firstWaitingEntry(), first.slot == ticket.slot else {
             // Another command is first now: it is woken to claim the section, or granted it.
             barging.clearWoken(ticket)
@@ -435,9 +431,7 @@ struct EngineStateMachine {
             }
             return (.passedOn, actions)
         }
-        barging.granted(at: now, priority: CommandHeap.priority(of: first.key), slot: first.slot)
-        guard let (slot, kind) = table.popWaiting() else { return (.done, actions) }
-        word = grantPopped(&actions, slot: slot, kind: kind, closedBit: closedBit, now: now, releaserQueue: 0)
+        word = grantFirst(first, &actions, closedBit: closedBit, now: now)
         return (.done, actions)
     }
 
@@ -450,9 +444,20 @@ struct EngineStateMachine {
             wakeToClaim(&actions, first.slot)
             return nil
         }
+        return grantFirst(first, &actions, closedBit: closedBit, now: now)
+    }
+
+    /// Eventually fair mode, the section free: grants it to `first`, the first waiting command.
+    /// - Returns: the word to store.
+    private mutating func grantFirst(
+        _ first: CommandHeap.Entry, _ actions: inout Actions, closedBit: Int, now: UInt64
+    ) -> Int {
         barging.granted(at: now, priority: CommandHeap.priority(of: first.key), slot: first.slot)
-        guard let (slot, kind) = table.popWaiting() else { return nil }
-        return grantPopped(&actions, slot: slot, kind: kind, closedBit: closedBit, now: now, releaserQueue: 0)
+        let popped = table.popWaiting()
+        assert(popped?.slot == first.slot, "the first waiting entry was not the one popped")
+        return grantPopped(
+            &actions, slot: first.slot, kind: table[first.slot].kind, closedBit: closedBit, now: now,
+            releaserQueue: 0)
     }
 
     /// Whether the command is still waiting for its turn.
@@ -483,11 +488,7 @@ struct EngineStateMachine {
         let observed = word
         word = observed | EngineWord.closed
         guard life.close() else { return actions }
-        hold.observe(observed)
-        if EngineWord.isHeld(observed) {
-            hold.foundHeld()
-            return actions
-        }
+        if hold.observeHolder(observed) { return actions }
         // Eventually fair mode: free while a woken command is on its way to claim it.
         if table.waitingCount > 0 { return actions }
         hold.free()

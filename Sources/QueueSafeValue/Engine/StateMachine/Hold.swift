@@ -79,6 +79,16 @@ struct Hold {
         holder = slot.map { .tracked($0) } ?? .untracked
     }
 
+    /// A locked transition read `word` (``observe(_:)``), and notes a holder it shows that the
+    /// machine had not seen take the section (``foundHeld()``).
+    /// - Returns: whether the word shows a holder.
+    mutating func observeHolder(_ word: Int) -> Bool {
+        observe(word)
+        let held = EngineWord.isHeld(word)
+        if held { foundHeld() }
+        return held
+    }
+
     /// The machine found the section held by a command it had not seen take it.
     mutating func foundHeld() {
         if holder == .free { holder = .untracked }

@@ -130,7 +130,10 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
             if claiming {
                 // No longer on its way: the next release wakes it again.
                 claiming = false
-                if case .done = engine.claim(ticket, parking: true) { return awaitGrantWithoutParking() }
+                if case .done = engine.claim(ticket, parking: true) {
+                    awaitGrantWithoutParking()
+                    return nil
+                }
             }
             switch park(engine: engine, ticket: ticket, deadline: deadline) {
             case .granted: return nil
@@ -141,9 +144,8 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     }
 
     /// Polls the word for a while (``spinLimit`` turns, yielding from ``firstYield`` on every
-    /// ``yieldEvery``), running the
-    /// jobs handed over meanwhile and, in the eventually fair mode, claiming a section that was
-    /// freed for this thread.
+    /// ``yieldEvery``), running the jobs handed over meanwhile and, in the eventually fair mode,
+    /// claiming a section that was freed for this thread.
     /// - Returns: whether the section was granted.
     private func spin(engine: CommandEngine, ticket: CommandEngine.Ticket, claiming: inout Bool) -> Bool {
         for round in 1...SyncPoints.spinLimit(Self.spinLimit) {
@@ -157,7 +159,9 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
             // On its way to a free section: claim it once the word shows no holder.
             if claiming && !EngineWord.isHeld(engine.state.loadAcquire()) {
                 switch engine.claim(ticket, parking: false) {
-                case .done: return awaitGrantWithoutParking() == nil
+                case .done:
+                    awaitGrantWithoutParking()
+                    return true
                 case .passedOn: claiming = false
                 case .wait: break
                 }
@@ -303,11 +307,8 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
 
     /// The machine granted this waiter; its start() is on its way (briefly: the granting thread is
     /// between unlocking and starting it).
-    /// - Returns: `nil`, for the callers that return "granted".
-    @discardableResult
-    private func awaitGrantWithoutParking() -> QueueSafeValueError? {
+    private func awaitGrantWithoutParking() {
         while word.loadAcquire() & Self.granted == 0 { SyncPoints.yield() }
-        return nil
     }
 
     /// Runs the dispatch commands handed to this thread, with a waiter of its own for their own
