@@ -86,6 +86,48 @@ public final class CommandQueue: Sendable {
         self.ordering = ordering
     }
 
+    /// Creates an empty queue that runs up to `width` operations at once.
+    ///
+    /// Each free slot goes to the most urgent waiting operation, first come first served within a
+    /// priority (see "Width" in ``CommandQueue``). A width of 1 is the queue that
+    /// ``init(label:ordering:fairness:)`` makes.
+    /// - Parameters:
+    ///   - label: a name for diagnostics and deadlock reports.
+    ///   - width: how many operations may run at once: 1 or more.
+    ///   - ordering: what the queue keeps in order (see ``Ordering``).
+    ///   - fairness: how priority is weighed against waiting time, as for the other initializer.
+    /// - Throws: ``QueueSafeValueError/invalidArgument(_:)`` if `width` is below 1.
+    public init(
+        label: String? = nil, width: Int, ordering: Ordering = .oneAtATime, fairness: CommandFairness = .strictPriority
+    ) throws(QueueSafeValueError) {
+        guard width >= 1 else { throw .invalidArgument("a CommandQueue's width must be 1 or more, not \(width)") }
+        engine = CommandEngine(label: label, fairness: fairness)
+        self.ordering = ordering
+        if width > 1 { engine.setWidth(width) }
+    }
+
+    // MARK: Width
+
+    /// How many operations may run at once: 1 unless the queue was made with
+    /// ``init(label:width:ordering:fairness:)`` or changed with ``setWidth(_:)``.
+    public var width: Int { engine.width }
+
+    /// Changes how many operations may run at once, while the queue runs.
+    ///
+    /// A larger width starts the most urgent waiting operations at once, as many as it frees slots
+    /// for. A smaller one stops nothing: the running operations finish, and no more start until
+    /// fewer than `width` run. Operations keep their places either way.
+    ///
+    /// An operation keeps the promise it started with: one that started on a queue of width 1 runs
+    /// alone until it ends, so a width raised from 1 starts the waiting operations when it ends;
+    /// and operations that started side by side go on side by side when the width drops to 1.
+    /// - Throws: ``QueueSafeValueError/invalidArgument(_:)`` if `width` is below 1; the width then
+    ///   stays as it was.
+    public func setWidth(_ width: Int) throws(QueueSafeValueError) {
+        guard width >= 1 else { throw .invalidArgument("a CommandQueue's width must be 1 or more, not \(width)") }
+        engine.setWidth(width)
+    }
+
     // MARK: Enqueue from anywhere
 
     /// Adds `operation` to the queue and returns the task that runs it.
@@ -133,6 +175,23 @@ public final class CommandQueue: Sendable {
         _ operation: sending @escaping @MainActor () async throws -> T
     ) -> Task<T, any Error> {
         schedule(priority: priority, policy: policy, isolation: MainActor.shared) { try await operation() }
+    }
+
+    /// Adds `operation` to the queue, as ``enqueue(priority:policy:_:)`` does, and returns a handle
+    /// to it: its task, where it stands, and a way to change its priority or cancel it while it
+    /// waits (see ``QueuedOperation``).
+    /// - Returns: the operation's handle. Its `value` (and its `task`'s) is the operation's result,
+    ///   or throws as the task ``enqueue(priority:policy:_:)`` returns does.
+    @inlinable
+    @discardableResult
+    public func submit<T: Sendable>(
+        priority: CommandPriority = .medium,
+        policy: Policy = .standard,
+        @_inheritActorContext @_implicitSelfCapture _ operation: sending @escaping @isolated(any) () async throws -> T
+    ) -> QueuedOperation<T> {
+        let progress = OperationProgress(priority: priority)
+        let (task, waiter) = schedulePlaced(priority: priority, policy: policy, progress: progress, operation)
+        return QueuedOperation(task: task, engine: engine, waiter: waiter, progress: progress)
     }
 
     /// Like ``enqueue(priority:policy:_:)``, but the operation gives up if it has not started within
@@ -296,25 +355,30 @@ public final class CommandQueue: Sendable {
         /// The tasks that await the operation's result (`perform`), for deadlock detection: see
         /// ``OperationAwaiters``. Empty for `enqueue`.
         @usableFromInline let awaiters: [Int]
+        /// Where the operation stands, for its handle (`submit`); `nil` otherwise.
+        @usableFromInline let progress: OperationProgress?
 
         @inlinable
         init(
             engine: CommandEngine, waiter: AwaitingWaiter, grantedAtOnce: Bool, discardable: Bool,
-            startsInOrder: Bool, awaiters: [Int]
+            startsInOrder: Bool, awaiters: [Int], progress: OperationProgress?
         ) {
             (self.engine, self.waiter, self.grantedAtOnce) = (engine, waiter, grantedAtOnce)
             (self.discardable, self.startsInOrder, self.awaiters) = (discardable, startsInOrder, awaiters)
+            self.progress = progress
         }
     }
 
     /// Takes the operation's place now, synchronously.
     @inlinable
-    func place(priority: CommandPriority, policy: Policy, awaiters: [Int]) -> Placement {
+    func place(
+        priority: CommandPriority, policy: Policy, awaiters: [Int], progress: OperationProgress? = nil
+    ) -> Placement {
         let discardable = policy == .discardable
         let (waiter, grantedAtOnce) = engine.enqueueOperation(priority: priority, discardable: discardable)
         return Placement(
             engine: engine, waiter: waiter, grantedAtOnce: grantedAtOnce, discardable: discardable,
-            startsInOrder: ordering == .startsInOrder, awaiters: awaiters)
+            startsInOrder: ordering == .startsInOrder, awaiters: awaiters, progress: progress)
     }
 
     /// Why `perform` must not enqueue: its task was cancelled before the call (then the operation
@@ -323,7 +387,7 @@ public final class CommandQueue: Sendable {
     @inlinable
     func checkCanAwaitOperation() throws(QueueSafeValueError) {
         if Task.isCancelled { throw .cancelled }
-        if engine.isInsideRunningSection() { throw .reentrantAccess }
+        if engine.isInsideRunningSection() || engine.isInsideOperationSlot() { throw .reentrantAccess }
     }
 
     /// Takes the place of an operation that inherited its isolation, and starts the task that waits
@@ -337,16 +401,30 @@ public final class CommandQueue: Sendable {
         awaiters: [Int] = [],
         _ operation: @escaping @isolated(any) () async throws -> T
     ) -> Task<T, any Error> {
+        schedulePlaced(priority: priority, policy: policy, deadline: deadline, awaiters: awaiters, operation).task
+    }
+
+    /// ``schedule(priority:policy:deadline:awaiters:_:)``, returning the operation's waiter too (for
+    /// its handle), and keeping `progress` up to date if given.
+    @inlinable
+    func schedulePlaced<T: Sendable>(
+        priority: CommandPriority,
+        policy: Policy,
+        deadline: DispatchTime? = nil,
+        awaiters: [Int] = [],
+        progress: OperationProgress? = nil,
+        _ operation: @escaping @isolated(any) () async throws -> T
+    ) -> (task: Task<T, any Error>, waiter: AwaitingWaiter) {
         let isolation = operation.isolation
         // Unsafe: `operation` is the caller's `sending` closure; only this one task ever calls it,
         // once, which the compiler cannot see through the closure that captures it.
         nonisolated(unsafe) let operation = operation
-        let placement = place(priority: priority, policy: policy, awaiters: awaiters)
+        let placement = place(priority: priority, policy: policy, awaiters: awaiters, progress: progress)
         let task = Self.makeTask {
             try await Self.takeTurn(placement, deadline: deadline, isolation: isolation) { try await operation() }
         }
         engine.attach(task, to: placement.waiter)
-        return task
+        return (task, placement.waiter)
     }
 
     /// Like the other `schedule`, for an operation whose isolation the caller names: `body` runs on
@@ -423,18 +501,30 @@ public final class CommandQueue: Sendable {
     ) async throws -> T {
         let engine = placement.engine
         if !placement.grantedAtOnce {
-            // This task has run nothing of its own yet: see `waitForTurn`.
-            try await engine.waitForTurn(
-                placement.waiter, deadline: deadline, holdsNothing: placement.awaiters.isEmpty, startedLater: true)
+            do {
+                // This task has run nothing of its own yet: see `waitForTurn`.
+                try await engine.waitForTurn(
+                    placement.waiter, deadline: deadline, holdsNothing: placement.awaiters.isEmpty, startedLater: true)
+            } catch {
+                placement.progress?.ended(ran: false)
+                throw error
+            }
         }
         if Task.isCancelled || (placement.discardable && !engine.beginDiscardable(placement.waiter)) {
             // Granted, but cancelled or discarded before the operation began: it never starts.
-            engine.release(.operation)
+            engine.releaseOperation(placement.waiter)
+            placement.progress?.ended(ran: false)
             throw QueueSafeValueError.cancelled
         }
+        placement.progress?.started()
+        defer { placement.progress?.ended(ran: true) }
         if placement.startsInOrder {
-            engine.release(.operation)
+            engine.releaseOperation(placement.waiter)
             return try await body()
+        }
+        if engine.holdsSlot(placement.waiter) {
+            // A queue of width above 1: the operation holds one of its slots.
+            return try await engine.runHeldOperationSlot(placement.waiter, isolation: isolation, body)
         }
         return try await engine.runHeldTaskSection(.operation, isolation: isolation, body)
     }

@@ -18,8 +18,8 @@ extension EngineStateMachine {
         let record = table[ticket.slot]
         return Summary(
             state: record.state, kind: record.kind, manual: record.manual, taskUnattached: record.taskUnattached,
-            hasTask: record.role == .operation(.attached),
-            inHeap: record.inHeap, cancelRequested: record.role == .operation(.unattachedCancelRequested),
+            hasTask: record.attachment == .attached,
+            inHeap: record.inHeap, cancelRequested: record.attachment == .unattachedCancelRequested,
             discarded: discarding.discardedHolder == ticket)
     }
 

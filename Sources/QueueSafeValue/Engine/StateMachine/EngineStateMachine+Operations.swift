@@ -37,7 +37,10 @@ extension EngineStateMachine {
         word: inout Int,
         now: UInt64 = 0
     ) -> Admission {
-        let admission = enqueue(waiter, kind: .operation, priority: priority, reentrant: false, word: &word, now: now)
+        // A queue of width above 1 shares the section among its operations, one slot each.
+        let admission = enqueue(
+            waiter, kind: .operation, priority: priority, reentrant: false, word: &word, now: now,
+            shared: operationsShare)
         // mutant(discard-standard): if true {
         if isDiscardable {
             switch admission {
@@ -72,9 +75,7 @@ extension EngineStateMachine {
             if waited {
                 if inheritance.hasParked { inheritance.clear(slot) }
                 if let waiter = table.markLeftPopped(slot) { result.others += [.left(waiter), .cancel(waiter)] }
-                if case .operation(.unattached) = table[slot].role {
-                    table[slot].role = .operation(.unattachedCancelRequested)
-                }
+                if table[slot].attachment == .unattached { table[slot].attachment = .unattachedCancelRequested }
             }
             table.freeIfUnused(slot)
         }
@@ -82,12 +83,13 @@ extension EngineStateMachine {
         inheritance.lowerIfNeeded(readersHold: hold.readersHold)
         assert(table.waitingCount == 0)
         bound.reset()
-        if let slot = hold.trackedSlot, table[slot].kind == .operation {
-            switch table[slot].role {
-            case .operation(.attached):
+        // The running operations: the one tracked holder, or every operation holding a slot.
+        for slot in hold.trackedSlot.map({ [$0] }) ?? hold.readers where table[slot].kind == .operation {
+            switch table[slot].attachment {
+            case .attached:
                 if let holder = table[slot].handle { result.others.append(.cancel(holder)) }
-            case .operation(.unattached):
-                table[slot].role = .operation(.unattachedCancelRequested)
+            case .unattached:
+                table[slot].attachment = .unattachedCancelRequested
             default:
                 break
             }
@@ -100,13 +102,13 @@ extension EngineStateMachine {
     mutating func attach(_ ticket: Ticket) -> Attachment {
         guard table.isCurrent(ticket), table[ticket.slot].taskUnattached else { return .drop }
         let slot = ticket.slot
-        let cancel = table[slot].role == .operation(.unattachedCancelRequested)
+        let cancel = table[slot].attachment == .unattachedCancelRequested
         switch table[slot].state {
         case .waiting, .holding:
-            table[slot].role = .operation(cancel ? .done : .attached)
+            table[slot].attachment = cancel ? .done : .attached
             return cancel ? .cancelNow : .keep
         case .left, .ended, .free:
-            table[slot].role = .operation(.done)
+            table[slot].attachment = .done
             table.freeIfUnused(slot)
             return cancel ? .cancelNow : .drop
         }

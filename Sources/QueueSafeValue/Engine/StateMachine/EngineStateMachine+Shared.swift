@@ -23,7 +23,13 @@ extension EngineStateMachine {
 
     /// A record for a shared read about to be granted at once.
     mutating func allocateReader(_ waiter: Handle, kind: CommandKind) -> UInt32 {
-        table.allocate(waiter, kind: kind, state: .waiting, role: .reader(.notManual)).slot
+        table.allocate(waiter, kind: kind, state: .waiting, role: Self.sharedRole(of: kind)).slot
+    }
+
+    /// The role of a shared holder of `kind`: a shared read, or an operation of a queue of width
+    /// above 1.
+    static func sharedRole(of kind: CommandKind) -> Role {
+        kind == .operation ? .sharedOperation(.unattached) : .reader(.notManual)
     }
 
     /// Makes the shared read in `slot` a holder. Its record keeps its handle until it releases
@@ -41,6 +47,7 @@ extension EngineStateMachine {
     /// exclusive), and a bounded-overtaking policy allows one more overtake. Counts the overtake
     /// if it may.
     mutating func mayJoinReaders(priority: CommandPriority) -> Bool {
+        guard hold.hasFreeShare else { return false }
         let boundApplies = bound.oldestWaiting(in: table) != nil
         if boundApplies && bound.isDue { return false }
         if let first = table.firstWaitingEntry() {
@@ -102,7 +109,7 @@ extension EngineStateMachine {
     /// says it is next), as actions beside the first grant.
     mutating func admitWaitingReaders(_ actions: inout Actions) {
         // mutant(batch-stops-early): while hold.readersHold, hold.readers.count < 1, let slot = peekNext(), table[slot].isShared {
-        while hold.readersHold, let slot = peekNext(), table[slot].isShared {
+        while hold.readersHold, hold.hasFreeShare, let slot = peekNext(), table[slot].isShared {
             guard let (popped, kind) = popNext() else { break }
             assert(popped == slot, "popNext() granted another command than it showed")
             if inheritance.hasParked {
@@ -133,6 +140,9 @@ extension EngineStateMachine {
         actions.endBoost = inheritance.isHoldBoosted
         // mutant(writer-beside-reader): if hold.readersHold && table.waitingCount == 0 {
         if hold.readersHold {
+            // A queue's operation gave its slot back: the most urgent waiting one takes it.
+            // mutant(freed-slot-unused): _ = ()
+            if table.waitingCount > 0 { admitWaitingReaders(&actions) }
             word = wordWhileReadersHold(observed)
             return actions
         }

@@ -197,7 +197,7 @@ struct EngineStateMachine {
         _ waiter: Handle, kind: CommandKind, priority: CommandPriority, shared: Bool, word: inout Int, now: UInt64
     ) -> Admission {
         let role: Role =
-            shared ? .reader(.notManual) : kind == .operation ? .operation(.unattached) : .exclusive(.notManual)
+            shared ? Self.sharedRole(of: kind) : kind == .operation ? .operation(.unattached) : .exclusive(.notManual)
         let ticket = table.allocate(waiter, kind: kind, state: .waiting, role: role)
         let arrival = table.enqueue(ticket.slot, priority: priority)
         bound.arrived(ticket, sequence: arrival)

@@ -46,6 +46,23 @@ struct Hold {
     /// ``EngineWord/idleReaders(_:)``): exact while the word's `slowRelease` is set, which is when
     /// only locked transitions change the count; each of those reads it first (``observe(_:)``).
     private(set) var idleReaders = 0
+    /// How many listed shared holders may hold at once: unlimited for a value's shared reads, a
+    /// ``CommandQueue``'s width for its operations (see `EngineStateMachine+Width.swift`). Lowering
+    /// it takes no share back: the ones that hold finish, and no more are granted until fewer hold.
+    private(set) var shareLimit = Int.max
+
+    /// Whether one more shared holder may be granted now.
+    @inline(__always)
+    var hasFreeShare: Bool {
+        // mutant(slot-past-width): readers.count <= shareLimit
+        readers.count < shareLimit
+    }
+
+    /// Sets ``shareLimit`` (at least 1).
+    mutating func setShareLimit(_ limit: Int) {
+        precondition(limit >= 1, "a share limit below 1")
+        shareLimit = limit
+    }
 
     /// The tracked holder's slot, if the machine tracks the holder.
     @inline(__always)

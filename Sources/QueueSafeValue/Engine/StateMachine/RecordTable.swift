@@ -9,8 +9,13 @@ extension EngineStateMachine {
         /// A blocking, awaiting or dispatched command that holds alone, with the phase of its manual
         /// completion (``ManualPhase/notManual`` for most).
         case exclusive(ManualPhase)
-        /// A ``CommandQueue`` operation, with where its task stands.
+        /// A ``CommandQueue`` operation that holds alone (a queue of width 1), with where its task
+        /// stands.
         case operation(TaskAttachment)
+        /// A ``CommandQueue`` operation that holds one of the queue's slots beside others (a queue
+        /// of width above 1, see `EngineStateMachine+Width.swift`): held like a shared read, with
+        /// where its task stands.
+        case sharedOperation(TaskAttachment)
         /// A shared read whose closure has not been started, with its manual completion's phase.
         case reader(ManualPhase)
         /// A granted dispatched shared read whose closure has been started (by its block or by a
@@ -56,17 +61,32 @@ extension EngineStateMachine {
         /// it (see `EngineStateMachine+Shared.swift`).
         var isShared: Bool {
             switch role {
-            case .reader, .startedReader: true
+            case .reader, .startedReader, .sharedOperation: true
             case .exclusive, .operation: false
+            }
+        }
+
+        /// Where the task of an operation stands; `nil` for other commands.
+        var attachment: TaskAttachment? {
+            get {
+                switch role {
+                case .operation(let attachment), .sharedOperation(let attachment): attachment
+                case .exclusive, .reader, .startedReader: nil
+                }
+            }
+            set {
+                guard let newValue else { return }
+                switch role {
+                case .operation: role = .operation(newValue)
+                case .sharedOperation: role = .sharedOperation(newValue)
+                case .exclusive, .reader, .startedReader: preconditionFailure("only an operation has a task")
+                }
             }
         }
 
         /// An operation whose task has not been attached yet.
         var taskUnattached: Bool {
-            switch role {
-            case .operation(.unattached), .operation(.unattachedCancelRequested): true
-            default: false
-            }
+            attachment == .unattached || attachment == .unattachedCancelRequested
         }
 
         /// The phase of its manual completion (``ManualPhase/notManual`` for an operation).
@@ -74,7 +94,7 @@ extension EngineStateMachine {
             get {
                 switch role {
                 case .exclusive(let phase), .reader(let phase), .startedReader(let phase): phase
-                case .operation: .notManual
+                case .operation, .sharedOperation: .notManual
                 }
             }
             set {
@@ -82,7 +102,7 @@ extension EngineStateMachine {
                 case .exclusive: role = .exclusive(newValue)
                 case .reader: role = .reader(newValue)
                 case .startedReader: role = .startedReader(newValue)
-                case .operation: preconditionFailure("an operation has no manual completion")
+                case .operation, .sharedOperation: preconditionFailure("an operation has no manual completion")
                 }
             }
         }
@@ -197,6 +217,27 @@ struct RecordTable {
         waitingCount += 1
         if records[Int(slot)].kind.isDetached { waitingDetachedCount += 1 }
         return arrival
+    }
+
+    /// The waiting command in `slot` takes a new place: the one a command of `priority` arriving now
+    /// would take (behind every command already waiting at that priority). Its old entry is
+    /// removed from the heap at once, so it can never surface in its old place.
+    /// - Complexity: O(n) in the number of heap entries.
+    mutating func requeue(_ slot: UInt32, priority: CommandPriority) {
+        assert(records[Int(slot)].state == .waiting && records[Int(slot)].inHeap, "requeue of a command that does not wait")
+        // mutant(reprioritized-keeps-place): return
+        heap.removeAll { $0.slot == slot }
+        heap.insert(.init(key: CommandHeap.key(priority: priority, sequence: sequence), slot: slot))
+        sequence &+= 1
+    }
+
+    /// The waiting operations become shared (a queue's width went above 1) or exclusive (it went
+    /// back to 1): see `EngineStateMachine+Width.swift`.
+    mutating func convertWaitingOperations(shared: Bool) {
+        for index in records.indices where records[index].state == .waiting && records[index].kind == .operation {
+            guard let attachment = records[index].attachment else { continue }
+            records[index].role = shared ? .sharedOperation(attachment) : .operation(attachment)
+        }
     }
 
     /// Pops the next command that still waits, dropping entries of commands that left. Its record
@@ -338,7 +379,7 @@ struct RecordTable {
             guard record.state != .free else { continue }
             let roleFits: Bool
             switch record.role {
-            case .operation: roleFits = record.kind == .operation
+            case .operation, .sharedOperation: roleFits = record.kind == .operation
             case .exclusive, .reader: roleFits = record.kind != .operation
             case .startedReader: roleFits = record.kind == .dispatched
             }

@@ -77,6 +77,8 @@ extension CommandEngine {
                 machine.enqueueOperation(
                     waiter, priority: priority, discardable: discardable, word: &word, now: machineNow())
             }
+            // Granted at once, to a queue of width above 1: it holds one slot, as a shared holder.
+            if case .granted = admitted, machine.operationsShare { waiter.isGrantedShared = true }
             SyncPoints.note(discardable ? "a discardable operation is enqueued" : "an operation is enqueued")
             return actions
         }
@@ -91,6 +93,59 @@ extension CommandEngine {
         case .granted(nil), .refused:
             preconditionFailure("a command queue never closes, and tracks its operations")
         }
+    }
+
+    /// An operation that holds the section (alone, or one slot of a queue of width above 1) gives
+    /// it back without having run: it was cancelled or discarded after its grant.
+    @usableFromInline
+    final func releaseOperation(_ waiter: AwaitingWaiter) {
+        if holdsSlot(waiter) {
+            releaseReader(waiter.ticket)
+        } else {
+            release(.operation)
+        }
+    }
+
+    /// Whether the operation's grant made it the holder of one slot of a queue of width above 1
+    /// (rather than the only holder). Read by the operation's own task once it is granted: the flag
+    /// was written under the engine lock before the task read its grant under that lock (or, for
+    /// a grant at once, before the task was created), so no lock is needed here.
+    @usableFromInline
+    final func holdsSlot(_ waiter: AwaitingWaiter) -> Bool {
+        waiter.isGrantedShared
+    }
+
+    /// A ``CommandQueue``'s width changes; the operations it lets start now are started.
+    final func setWidth(_ width: Int) {
+        perform { $0.setWidth(width) }
+    }
+
+    /// The queue's width.
+    final var width: Int {
+        machine.withLock { $0.width }
+    }
+
+    /// The waiting operation `waiter` moves to the place of a `priority` operation arriving now.
+    /// - Returns: what the machine found: moved, running (`holding`), or gone.
+    final func reprioritize(_ waiter: AwaitingWaiter, to priority: CommandPriority) -> Machine.Reprioritized {
+        var outcome = Machine.Reprioritized.gone
+        perform { machine in
+            let (found, actions) = machine.reprioritize(waiter.ticket, to: priority)
+            outcome = found
+            SyncPoints.note("an operation is re-prioritized")
+            return actions
+        }
+        return outcome
+    }
+
+    /// Escalates a running operation's task (kept alive by the caller) for its new `priority`:
+    /// `.high` and above to `TaskPriority.high`, `.medium` and above to `.medium`, `.low` and above
+    /// to `.utility`, below that `.background`. The runtime never lowers a task's priority.
+    static func escalate(task: Int, to priority: CommandPriority) {
+        let taskPriority: TaskPriority =
+            priority >= .high ? .high : priority >= .medium ? .medium : priority >= .low ? .utility : .background
+        SyncPoints.willTouchTask()
+        BoostRegistry.shared.backend.escalate(task: task, to: taskPriority.rawValue)
     }
 
     /// A discardable operation that holds the section is about to begin.

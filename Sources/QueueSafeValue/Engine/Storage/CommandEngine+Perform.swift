@@ -79,9 +79,11 @@ extension CommandEngine {
                 deferred.append(.finish(waiter))
             case .startReader(let reader):
                 reader.isGranted = true
+                reader.isGrantedShared = true
                 deferred.append(.start(reader))
             case .helpReader(let reader, let helper):
                 reader.isGranted = true
+                reader.isGrantedShared = true
                 helper.assignJob(reader)
                 deferred.append(.postJob(helper))
             case .claim(let waiter):
@@ -93,6 +95,7 @@ extension CommandEngine {
         defer { actions.grant = consume grant }
         let next = grant.handle
         next.isGranted = true
+        next.isGrantedShared = grant.shared
         switch grant.starter {
         case .helper(let helper):
             if grant.shared {

@@ -274,6 +274,30 @@ extension CommandEngine {
         }
     }
 
+    /// Runs `body` as the operation `waiter` of a queue of width above 1, which holds one slot (as a
+    /// shared holder), in the caller's isolation, then gives the slot back, whether `body` returns
+    /// or throws.
+    @inlinable
+    final func runHeldOperationSlot<R>(
+        _ waiter: AwaitingWaiter,
+        isolation: isolated (any Actor)?,
+        _ body: nonisolated(nonsending) () async throws -> R
+    ) async rethrows -> R {
+        try await runHeldReaderSection(slotToken(waiter), isolation: isolation, body)
+    }
+
+    /// Whether the current task runs an operation of this queue of width above 1 (it holds a slot).
+    @usableFromInline
+    final func isInsideOperationSlot() -> Bool {
+        isInsideSharedRead(thread: 0)
+    }
+
+    /// The token of the slot the operation `waiter` holds (see ``readerToken(_:)``).
+    @usableFromInline
+    final func slotToken(_ waiter: AwaitingWaiter) -> UInt64 {
+        Self.readerToken(waiter.ticket)
+    }
+
     /// Runs `body` as the shared read (with this token) that the current task holds, in the
     /// caller's isolation, then gives its share back, whether `body` returns or throws.
     @inlinable

@@ -22,6 +22,9 @@ class Waiter: @unchecked Sendable {
     /// machine grants the command. Read under the same lock (see
     /// ``CommandEngine/waitForTurn(_:deadline:holdsNothing:startedLater:cancellable:)``).
     final var isGranted = false
+    /// Whether the grant made it a shared holder (a shared read, or an operation of a queue of width
+    /// above 1), written and read like ``isGranted``.
+    final var isGrantedShared = false
 
     /// A shared read's ticket, stored under the engine lock when it takes its place (before any
     /// release can grant it); read by the read's own party once granted. Only a dispatched shared

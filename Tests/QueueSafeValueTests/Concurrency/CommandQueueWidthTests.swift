@@ -1,0 +1,304 @@
+import Dispatch
+import Foundation
+import Testing
+
+@_spi(Testing) @testable import QueueSafeValue
+
+/// Counts the operations that run at once, and the most that ever did, under one lock.
+final class SlotProbe: @unchecked Sendable {  // @unchecked Sendable: every access takes the lock
+    private let lock = NSLock()
+    private var running = 0
+    private var most = 0
+    private var started: [String] = []
+
+    func enter(_ name: String) {
+        lock.lock()
+        running += 1
+        most = max(most, running)
+        started.append(name)
+        lock.unlock()
+    }
+
+    func exit() {
+        lock.lock()
+        running -= 1
+        lock.unlock()
+    }
+
+    var runningNow: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return running
+    }
+
+    var mostAtOnce: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return most
+    }
+
+    /// The names of the operations in the order they started.
+    var startOrder: [String] {
+        lock.lock()
+        defer { lock.unlock() }
+        return started
+    }
+}
+
+/// `CommandQueue` of width n: slots, the order in which they are granted, re-prioritization,
+/// cancellation and width changes, through the public API.
+@Suite(.runsAlongsideOthers) struct CommandQueueWidthTests {
+    /// Submits an operation that records its start, waits for `gate`, and ends.
+    @discardableResult
+    private func submitGated(
+        _ queue: CommandQueue, _ name: String, priority: CommandPriority = .medium, probe: SlotProbe, gate: Gate
+    ) -> QueuedOperation<String> {
+        queue.submit(priority: priority) {
+            probe.enter(name)
+            await gate.wait()
+            probe.exit()
+            return name
+        }
+    }
+
+    @Test func aWidthBelowOneIsRefusedAndChangesNothing() throws {
+        #expect(throws: QueueSafeValueError.self) { try CommandQueue(width: 0) }
+        #expect(throws: QueueSafeValueError.self) { try CommandQueue(width: -3) }
+        let queue = try CommandQueue(width: 3)
+        #expect(queue.width == 3)
+        do {
+            try queue.setWidth(0)
+            Issue.record("a width of 0 was accepted")
+        } catch {
+            guard case .invalidArgument = error else { throw error }
+        }
+        #expect(queue.width == 3)
+        #expect(CommandQueue().width == 1)
+    }
+
+    @Test func neverMoreThanTheWidthRunAndEveryOperationRuns() async throws {
+        let queue = try CommandQueue(width: 3)
+        let probe = SlotProbe()
+        let operations = (0..<24).map { index in
+            queue.submit(priority: CommandPriority(rawValue: UInt8(index * 10))) {
+                probe.enter("\(index)")
+                try await Task.sleep(nanoseconds: 2_000_000)
+                probe.exit()
+                return index
+            }
+        }
+        var results: [Int] = []
+        for operation in operations { results.append(try await operation.value) }
+        #expect(results == Array(0..<24))
+        #expect(probe.mostAtOnce == 3)
+        #expect(operations.allSatisfy { $0.state == .finished })
+    }
+
+    @Test func eachFreeSlotGoesToTheMostUrgentEarliestWaiter() async throws {
+        let queue = try CommandQueue(width: 2)
+        let probe = SlotProbe()
+        let names = ["running 1", "running 2", "low", "medium 1", "high", "medium 2"]
+        let priorities: [CommandPriority] = [.medium, .medium, .low, .medium, .high, .medium]
+        let gates = names.map { _ in Gate() }
+        var operations: [QueuedOperation<String>] = []
+        for index in 0..<2 {
+            operations.append(submitGated(queue, names[index], priority: priorities[index], probe: probe, gate: gates[index]))
+        }
+        try await waitUntil("both slots taken") { probe.runningNow == 2 }
+        for index in 2..<names.count {
+            operations.append(submitGated(queue, names[index], priority: priorities[index], probe: probe, gate: gates[index]))
+        }
+        #expect(operations[2...].allSatisfy { $0.state == .waiting })
+        // One slot at a time: each is given to the most urgent, earliest waiter.
+        var expected = ["running 1", "running 2"]
+        for (released, next) in [(0, "high"), (1, "medium 1"), (4, "medium 2"), (3, "low")] {
+            gates[released].open()
+            expected.append(next)
+            try await waitUntil("\(next) starts") { probe.startOrder.count == expected.count }
+            #expect(probe.startOrder == expected)
+            #expect(probe.runningNow == 2)
+        }
+        for gate in gates { gate.open() }
+        for operation in operations { _ = try await operation.value }
+        #expect(probe.mostAtOnce == 2)
+    }
+
+    @Test func aReprioritizedWaiterTakesItsNewPlaceBehindThoseAlreadyThere() async throws {
+        let queue = try CommandQueue(width: 1)
+        let probe = SlotProbe()
+        let running = Gate()
+        submitGated(queue, "running", probe: probe, gate: running)
+        try await waitUntil("the slot taken") { probe.runningNow == 1 }
+        let rest = Gate()
+        let prefetchA = submitGated(queue, "prefetch A", priority: .low, probe: probe, gate: rest)
+        let visible = submitGated(queue, "visible", priority: .high, probe: probe, gate: rest)
+        let prefetchB = submitGated(queue, "prefetch B", priority: .low, probe: probe, gate: rest)
+        // B becomes urgent: it moves behind "visible" (already waiting at .high), ahead of A.
+        #expect(prefetchB.setPriority(.high) == .waiting)
+        #expect(prefetchB.priority == .high)
+        running.open()
+        rest.open()
+        for operation in [prefetchA, visible, prefetchB] { _ = try await operation.value }
+        #expect(probe.startOrder == ["running", "visible", "prefetch B", "prefetch A"])
+    }
+
+    @Test func aWaitingOperationCancelledNeverRunsAndFreesNoSlot() async throws {
+        let queue = try CommandQueue(width: 2)
+        let probe = SlotProbe()
+        let gate = Gate()
+        submitGated(queue, "a", probe: probe, gate: gate)
+        submitGated(queue, "b", probe: probe, gate: gate)
+        try await waitUntil("both slots taken") { probe.runningNow == 2 }
+        let cancelled = submitGated(queue, "cancelled", probe: probe, gate: gate)
+        let next = submitGated(queue, "next", probe: probe, gate: gate)
+        #expect(cancelled.cancel() == .waiting)
+        await #expect(throws: QueueSafeValueError.cancelled) { try await cancelled.value }
+        #expect(cancelled.state == .cancelled)
+        // Its leaving freed no slot: "next" still waits behind the two running ones.
+        try await Task.sleep(nanoseconds: 20_000_000)
+        #expect(next.state == .waiting)
+        #expect(probe.runningNow == 2)
+        gate.open()
+        #expect(try await next.value == "next")
+        #expect(!probe.startOrder.contains("cancelled"))
+        #expect(cancelled.setPriority(.highest) == .cancelled)
+        #expect(next.setPriority(.highest) == .finished)
+    }
+
+    @Test func aRunningOperationCancelledGivesItsSlotBackWhenItEnds() async throws {
+        let queue = try CommandQueue(width: 1)
+        let probe = SlotProbe()
+        let running = queue.submit { () -> String in
+            probe.enter("running")
+            // Ends only once cancelled.
+            while !Task.isCancelled { try? await Task.sleep(nanoseconds: 1_000_000) }
+            probe.exit()
+            return "ended after cancellation"
+        }
+        try await waitUntil("it runs") { running.state == .running }
+        let gate = Gate()
+        gate.open()
+        let next = submitGated(queue, "next", probe: probe, gate: gate)
+        #expect(running.cancel() == .running)
+        #expect(try await running.value == "ended after cancellation")
+        #expect(running.state == .finished)
+        #expect(try await next.value == "next")
+    }
+
+    @Test func aLargerWidthStartsWaitersAtOnceAndASmallerOneLetsTheRunningFinish() async throws {
+        let queue = try CommandQueue(width: 2)
+        let probe = SlotProbe()
+        let gates = (0..<7).map { _ in Gate() }
+        let operations = (0..<7).map { index in submitGated(queue, "\(index)", probe: probe, gate: gates[index]) }
+        try await waitUntil("two run") { probe.runningNow == 2 }
+        try queue.setWidth(4)
+        try await waitUntil("four run") { probe.runningNow == 4 }
+        #expect(Set(probe.startOrder) == ["0", "1", "2", "3"])
+        try queue.setWidth(2)
+        // Four still run; none starts until fewer than two run.
+        gates[0].open()
+        gates[1].open()
+        try await waitUntil("two ended") { operations[0].state == .finished && operations[1].state == .finished }
+        try await Task.sleep(nanoseconds: 20_000_000)
+        #expect(operations[4].state == .waiting)
+        gates[2].open()
+        try await waitUntil("the next one") { operations[4].state == .running }
+        #expect(probe.runningNow == 2)
+        #expect(operations[5].state == .waiting)
+        for gate in gates { gate.open() }
+        for operation in operations { _ = try await operation.value }
+        #expect(Array(probe.startOrder[4...]) == ["4", "5", "6"])
+        #expect(probe.mostAtOnce == 4)
+    }
+
+    @Test func anOperationThatStartedAloneStaysAloneWhenTheWidthGrows() async throws {
+        let queue = CommandQueue()
+        let probe = SlotProbe()
+        let gates = (0..<4).map { _ in Gate() }
+        let operations = (0..<4).map { index in submitGated(queue, "\(index)", probe: probe, gate: gates[index]) }
+        try await waitUntil("one runs") { probe.runningNow == 1 }
+        try queue.setWidth(3)
+        #expect(queue.width == 3)
+        // Operation 0 was promised to run alone: the others wait until it ends, then three start.
+        try await Task.sleep(nanoseconds: 20_000_000)
+        #expect(probe.runningNow == 1)
+        gates[0].open()
+        try await waitUntil("three run") { probe.runningNow == 3 }
+        #expect(probe.startOrder.first == "0" && Set(probe.startOrder) == ["0", "1", "2", "3"])
+        for gate in gates { gate.open() }
+        for operation in operations { _ = try await operation.value }
+        #expect(probe.mostAtOnce == 3)
+    }
+
+    @Test func cancelAllCancelsEveryRunningSlotAndEveryWaiter() async throws {
+        let queue = try CommandQueue(width: 2)
+        let probe = SlotProbe()
+        let runners = (0..<2).map { index in
+            queue.submit { () -> Bool in
+                probe.enter("\(index)")
+                while !Task.isCancelled { try? await Task.sleep(nanoseconds: 1_000_000) }
+                probe.exit()
+                return true
+            }
+        }
+        try await waitUntil("both run") { probe.runningNow == 2 }
+        let waiter = queue.submit { false }
+        queue.cancelAll()
+        for runner in runners { #expect(try await runner.value) }
+        await #expect(throws: QueueSafeValueError.cancelled) { try await waiter.value }
+        #expect(try await queue.perform { 1 } == 1)
+    }
+
+    @Test func performFromInsideAnOperationOfAWideQueueIsRefused() async throws {
+        let queue = try CommandQueue(width: 3)
+        let inner = try await queue.perform { () -> String in
+            do {
+                return try await queue.perform { "ran" }
+            } catch {
+                return "\(error)"
+            }
+        }
+        #expect(inner == "\(QueueSafeValueError.reentrantAccess)")
+    }
+
+    @Test func raisingARunningOperationEscalatesItsTask() async throws {
+        let queue = try CommandQueue(width: 2)
+        let started = Gate()
+        let proceed = Gate()
+        let operation = await Task(priority: .low) {
+            queue.submit(priority: .low) { () -> TaskPriority in
+                started.open()
+                await proceed.wait()
+                return Task.currentPriority
+            }
+        }.value
+        await started.wait()
+        #expect(operation.setPriority(.high) == .running)
+        #expect(operation.priority == .high)
+        // Lowering a running operation changes nothing.
+        #expect(operation.setPriority(.lowest) == .running)
+        #expect(operation.priority == .high)
+        proceed.open()
+        #expect(try await operation.value >= .high)
+    }
+
+    @Test func aPermitComposesWithATaskGroup() async throws {
+        let queue = try CommandQueue(width: 2)
+        let probe = SlotProbe()
+        let sum = try await withThrowingTaskGroup(of: Int.self) { group in
+            for index in 0..<10 {
+                group.addTask {
+                    try await queue.perform(priority: index.isMultiple(of: 2) ? .high : .low) {
+                        probe.enter("\(index)")
+                        try await Task.sleep(nanoseconds: 1_000_000)
+                        probe.exit()
+                        return index
+                    }
+                }
+            }
+            return try await group.reduce(0, +)
+        }
+        #expect(sum == 45)
+        #expect(probe.mostAtOnce <= 2)
+    }
+}
