@@ -109,6 +109,15 @@ struct Comparison: Sendable {
         Comparison(library: "CommandQueue.enqueue", baseline: "Task {} × N", target: .ratioAtMost(2)),
         Comparison(library: "CommandQueue.enqueue", baseline: "Task create+await", target: .ratioAtMost(2)),
         Comparison(library: "CommandQueue.perform", baseline: "Task create+await", target: .ratioAtMost(1.5)),
+        // A queue of width 4 against OperationQueue (maxConcurrentOperationCount = 4) and a FIFO async
+        // semaphore of 4 permits: the drain of short jobs must beat OperationQueue's (issue 45).
+        Comparison(
+            library: "width 4 drain: CommandQueue", baseline: "width 4 drain: OperationQueue", target: .ratioAtMost(1)),
+        Comparison(library: "width 4 drain: CommandQueue", baseline: "width 4 drain: FIFO async semaphore", target: nil),
+        Comparison(library: "width 4 enqueue: CommandQueue", baseline: "width 4 enqueue: OperationQueue", target: nil),
+        Comparison(
+            library: "width 4 enqueue: CommandQueue", baseline: "width 4 enqueue: FIFO async semaphore", target: nil),
+        Comparison(library: "re-prioritize a waiting operation", baseline: nil, target: nil),
         Comparison(library: "pending 100k drain", baseline: "pending 1k drain", target: .ratioAtMost(3)),
         Comparison(library: "memory per pending command", baseline: nil, target: .valueAtMost(128)),
         // Read-mostly (95% reads of about 2 µs, 5% writes); the targets come from the issue. Shared reads

@@ -329,4 +329,21 @@ extension CheckerRun {
         }
         return task
     }
+
+    /// Submits an operation to a queue of width above 1: its closure holds one slot, beside other
+    /// operations of the queue (``enterShared(_:)``).
+    @discardableResult
+    func submitted(_ name: String, _ queue: CommandQueue, _ priority: CommandPriority) -> QueuedOperation<Void> {
+        let operation = queue.submit(priority: priority) { [self] in
+            enterShared(name)
+            exitShared(name)
+        }
+        worldTask { [self] in
+            switch await operation.task.result {
+            case .success: end(name, "ran")
+            case .failure(let error): end(name, Self.describe(error))
+            }
+        }
+        return operation
+    }
 }

@@ -275,6 +275,110 @@ enum CheckerScenarios {
         }
     }
 
+    // MARK: CommandQueue of width n
+
+    /// The checks every scenario of a queue of width n makes at the end: each operation ended, and
+    /// no slot is still taken (a running operation gives its slot back however it ends).
+    private static func widthFinalCheck(_ run: CheckerRun, _ queue: CommandQueue, _ names: [String]) -> String? {
+        if let problem = run.expectEnded(names) { return problem }
+        if let holder = queue.diagnostics.holder {
+            return "every operation ended, yet \(max(1, holder.sharedReads)) slot(s) are still taken: a slot was never given back"
+        }
+        return nil
+    }
+
+    /// Width 2, operations of three priorities from three threads, and the width raised to 3 while
+    /// they run. At every quiet step the machine's invariant holds: no slot granted past the width, and no
+    /// operation waits first in line while a slot is free.
+    static let widthSlots = CheckerScenario(
+        name: "command queue of width 2: slots, their order, the width raised", preemptionBound: 1
+    ) { world in
+        let run = CheckerRun(world)
+        let queue = try! CommandQueue(label: "wide queue", width: 2)
+        world.quiescentCheck = run.quiescentCheck([queue.engine])
+        world.spawn("A") {
+            run.submitted("a1", queue, .medium)
+            run.submitted("a2", queue, .low)
+        }
+        world.spawn("B") {
+            run.submitted("b1", queue, .high)
+            try! queue.setWidth(3)
+        }
+        world.spawn("C") { run.submitted("c1", queue, .medium) }
+        return { widthFinalCheck(run, queue, ["a1", "a2", "b1", "c1"]) }
+    }
+
+    /// Width 2, lowered to 1 while operations run and wait, then raised to 2 again: running
+    /// operations finish, the waiting ones turn exclusive and back.
+    static let widthLowered = CheckerScenario(
+        name: "command queue of width 2: the width lowered to 1 and raised again", preemptionBound: 1
+    ) { world in
+        let run = CheckerRun(world)
+        let queue = try! CommandQueue(label: "narrowing queue", width: 2)
+        world.quiescentCheck = run.quiescentCheck([queue.engine])
+        world.spawn("A") {
+            run.submitted("a1", queue, .medium)
+            run.submitted("a2", queue, .high)
+        }
+        world.spawn("B") {
+            try! queue.setWidth(1)
+            run.submitted("b1", queue, .medium)
+            try! queue.setWidth(2)
+        }
+        return { widthFinalCheck(run, queue, ["a1", "a2", "b1"]) }
+    }
+
+    /// A waiting operation re-prioritized while the queue's slots are taken, and grants racing the
+    /// change. Once the machine has made the change, the operation, if it still waits, stands in
+    /// the waiting order once, at its new priority.
+    static let widthReprioritized = CheckerScenario(
+        name: "command queue of width 2: a waiting operation re-prioritized", preemptionBound: 1
+    ) { world in
+        let run = CheckerRun(world)
+        let queue = try! CommandQueue(label: "reprioritized queue", width: 2)
+        let moved = Mailbox<QueuedOperation<Void>>()
+        let invariants = run.quiescentCheck([queue.engine])
+        world.quiescentCheck = {
+            if let problem = invariants() { return problem }
+            guard let operation = moved.value, world.notes.contains("an operation is re-prioritized") else { return nil }
+            return queue.engine.withMachine { machine, _ in
+                let entries = machine.table.waitingEntries.filter { $0.slot == operation.waiter.ticket.slot }
+                guard machine.isWaiting(operation.waiter.ticket) else { return nil }
+                if entries.count != 1 { return "the re-prioritized operation stands \(entries.count) times in line" }
+                let priority = CommandHeap.priority(of: entries[0].key)
+                return priority == .highest
+                    ? nil : "the re-prioritized operation waits at \(priority), not at its new .highest: it kept its old place"
+            }
+        }
+        world.spawn("A") {
+            run.submitted("a1", queue, .medium)
+            run.submitted("a2", queue, .medium)
+            let late = run.submitted("late", queue, .low)
+            moved.value = late
+            late.setPriority(.highest)
+        }
+        world.spawn("B") { run.submitted("b1", queue, .high) }
+        return { widthFinalCheck(run, queue, ["a1", "a2", "late", "b1"]) }
+    }
+
+    /// A running operation of a queue of width 2 cancelled while it holds its slot: it gives the
+    /// slot back when it ends, and the waiting operations run.
+    static let widthCancelRunning = CheckerScenario(
+        name: "command queue of width 2: a running operation cancelled", preemptionBound: 1
+    ) { world in
+        let run = CheckerRun(world)
+        let queue = try! CommandQueue(label: "cancelling queue", width: 2)
+        let cancelled = Mailbox<QueuedOperation<Void>>()
+        world.quiescentCheck = run.quiescentCheck([queue.engine])
+        world.spawn("A") {
+            cancelled.value = run.submitted("c", queue, .medium)
+            run.submitted("a1", queue, .medium)
+            run.submitted("a2", queue, .medium)
+        }
+        world.spawn("B") { cancelled.value?.cancel() }
+        return { widthFinalCheck(run, queue, ["c", "a1", "a2"]) }
+    }
+
     // MARK: A bound on starvation
 
     static let boundedOvertaking = CheckerScenario(

@@ -80,18 +80,21 @@ extension EngineStateMachine {
 
 extension EngineStateMachine {
     /// What is wrong with the shared reads' bookkeeping, if anything: the word and the readers
-    /// disagree, an exclusive holder beside readers, or a shared read waiting that the order says
-    /// holds with them (it stands first, before every exclusive command).
+    /// disagree, an exclusive holder beside readers, a share granted past the limit (a queue's
+    /// width), or a shared read waiting that the order says holds with them (it stands first,
+    /// before every exclusive command, and a share is free).
     /// - Complexity: O(n log n)
     func sharedReadViolation(word: Int) -> String? {
         guard hold.hasListedReaders else { return nil }
         for slot in hold.readers where !(table[slot].isShared && table[slot].state == .holding) {
             return "slot \(slot) is listed as a reader but its record is \(table[slot].state)"
         }
+        if let violation = hold.shareLimitViolation { return violation }
         let firstWaiting = table.waitingEntries.min { $0.key < $1.key }
-        if let first = firstWaiting, table[first.slot].isShared {
+        // While every slot of a queue of width n is taken, its first waiting operation waits.
+        if let first = firstWaiting, table[first.slot].isShared, hold.hasFreeShare {
             // A bounded-overtaking policy may hold it back behind the oldest command, once due.
-            if !bound.isSomeoneDue(in: table) { return "a shared read waits first in line while shared reads hold" }
+            if !bound.isSomeoneDue(in: table) { return "a shared read waits first in line while shared reads hold and a share (a slot of a queue) is free" }
         }
         return nil
     }

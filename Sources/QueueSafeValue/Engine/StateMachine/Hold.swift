@@ -58,6 +58,15 @@ struct Hold {
         readers.count < shareLimit
     }
 
+    /// How many shares were granted while ``shareLimit`` or more already held: none, ever (the
+    /// invariant's count; a lowered limit takes no share back, so only a grant can break it).
+    private(set) var grantsPastLimit = 0
+
+    /// What ``grantsPastLimit`` says is wrong, if anything.
+    var shareLimitViolation: String? {
+        grantsPastLimit == 0 ? nil : "a share was granted past the limit of \(shareLimit): more operations run than the width"
+    }
+
     /// Sets ``shareLimit`` (at least 1).
     mutating func setShareLimit(_ limit: Int) {
         precondition(limit >= 1, "a share limit below 1")
@@ -127,6 +136,7 @@ struct Hold {
 
     /// The shared read in `slot` holds the section now, beside the others.
     mutating func addReader(_ slot: UInt32) {
+        if readers.count >= shareLimit { grantsPastLimit += 1 }
         readers.append(slot)
         holder = .readers
     }

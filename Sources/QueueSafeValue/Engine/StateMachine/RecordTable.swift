@@ -225,7 +225,7 @@ struct RecordTable {
     /// - Complexity: O(n) in the number of heap entries.
     mutating func requeue(_ slot: UInt32, priority: CommandPriority) {
         assert(records[Int(slot)].state == .waiting && records[Int(slot)].inHeap, "requeue of a command that does not wait")
-        // mutant(reprioritized-keeps-place): return
+        // mutant(reprioritized-keeps-place): return ()
         heap.removeAll { $0.slot == slot }
         heap.insert(.init(key: CommandHeap.key(priority: priority, sequence: sequence), slot: slot))
         sequence &+= 1

@@ -283,7 +283,14 @@ extension CommandEngine {
         isolation: isolated (any Actor)?,
         _ body: nonisolated(nonsending) () async throws -> R
     ) async rethrows -> R {
-        try await runHeldReaderSection(slotToken(waiter), isolation: isolation, body)
+        let token = slotToken(waiter)
+        let entry = SectionEntry(engine: ObjectIdentifier(self), readerToken: token)
+        let sections = CriticalSectionContext.sections.get().pushing(entry)
+        enterTaskReader(token)
+        // Given back however the operation ends: returning, throwing, or cancelled while it ran.
+        // mutant(cancelled-slot-kept): defer { if !Task.isCancelled { releaseReaderBlocking(token) } }
+        defer { releaseReaderBlocking(token) }
+        return try await withSections(sections, entry, isolation: isolation, body)
     }
 
     /// Whether the current task runs an operation of this queue of width above 1 (it holds a slot).
