@@ -21,6 +21,7 @@ public final class API: Sendable {
     public func sendReadReceipts() async throws {}
     public func flush() async throws -> Int { 0 }
     public func fetchCatalog(since version: Int) async throws -> Catalog { Catalog() }
+    public func download(_ url: String) async throws -> [UInt8] { [] }
 }
 public let api = API()
 

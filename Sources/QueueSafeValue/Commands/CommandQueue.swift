@@ -39,6 +39,13 @@ import Dispatch
 /// operation enqueued so far. An operation enqueued with ``Policy/discardable`` is dropped the same
 /// way when a later operation is enqueued before it has begun ("latest wins").
 ///
+/// **Width.** A queue made with ``init(label:width:ordering:fairness:)`` runs up to `width`
+/// operations at once (1 by default). Each free slot goes to the most urgent waiting operation,
+/// first come first served within a priority: operations *start* in the order above and each holds
+/// its slot until it ends, so several run side by side and may end in any order. The width can
+/// change while the queue runs (``setWidth(_:)``). ``submit(priority:policy:_:)`` returns a
+/// ``QueuedOperation``, a handle that re-prioritizes or cancels an operation while it waits.
+///
 /// On a ``Ordering/oneAtATime`` queue, awaiting the queue from inside one of its own operations
 /// would wait forever; ``perform(priority:policy:_:)`` detects it and throws
 /// ``QueueSafeValueError/reentrantAccess`` at once. (Awaiting the `Task` that `enqueue` returned
@@ -48,7 +55,8 @@ public final class CommandQueue: Sendable {
     /// What the queue keeps in order.
     public enum Ordering: Sendable, Hashable {
         /// One operation at a time: each begins after the previous one has ended, even when it
-        /// suspends in between. ``CommandQueue/perform(priority:policy:_:)`` from inside an
+        /// suspends in between. With a ``CommandQueue/width`` above 1, one operation per slot: each
+        /// holds its slot until it ends. ``CommandQueue/perform(priority:policy:_:)`` from inside an
         /// operation of the same queue throws ``QueueSafeValueError/reentrantAccess``.
         case oneAtATime
         /// Operations start in order and no two start at once, but an operation gives up its turn

@@ -43,8 +43,9 @@ public struct QueueDiagnostics: Sendable, CustomStringConvertible {
         /// run it yet, so the queue is busy or blocked (a thread waiting on that serial queue for
         /// this same value runs it itself; see <doc:GettingStarted#Deadlocks>).
         public let isWaitingForItsQueue: Bool
-        /// How many shared reads hold the value together (see `read`), or 0 when one exclusive
-        /// command holds it. For shared reads, ``kind`` is the first reader's, ``since`` is when
+        /// How many shared reads hold the value together (see `read`), or how many operations of a
+        /// ``CommandQueue`` of width above 1 run (one per slot); 0 when one exclusive command
+        /// holds it. For shared reads and operations, ``kind`` is the first one's, ``since`` is when
         /// the first of them got the value, and ``awaitsCompletion`` is `false`.
         public let sharedReads: Int
         /// For a ``HolderKind/dispatch`` command taken under the engine lock: the identity of its
