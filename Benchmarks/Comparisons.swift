@@ -113,7 +113,8 @@ struct Comparison: Sendable {
         // semaphore of 4 permits: the drain of short jobs must beat OperationQueue's (issue 45).
         Comparison(
             library: "width 4 drain: CommandQueue", baseline: "width 4 drain: OperationQueue", target: .ratioAtMost(1)),
-        Comparison(library: "width 4 drain: CommandQueue", baseline: "width 4 drain: FIFO async semaphore", target: nil),
+        Comparison(
+            library: "width 4 drain: CommandQueue", baseline: "width 4 drain: FIFO async semaphore", target: nil),
         Comparison(library: "width 4 enqueue: CommandQueue", baseline: "width 4 enqueue: OperationQueue", target: nil),
         Comparison(
             library: "width 4 enqueue: CommandQueue", baseline: "width 4 enqueue: FIFO async semaphore", target: nil),

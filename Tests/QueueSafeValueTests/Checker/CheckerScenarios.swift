@@ -282,7 +282,8 @@ enum CheckerScenarios {
     private static func widthFinalCheck(_ run: CheckerRun, _ queue: CommandQueue, _ names: [String]) -> String? {
         if let problem = run.expectEnded(names) { return problem }
         if let holder = queue.diagnostics.holder {
-            return "every operation ended, yet \(max(1, holder.sharedReads)) slot(s) are still taken: a slot was never given back"
+            return
+                "every operation ended, yet \(max(1, holder.sharedReads)) slot(s) are still taken: a slot was never given back"
         }
         return nil
     }
@@ -340,14 +341,17 @@ enum CheckerScenarios {
         let invariants = run.quiescentCheck([queue.engine])
         world.quiescentCheck = {
             if let problem = invariants() { return problem }
-            guard let operation = moved.value, world.notes.contains("an operation is re-prioritized") else { return nil }
+            guard let operation = moved.value, world.notes.contains("an operation is re-prioritized") else {
+                return nil
+            }
             return queue.engine.withMachine { machine, _ in
                 let entries = machine.table.waitingEntries.filter { $0.slot == operation.waiter.ticket.slot }
                 guard machine.isWaiting(operation.waiter.ticket) else { return nil }
                 if entries.count != 1 { return "the re-prioritized operation stands \(entries.count) times in line" }
                 let priority = CommandHeap.priority(of: entries[0].key)
                 return priority == .highest
-                    ? nil : "the re-prioritized operation waits at \(priority), not at its new .highest: it kept its old place"
+                    ? nil
+                    : "the re-prioritized operation waits at \(priority), not at its new .highest: it kept its old place"
             }
         }
         world.spawn("A") {

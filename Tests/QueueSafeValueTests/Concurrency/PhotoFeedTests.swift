@@ -1,8 +1,7 @@
 import Dispatch
 import Foundation
-import Testing
-
 import QueueSafeValue
+import Testing
 
 /// The photo feed of Concurrency.md ("A photo feed: visible first, four at a time"), as shown
 /// there: visible cells load before prefetched ones, four downloads at once, a prefetched cell
@@ -130,7 +129,8 @@ private struct SeededGenerator: RandomNumberGenerator {
         // At most four at once; photo 9 started before every waiting prefetch; the cancelled
         // loads never finished (5 never started, 1 ended by its cancellation).
         #expect(log.mostAtOnce == 4)
-        #expect(log.startOrder.firstIndex(of: 9)! < [4, 6, 7, 8, 10, 11].map { log.startOrder.firstIndex(of: $0)! }.min()!)
+        #expect(
+            log.startOrder.firstIndex(of: 9)! < [4, 6, 7, 8, 10, 11].map { log.startOrder.firstIndex(of: $0)! }.min()!)
         #expect(!log.startOrder.contains(5))
         #expect(!log.finishedPhotos.contains(1) && !log.finishedPhotos.contains(5))
         #expect(log.finishedPhotos == [0, 2, 3, 4, 6, 7, 8, 9, 10, 11])

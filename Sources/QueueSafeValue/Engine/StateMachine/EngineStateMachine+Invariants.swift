@@ -94,7 +94,10 @@ extension EngineStateMachine {
         // While every slot of a queue of width n is taken, its first waiting operation waits.
         if let first = firstWaiting, table[first.slot].isShared, hold.hasFreeShare {
             // A bounded-overtaking policy may hold it back behind the oldest command, once due.
-            if !bound.isSomeoneDue(in: table) { return "a shared read waits first in line while shared reads hold and a share (a slot of a queue) is free" }
+            if !bound.isSomeoneDue(in: table) {
+                return
+                    "a shared read waits first in line while shared reads hold and a share (a slot of a queue) is free"
+            }
         }
         return nil
     }

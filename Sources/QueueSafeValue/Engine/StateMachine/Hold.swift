@@ -64,7 +64,8 @@ struct Hold {
 
     /// What ``grantsPastLimit`` says is wrong, if anything.
     var shareLimitViolation: String? {
-        grantsPastLimit == 0 ? nil : "a share was granted past the limit of \(shareLimit): more operations run than the width"
+        grantsPastLimit == 0
+            ? nil : "a share was granted past the limit of \(shareLimit): more operations run than the width"
     }
 
     /// Sets ``shareLimit`` (at least 1).

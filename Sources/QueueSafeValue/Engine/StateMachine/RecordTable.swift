@@ -224,7 +224,9 @@ struct RecordTable {
     /// removed from the heap at once, so it can never surface in its old place.
     /// - Complexity: O(n) in the number of heap entries.
     mutating func requeue(_ slot: UInt32, priority: CommandPriority) {
-        assert(records[Int(slot)].state == .waiting && records[Int(slot)].inHeap, "requeue of a command that does not wait")
+        assert(
+            records[Int(slot)].state == .waiting && records[Int(slot)].inHeap, "requeue of a command that does not wait"
+        )
         // mutant(reprioritized-keeps-place): return ()
         heap.removeAll { $0.slot == slot }
         heap.insert(.init(key: CommandHeap.key(priority: priority, sequence: sequence), slot: slot))
