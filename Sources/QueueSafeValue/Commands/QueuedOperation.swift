@@ -33,7 +33,7 @@ public final class QueuedOperation<Success: Sendable>: Sendable {
     }
 
     /// The operation's result, once it has run: what it returned, or what it threw. Throws
-    /// ``QueueSafeValueError/cancelled`` if it never ran (see ``State/cancelled``; a timeout throws
+    /// ``QueueSafeValueError/cancelled`` if it never ran (see ``QueuedOperationState/cancelled``; a timeout throws
     /// ``QueueSafeValueError/timedOut(_:)``). Cancelling the task that awaits this does not cancel
     /// the operation (as for `Task.value`): call ``cancel()``.
     public var value: Success {
@@ -58,8 +58,8 @@ public final class QueuedOperation<Success: Sendable>: Sendable {
     ///   priority is never lowered).
     /// - Once it has **finished** or been **cancelled**, nothing changes.
     ///
-    /// - Returns: where the operation stood when the change was made (``State/waiting``: it moved;
-    ///   ``State/running``: at most its task was escalated; otherwise: nothing changed).
+    /// - Returns: where the operation stood when the change was made (``QueuedOperationState/waiting``: it moved;
+    ///   ``QueuedOperationState/running``: at most its task was escalated; otherwise: nothing changed).
     @discardableResult
     public func setPriority(_ priority: CommandPriority) -> State {
         if engine.reprioritize(waiter, to: priority) == .moved {
@@ -95,7 +95,7 @@ public enum QueuedOperationState: Sendable, Hashable {
     case running
     /// It ran to its end: it returned or threw.
     case finished
-    /// It will never run: it was cancelled (``cancel()``, its task, or
+    /// It will never run: it was cancelled (``QueuedOperation/cancel()``, its task, or
     /// ``CommandQueue/cancelAll()``), discarded (``CommandQueue/Policy/discardable``) or refused
     /// (a timeout, a deadlock) before it started. Its task throws.
     case cancelled
