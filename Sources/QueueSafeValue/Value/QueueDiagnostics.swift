@@ -142,7 +142,8 @@ extension CommandEngine {
                 switch machine.firstReaderKind ?? .blocking {
                 case .blocking: .blocking
                 case .dispatched: .dispatch
-                case .awaiting, .operation: .awaiting
+                case .awaiting: .awaiting
+                case .operation: .operation  // a CommandQueue of width above 1
                 }
             let holder = QueueDiagnostics.Holder(
                 kind: kind, awaitsCompletion: false,

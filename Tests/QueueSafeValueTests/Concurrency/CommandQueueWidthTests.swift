@@ -189,6 +189,23 @@ final class SlotProbe: @unchecked Sendable {  // @unchecked Sendable: every acce
         #expect(try await next.value == "next")
     }
 
+    @Test func diagnosticsCountTheRunningOperationsAndTheWaitingOnes() async throws {
+        let queue = try CommandQueue(label: "wide", width: 3)
+        let probe = SlotProbe()
+        let gate = Gate()
+        let operations = (0..<5).map { index in
+            submitGated(queue, "\(index)", priority: index < 3 ? .medium : .low, probe: probe, gate: gate)
+        }
+        try await waitUntil("three run") { probe.runningNow == 3 }
+        let diagnostics = queue.diagnostics
+        #expect(diagnostics.holder?.kind == .operation)
+        #expect(diagnostics.holder?.sharedReads == 3)
+        #expect(diagnostics.waiting == [.low: 2])
+        gate.open()
+        for operation in operations { _ = try await operation.value }
+        #expect(queue.diagnostics.holder == nil)
+    }
+
     @Test func aLargerWidthStartsWaitersAtOnceAndASmallerOneLetsTheRunningFinish() async throws {
         let queue = try CommandQueue(width: 2)
         let probe = SlotProbe()

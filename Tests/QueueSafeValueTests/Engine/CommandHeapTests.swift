@@ -14,6 +14,30 @@ import Testing
         return popped
     }
 
+    @Test func removingOneSlot_keepsTheOrderOfTheRest() {
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<200 {
+            var heap = CommandHeap()
+            var model: [UInt32: UInt64] = [:]
+            for sequence in 0..<UInt64.random(in: 1...80, using: &generator) {
+                let priority = CommandPriority(rawValue: [128, 128, 128, 200, 3].randomElement()!)
+                let key = CommandHeap.key(priority: priority, sequence: sequence)
+                heap.insert(.init(key: key, slot: UInt32(sequence)))
+                model[UInt32(sequence)] = key
+                if Bool.random(using: &generator), let popped = heap.popFirst() { model[popped.slot] = nil }
+            }
+            for _ in 0..<Int.random(in: 0...5, using: &generator) {
+                guard let slot = model.keys.randomElement() else { break }
+                heap.remove(slot: slot)
+                model[slot] = nil
+                heap.checkInvariants()
+                #expect(heap.count == model.count)
+            }
+            heap.remove(slot: .max)  // absent: nothing changes
+            #expect(Self.drain(&heap) == model.values.sorted())
+        }
+    }
+
     @Test func interleavedInsertsAndPops_matchASortedModel() {
         var generator = SystemRandomNumberGenerator()
         for _ in 0..<200 {

@@ -184,6 +184,27 @@ func run(_ scenario: String, _ operations: Int) {
             check(sum == operations * (operations - 1) / 2, "CommandQueue.perform summed \(sum)")
         }
 
+    case "CommandQueue(width: 4).perform":
+        let queue = try! CommandQueue(width: 4)
+        blockingAwait {
+            var sum = 0
+            for index in 0..<operations { sum &+= try! await queue.perform { index } }
+            check(sum == operations * (operations - 1) / 2, "CommandQueue(width: 4).perform summed \(sum)")
+        }
+
+    case "re-prioritize of 100 waiting":
+        // One operation holds the only slot; 100 wait; each step moves one of them to another priority.
+        let queue = CommandQueue()
+        let release = DispatchSemaphore(value: 0)
+        let running = queue.submit { release.wait() }
+        let waiting = (0..<100).map { _ in queue.submit(priority: .low) {} }
+        for index in 0..<operations {
+            let moved = waiting[index % waiting.count].setPriority(index.isMultiple(of: 2) ? .high : .low)
+            if moved != .waiting { check(false, "a waiting operation was \(moved)") }
+        }
+        release.signal()
+        blockingAwait { _ = try? await running.value }
+
     default:
         print("InstructionCount: unknown scenario \(scenario)")
         exit(2)

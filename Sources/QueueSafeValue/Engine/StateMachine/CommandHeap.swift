@@ -105,6 +105,27 @@ struct CommandHeap: Hashable {
         return top
     }
 
+    /// Removes the entry of `slot`, if there is one, and keeps the order.
+    /// - Complexity: O(n) to find it; then O(n) moves in the run, O(log n) in the heap. No
+    ///   allocation.
+    mutating func remove(slot: UInt32) {
+        if let index = run[runStart...].firstIndex(where: { $0.slot == slot }) {
+            run.remove(at: index)
+            if runStart == run.count {
+                run.removeAll(keepingCapacity: true)
+                runStart = 0
+            }
+        } else if let index = entries.firstIndex(where: { $0.slot == slot }) {
+            let last = entries.removeLast()
+            if index < entries.count {
+                entries[index] = last
+                siftDown(index)
+                siftUp(index)
+            }
+        }
+        checkInvariantsIfSmall()
+    }
+
     /// Removes every entry for which `shouldRemove` is true and restores the order.
     /// - Complexity: O(n)
     mutating func removeAll(where shouldRemove: (Entry) -> Bool) {

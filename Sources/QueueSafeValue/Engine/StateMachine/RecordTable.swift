@@ -228,7 +228,7 @@ struct RecordTable {
             records[Int(slot)].state == .waiting && records[Int(slot)].inHeap, "requeue of a command that does not wait"
         )
         // mutant(reprioritized-keeps-place): return ()
-        heap.removeAll { $0.slot == slot }
+        heap.remove(slot: slot)
         heap.insert(.init(key: CommandHeap.key(priority: priority, sequence: sequence), slot: slot))
         sequence &+= 1
     }
