@@ -337,16 +337,16 @@ enum CheckerScenarios {
     ) { world in
         let run = CheckerRun(world)
         let queue = try! CommandQueue(label: "reprioritized queue", width: 2)
-        let moved = Mailbox<QueuedOperation<Void>>()
+        // The moved operation's ticket, not the operation (whose task holds the world, its executor
+        // preference), and the world unowned: the quiescent check lives as long as the world.
+        let moved = Mailbox<EngineStateMachine.Ticket>()
         let invariants = run.quiescentCheck([queue.engine])
-        world.quiescentCheck = {
+        world.quiescentCheck = { [unowned world] in
             if let problem = invariants() { return problem }
-            guard let operation = moved.value, world.notes.contains("an operation is re-prioritized") else {
-                return nil
-            }
+            guard let ticket = moved.value, world.notes.contains("an operation is re-prioritized") else { return nil }
             return queue.engine.withMachine { machine, _ in
-                let entries = machine.table.waitingEntries.filter { $0.slot == operation.waiter.ticket.slot }
-                guard machine.isWaiting(operation.waiter.ticket) else { return nil }
+                let entries = machine.table.waitingEntries.filter { $0.slot == ticket.slot }
+                guard machine.isWaiting(ticket) else { return nil }
                 if entries.count != 1 { return "the re-prioritized operation stands \(entries.count) times in line" }
                 let priority = CommandHeap.priority(of: entries[0].key)
                 return priority == .highest
@@ -358,7 +358,7 @@ enum CheckerScenarios {
             run.submitted("a1", queue, .medium)
             run.submitted("a2", queue, .medium)
             let late = run.submitted("late", queue, .low)
-            moved.value = late
+            moved.value = late.waiter.ticket
             late.setPriority(.highest)
         }
         world.spawn("B") { run.submitted("b1", queue, .high) }
@@ -380,7 +380,10 @@ enum CheckerScenarios {
             run.submitted("a2", queue, .medium)
         }
         world.spawn("B") { cancelled.value?.cancel() }
-        return { widthFinalCheck(run, queue, ["c", "a1", "a2"]) }
+        return {
+            cancelled.value = nil  // the operation's task holds the world
+            return widthFinalCheck(run, queue, ["c", "a1", "a2"])
+        }
     }
 
     // MARK: A bound on starvation
