@@ -251,6 +251,26 @@ final class SlotProbe: @unchecked Sendable {  // @unchecked Sendable: every acce
         #expect(probe.mostAtOnce == 3)
     }
 
+    @Test func timeoutsAndDiscardingKeepTheirMeaningPerOperation() async throws {
+        let queue = try CommandQueue(width: 2)
+        let probe = SlotProbe()
+        let gate = Gate()
+        submitGated(queue, "a", probe: probe, gate: gate)
+        submitGated(queue, "b", probe: probe, gate: gate)
+        try await waitUntil("both slots taken") { probe.runningNow == 2 }
+        // Gives up before a slot frees: it never runs, and takes no slot from anyone.
+        let timed = queue.enqueue(timeout: .milliseconds(20)) { probe.enter("timed") }
+        await #expect(throws: QueueSafeValueError.self) { try await timed.value }
+        // Latest wins: a discardable waiting operation is dropped when a later one is enqueued.
+        let discarded = queue.enqueue(policy: .discardable) { probe.enter("discarded") }
+        let later = submitGated(queue, "later", probe: probe, gate: gate)
+        await #expect(throws: QueueSafeValueError.cancelled) { try await discarded.value }
+        gate.open()
+        #expect(try await later.value == "later")
+        #expect(!probe.startOrder.contains("timed") && !probe.startOrder.contains("discarded"))
+        #expect(probe.mostAtOnce == 2)
+    }
+
     @Test func cancelAllCancelsEveryRunningSlotAndEveryWaiter() async throws {
         let queue = try CommandQueue(width: 2)
         let probe = SlotProbe()
