@@ -62,11 +62,13 @@ public final class QueuedOperation<Success: Sendable>: Sendable {
     ///   ``QueuedOperationState/running``: at most its task was escalated; otherwise: nothing changed).
     @discardableResult
     public func setPriority(_ priority: CommandPriority) -> State {
-        if engine.reprioritize(waiter, to: priority) == .moved {
+        let found = engine.reprioritize(waiter, to: priority)
+        if found == .moved {
             progress.waitingPriorityChanged(to: priority)
             return .waiting
         }
-        let (state, escalate) = progress.raiseRunning(to: priority)
+        // Granted (or started) already: at most an escalation, now or as its task starts.
+        let (state, escalate) = progress.raiseRunning(to: priority, granted: found == .holding)
         if let escalate { withExtendedLifetime(task) { CommandEngine.escalate(task: escalate, to: priority) } }
         return state
     }
@@ -113,6 +115,8 @@ final class OperationProgress: @unchecked Sendable {
         var priority: CommandPriority
         /// The running operation's task (its address), while it runs: for an escalation.
         var task = 0
+        /// A raise asked for between the operation's grant and its start: made as it starts.
+        var raiseAtStart = false
     }
 
     private let fields: LockedState<Fields>
@@ -129,10 +133,14 @@ final class OperationProgress: @unchecked Sendable {
     @usableFromInline
     func started() {
         let task = currentTaskID()
-        fields.withLock { fields in
+        let raise: CommandPriority? = fields.withLock { fields in
             fields.state = .running
             fields.task = task
+            defer { fields.raiseAtStart = false }
+            return fields.raiseAtStart ? fields.priority : nil
         }
+        // The current task, raised by a `setPriority` that came between its grant and now.
+        if let raise { CommandEngine.escalate(task: task, to: raise) }
     }
 
     /// The operation ended: it ran (`ran`), or it will never run.
@@ -148,11 +156,19 @@ final class OperationProgress: @unchecked Sendable {
         fields.withLock { $0.priority = priority }
     }
 
-    /// The priority of an operation that no longer waits changes: it rises if it runs and
-    /// `priority` is higher.
-    /// - Returns: the state, and the running task to escalate, if any.
-    func raiseRunning(to priority: CommandPriority) -> (QueuedOperationState, escalate: Int?) {
+    /// The priority of an operation that no longer waits changes: it rises if it runs (or was
+    /// `granted` and has not started yet: then it rises as it starts) and `priority` is higher.
+    /// - Returns: the state (``QueuedOperationState/running`` for a granted one), and the running
+    ///   task to escalate now, if any.
+    func raiseRunning(to priority: CommandPriority, granted: Bool) -> (QueuedOperationState, escalate: Int?) {
         fields.withLock { fields in
+            if granted && fields.state == .waiting {
+                if priority > fields.priority {
+                    fields.priority = priority
+                    fields.raiseAtStart = true
+                }
+                return (.running, nil)
+            }
             guard fields.state == .running, priority > fields.priority else { return (fields.state, nil) }
             fields.priority = priority
             return (fields.state, fields.task == 0 ? nil : fields.task)

@@ -324,6 +324,47 @@ final class SlotProbe: @unchecked Sendable {  // @unchecked Sendable: every acce
         #expect(try await operation.value >= .high)
     }
 
+    /// An actor whose executor a test keeps busy, so that an operation isolated to it is granted but
+    /// cannot start yet.
+    private actor BusyActor {
+        func submit(to queue: CommandQueue) -> QueuedOperation<TaskPriority> {
+            queue.submit(priority: .low) { () -> TaskPriority in
+                self.touch()
+                return Task.currentPriority
+            }
+        }
+
+        func touch() {}
+
+        /// Blocks the actor's executor until `release` is signalled.
+        func block(entered: DispatchSemaphore, release: DispatchSemaphore) {
+            entered.signal()
+            release.wait()
+        }
+    }
+
+    @Test func raisingAGrantedOperationBeforeItStartsEscalatesItAsItStarts() async throws {
+        let queue = CommandQueue()
+        let gate = Gate()
+        let first = queue.submit { await gate.wait() }
+        try await waitUntil("the first runs") { first.state == .running }
+        let busy = BusyActor()
+        let second = await busy.submit(to: queue)
+        let entered = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let blocker = Task.detached { await busy.block(entered: entered, release: release) }
+        #expect(entered.wait(timeout: .now() + hangTimeout) == .success)
+        gate.open()
+        // The second is granted, but its actor is busy: it has not started.
+        try await waitUntil("the second is granted") { queue.diagnostics.waitingCount == 0 && first.state == .finished }
+        #expect(second.state == .waiting)
+        #expect(second.setPriority(.high) == .running)
+        #expect(second.priority == .high)
+        release.signal()
+        await blocker.value
+        #expect(try await second.value >= .high)
+    }
+
     @Test func aPermitComposesWithATaskGroup() async throws {
         let queue = try CommandQueue(width: 2)
         let probe = SlotProbe()
