@@ -32,6 +32,11 @@
             var latency: Double
             /// The holder thread's real-time priority after its release (0: its own again).
             var holderPriorityAfter: Int32
+            /// The holder thread's real-time priority at the end of its hold (20: it was raised).
+            var holderPriorityAtEnd: Int32
+            /// The set-up calls that failed (pinning, real-time policies), with their error codes:
+            /// a failed one makes the shape meaningless, so a slow run names it.
+            var setUpFailures: [String]
         }
 
         @Test(
@@ -40,8 +45,14 @@
         func urgentWaiter_getsTheValueSoon_andTheHolderGetsItsOwnPriorityBack(holder: Holder, waiter: Waiter) throws {
             try Realtime.require()
             let outcome = Self.run(holder: holder, waiter: waiter)
+            #expect(outcome.setUpFailures.isEmpty, "set-up calls failed: \(outcome.setUpFailures)")
             // Mutex, whose futex inherits priority, takes 20 ms here; without inheritance ~970 ms.
-            #expect(outcome.latency < 0.2, "the urgent waiter waited \(Int(outcome.latency * 1000)) ms")
+            let waited = Int(outcome.latency * 1000)
+            #expect(
+                outcome.latency < 0.2,
+                "the urgent waiter waited \(waited) ms; the holder's real-time priority: \(outcome.holderPriorityAtEnd)"
+            )
+            #expect(outcome.holderPriorityAtEnd == 20, "the holder did not run at the urgent waiter's priority")
             #expect(outcome.holderPriorityAfter == 0, "the holder kept a real-time priority after its release")
         }
 
@@ -162,15 +173,22 @@
             let spinnerDone = DispatchSemaphore(value: 0)
             let latency = Locked(0.0)
             let priorityAfter = Locked<Int32>(-1)
+            let priorityAtEnd = Locked<Int32>(-1)
+            let failures = Locked<[String]>([])
             let stop = Locked(false)
+            /// Notes a set-up call that failed.
+            let setUp: @Sendable (String, Int32) -> Void = { call, status in
+                if status != 0 { failures.withLock { $0.append("\(call): \(status)") } }
+            }
             // The holder: a normal thread, or a dispatch queue's thread, on processor 0.
             switch holder {
             case .blocking:
                 Thread {
-                    _ = qsvrt_pin_to_cpu(0)
+                    setUp("holder pin", qsvrt_pin_to_cpu(0))
                     value.wait.highestPriority.set { _ in
                         holding.signal()
                         qsvrt_burn_cpu(0.020)
+                        priorityAtEnd.set(qsvrt_realtime_priority())
                     }
                     priorityAfter.set(qsvrt_realtime_priority())
                     _ = qsvrt_pin_to_cpu(-1)
@@ -179,9 +197,10 @@
             case .dispatch:
                 value.async(performIn: DispatchQueue(label: "PriorityInversionTests.holder")).highestPriority.set(
                     accessClosure: { _ in
-                        _ = qsvrt_pin_to_cpu(0)
+                        setUp("holder pin", qsvrt_pin_to_cpu(0))
                         holding.signal()
                         qsvrt_burn_cpu(0.020)
+                        priorityAtEnd.set(qsvrt_realtime_priority())
                     },
                     completion: { _ in
                         // Delivered on the same thread, after the release.
@@ -194,8 +213,8 @@
             // The urgent waiter: real-time priority 20, waits for its cue.
             Thread {
                 // Real-time first, then onto the holder's processor: it preempts the holder at once.
-                _ = qsvrt_set_realtime(20)
-                _ = qsvrt_pin_to_cpu(0)
+                setUp("waiter real-time 20", qsvrt_set_realtime(20))
+                setUp("waiter pin", qsvrt_pin_to_cpu(0))
                 urgentReady.signal()
                 goUrgent.wait()
                 let start = qsvrt_now()
@@ -212,8 +231,8 @@
             // The spinner: real-time priority 10, between the two; it cues the urgent waiter, which
             // preempts it at once, then spins until the waiter is done (at most 1.5 s).
             Thread {
-                _ = qsvrt_set_realtime(10)
-                _ = qsvrt_pin_to_cpu(0)
+                setUp("spinner real-time 10", qsvrt_set_realtime(10))
+                setUp("spinner pin", qsvrt_pin_to_cpu(0))
                 goUrgent.signal()
                 let end = qsvrt_now() + 1.5
                 while qsvrt_now() < end && !stop.value {}
@@ -223,7 +242,9 @@
             urgentDone.wait()
             spinnerDone.wait()
             holderDone.wait()
-            return Outcome(latency: latency.value, holderPriorityAfter: priorityAfter.value)
+            return Outcome(
+                latency: latency.value, holderPriorityAfter: priorityAfter.value,
+                holderPriorityAtEnd: priorityAtEnd.value, setUpFailures: failures.value)
         }
     }
 
