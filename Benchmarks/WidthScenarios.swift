@@ -133,44 +133,42 @@ final class FIFOAsyncSemaphore: @unchecked Sendable {  // Sendable: the lock gua
         self.permits = permits
     }
 
-    /// Takes a permit if one is free.
-    private func tryTake() -> Bool {
-        lock.withLock {
-            guard permits > 0 else { return false }
+    // `lock()` and `unlock()`, not `withLock`: Foundation's `NSLocking.withLock` is newer than the
+    // deployment floor on Apple platforms.
+
+    /// Takes a permit if one is free; otherwise, with `continuation`, queues it.
+    private func take(orQueue continuation: UnsafeContinuation<Void, Never>?) -> Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        if permits > 0 {
             permits -= 1
             return true
         }
+        if let continuation { waiters.append(continuation) }
+        return false
     }
 
     func wait() async {
-        if tryTake() { return }
+        if take(orQueue: nil) { return }
         await withUnsafeContinuation { continuation in
-            let granted = lock.withLock {
-                guard permits > 0 else {
-                    waiters.append(continuation)
-                    return false
-                }
-                permits -= 1
-                return true
-            }
-            if granted { continuation.resume() }
+            if take(orQueue: continuation) { continuation.resume() }
         }
     }
 
     func signal() {
-        let next: UnsafeContinuation<Void, Never>? = lock.withLock {
-            guard head < waiters.count else {
-                permits += 1
-                return nil
-            }
-            let next = waiters[head]
-            head += 1
-            if head == waiters.count {
-                waiters.removeAll(keepingCapacity: true)
-                head = 0
-            }
-            return next
+        lock.lock()
+        guard head < waiters.count else {
+            permits += 1
+            lock.unlock()
+            return
         }
-        next?.resume()
+        let next = waiters[head]
+        head += 1
+        if head == waiters.count {
+            waiters.removeAll(keepingCapacity: true)
+            head = 0
+        }
+        lock.unlock()
+        next.resume()
     }
 }
