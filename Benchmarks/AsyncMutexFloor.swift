@@ -3,49 +3,50 @@ import Foundation
 // MARK: - The async hand-off floor
 
 /// What handing a critical section from one suspended task to the next costs at the least: a
-/// first-come-first-served async mutex in a few lines, an `NSLock` around a flag and a queue of
-/// continuations. A task that finds it taken suspends; the unlocking task resumes the first waiter,
-/// which then holds it. No priorities, no cancellation, no timeouts, no reentrancy or deadlock
-/// checks: the floor for tasks that suspend, which `await … contended` rows are read against.
+/// first-come-first-served async mutex in a few lines, an `NSLock` around a count of free permits
+/// and a queue of continuations. A task that finds no permit suspends; the releasing task resumes the
+/// first waiter, which then holds the permit. No priorities, no cancellation, no timeouts, no
+/// reentrancy or deadlock checks: the floor for tasks that suspend, which `await … contended` rows
+/// are read against. With `permits` above 1 it is a FIFO async semaphore (the width rows' baseline:
+/// the shape of groue/Semaphore or tokio's `Semaphore`).
 final class AsyncMutexFloor: @unchecked Sendable {  // Sendable: `lock` guards every field.
     private let lock = NSLock()
-    private var isLocked = false
+    private var permits: Int
     private var waiters: [UnsafeContinuation<Void, Never>] = []
     private var head = 0
 
+    init(permits: Int = 1) {
+        self.permits = permits
+    }
+
     func acquire() async {
-        if tryAcquire() { return }
+        if take(orQueue: nil) { return }
         await withUnsafeContinuation { continuation in
-            // Taken meanwhile by nobody: it is this task's at once.
-            if enqueueUnlessFree(continuation) { continuation.resume() }
+            // A permit freed meanwhile: it is this task's at once.
+            if take(orQueue: continuation) { continuation.resume() }
         }
-        // Resumed by `release()`, which handed the mutex over: it is this task's now.
+        // Resumed by `release()`, which handed a permit over: it is this task's now.
     }
 
-    private func tryAcquire() -> Bool {
+    /// Takes a free permit, or, with `continuation`, queues it.
+    /// - Returns: `true` if a permit was free (it is the caller's now).
+    private func take(orQueue continuation: UnsafeContinuation<Void, Never>?) -> Bool {
+        // `lock()` and `unlock()`, not `withLock`: Foundation's `NSLocking.withLock` is newer than the
+        // deployment floor on Apple platforms.
         lock.lock()
         defer { lock.unlock() }
-        if isLocked { return false }
-        isLocked = true
-        return true
-    }
-
-    /// - Returns: `true` if the mutex was free after all (it is the caller's now).
-    private func enqueueUnlessFree(_ continuation: UnsafeContinuation<Void, Never>) -> Bool {
-        lock.lock()
-        defer { lock.unlock() }
-        if !isLocked {
-            isLocked = true
+        if permits > 0 {
+            permits -= 1
             return true
         }
-        waiters.append(continuation)
+        if let continuation { waiters.append(continuation) }
         return false
     }
 
     func release() {
         lock.lock()
         guard head < waiters.count else {
-            isLocked = false
+            permits += 1
             lock.unlock()
             return
         }

@@ -5,9 +5,9 @@ import QueueSafeValue
 // MARK: - A queue of width 4
 
 /// `CommandQueue(width: 4)` beside what apps used before it: `OperationQueue` with
-/// `maxConcurrentOperationCount = 4`, and a FIFO async semaphore of 4 permits (the shape of
-/// groue/Semaphore or tokio's `Semaphore`: a lock, a count and a FIFO of continuations), written
-/// here so that the project keeps no dependency. Each enqueues N jobs from synchronous code:
+/// `maxConcurrentOperationCount = 4`, and a FIFO async semaphore of 4 permits (``AsyncMutexFloor``
+/// with 4 permits: a lock, a count and a FIFO of continuations), written here so that the project
+/// keeps no dependency. Each enqueues N jobs from synchronous code:
 ///
 /// - "enqueue": the N calls alone are timed (the sample then waits, untimed, for the jobs to end);
 /// - "drain": timed from the first call until the last job has ended. A job is short: it counts
@@ -55,41 +55,47 @@ enum WidthScenarios {
         return Sample(measured: Double(timing == .enqueue ? enqueued - start : drained - start))
     }
 
-    static func commandQueue(timing: Timing) -> Scenario {
+    /// A width row: `what` names the contender, `how` says what it does per job, and `makeEnqueue`
+    /// builds one sample's contender and returns how it takes a job.
+    private static func row(
+        _ timing: Timing, _ what: String, _ how: String,
+        _ makeEnqueue: @escaping () -> (@escaping @Sendable () -> Void) -> Void
+    ) -> Scenario {
         Scenario(
-            name: "width 4 \(timing.rawValue): CommandQueue",
-            summary: "CommandQueue(width: 4).enqueue { short job } × N from synchronous code; "
-                + (timing == .enqueue ? "the calls alone" : "until every job ended")
+            name: "width 4 \(timing.rawValue): \(what)",
+            summary: how + "; " + (timing == .enqueue ? "the calls alone" : "until every job ended")
         ) { operations in
+            sample(operations, timing, enqueue: makeEnqueue())
+        }
+    }
+
+    static func commandQueue(timing: Timing) -> Scenario {
+        row(timing, "CommandQueue", "CommandQueue(width: 4).enqueue { short job } × N from synchronous code") {
             let queue = try! CommandQueue(width: 4)
-            return sample(operations, timing) { job in queue.enqueue { job() } }
+            return { job in queue.enqueue { job() } }
         }
     }
 
     static func operationQueue(timing: Timing) -> Scenario {
-        Scenario(
-            name: "width 4 \(timing.rawValue): OperationQueue",
-            summary: "OperationQueue, maxConcurrentOperationCount = 4, addOperation { short job } × N; "
-                + (timing == .enqueue ? "the calls alone" : "until every job ended")
-        ) { operations in
+        row(timing, "OperationQueue", "OperationQueue, maxConcurrentOperationCount = 4, addOperation { short job } × N")
+        {
             let queue = OperationQueue()
             queue.maxConcurrentOperationCount = 4
-            return sample(operations, timing) { job in queue.addOperation(job) }
+            return { job in queue.addOperation(job) }
         }
     }
 
     static func asyncSemaphore(timing: Timing) -> Scenario {
-        Scenario(
-            name: "width 4 \(timing.rawValue): FIFO async semaphore",
-            summary: "Task { await semaphore.wait(); short job; semaphore.signal() } × N, 4 permits, FIFO; "
-                + (timing == .enqueue ? "the calls alone" : "until every job ended")
-        ) { operations in
-            let semaphore = FIFOAsyncSemaphore(permits: 4)
-            return sample(operations, timing) { job in
+        row(
+            timing, "FIFO async semaphore",
+            "Task { await semaphore.acquire(); short job; semaphore.release() } × N, 4 permits, FIFO"
+        ) {
+            let semaphore = AsyncMutexFloor(permits: 4)
+            return { job in
                 Task {
-                    await semaphore.wait()
+                    await semaphore.acquire()
                     job()
-                    semaphore.signal()
+                    semaphore.release()
                 }
             }
         }
@@ -118,57 +124,5 @@ enum WidthScenarios {
         }
         scenario.fixedOperations = 2_000
         return scenario
-    }
-}
-
-/// A FIFO async semaphore: `wait()` takes a permit, or suspends in arrival order until `signal()`
-/// hands one over. The baseline of the width rows.
-final class FIFOAsyncSemaphore: @unchecked Sendable {  // Sendable: the lock guards every field
-    private let lock = NSLock()
-    private var permits: Int
-    private var waiters: [UnsafeContinuation<Void, Never>] = []
-    private var head = 0
-
-    init(permits: Int) {
-        self.permits = permits
-    }
-
-    // `lock()` and `unlock()`, not `withLock`: Foundation's `NSLocking.withLock` is newer than the
-    // deployment floor on Apple platforms.
-
-    /// Takes a permit if one is free; otherwise, with `continuation`, queues it.
-    private func take(orQueue continuation: UnsafeContinuation<Void, Never>?) -> Bool {
-        lock.lock()
-        defer { lock.unlock() }
-        if permits > 0 {
-            permits -= 1
-            return true
-        }
-        if let continuation { waiters.append(continuation) }
-        return false
-    }
-
-    func wait() async {
-        if take(orQueue: nil) { return }
-        await withUnsafeContinuation { continuation in
-            if take(orQueue: continuation) { continuation.resume() }
-        }
-    }
-
-    func signal() {
-        lock.lock()
-        guard head < waiters.count else {
-            permits += 1
-            lock.unlock()
-            return
-        }
-        let next = waiters[head]
-        head += 1
-        if head == waiters.count {
-            waiters.removeAll(keepingCapacity: true)
-            head = 0
-        }
-        lock.unlock()
-        next.resume()
     }
 }

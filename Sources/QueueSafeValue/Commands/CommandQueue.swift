@@ -105,12 +105,11 @@ public final class CommandQueue: Sendable {
     ///   - ordering: what the queue keeps in order (see ``Ordering``).
     ///   - fairness: how priority is weighed against waiting time, as for the other initializer.
     /// - Throws: ``QueueSafeValueError/invalidArgument(_:)`` if `width` is below 1.
-    public init(
+    public convenience init(
         label: String? = nil, width: Int, ordering: Ordering = .oneAtATime, fairness: CommandFairness = .strictPriority
     ) throws(QueueSafeValueError) {
-        guard width >= 1 else { throw .invalidArgument("a CommandQueue's width must be 1 or more, not \(width)") }
-        engine = CommandEngine(label: label, fairness: fairness)
-        self.ordering = ordering
+        try Self.checkWidth(width)
+        self.init(label: label, ordering: ordering, fairness: fairness)
         if width > 1 { engine.setWidth(width) }
     }
 
@@ -132,8 +131,13 @@ public final class CommandQueue: Sendable {
     /// - Throws: ``QueueSafeValueError/invalidArgument(_:)`` if `width` is below 1; the width then
     ///   stays as it was.
     public func setWidth(_ width: Int) throws(QueueSafeValueError) {
-        guard width >= 1 else { throw .invalidArgument("a CommandQueue's width must be 1 or more, not \(width)") }
+        try Self.checkWidth(width)
         engine.setWidth(width)
+    }
+
+    /// Refuses a width below 1.
+    private static func checkWidth(_ width: Int) throws(QueueSafeValueError) {
+        guard width >= 1 else { throw .invalidArgument("a CommandQueue's width must be 1 or more, not \(width)") }
     }
 
     // MARK: Enqueue from anywhere
@@ -142,7 +146,8 @@ public final class CommandQueue: Sendable {
     ///
     /// The operation's place is taken before this method returns. It starts once every operation of
     /// higher priority and every earlier one of the same priority has ended (``Ordering/oneAtATime``)
-    /// or started (``Ordering/startsInOrder``). Like `Task {}`, it runs isolated to the caller's
+    /// or started (``Ordering/startsInOrder``); on a queue of ``width`` n, once it is first in that
+    /// order and one of the n slots is free. Like `Task {}`, it runs isolated to the caller's
     /// actor, if the caller has one (see ``CommandQueue``).
     /// - Returns: a task whose value is the operation's result. It throws what the operation throws,
     ///   or ``QueueSafeValueError/cancelled`` if it was cancelled (the task, or by ``cancelAll()``)

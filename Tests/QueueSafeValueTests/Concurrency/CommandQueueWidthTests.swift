@@ -4,45 +4,26 @@ import Testing
 
 @_spi(Testing) @testable import QueueSafeValue
 
-/// Counts the operations that run at once, and the most that ever did, under one lock.
-final class SlotProbe: @unchecked Sendable {  // @unchecked Sendable: every access takes the lock
-    private let lock = NSLock()
-    private var running = 0
-    private var most = 0
-    private var started: [String] = []
+/// The operations that run at once (a ``SectionProbe``, which counts them and the most that ever did),
+/// and the order in which they started.
+final class SlotProbe<Name: Sendable>: Sendable {
+    private let inside = SectionProbe()
+    private let started = Recorder<Name>()
 
-    func enter(_ name: String) {
-        lock.lock()
-        running += 1
-        most = max(most, running)
+    /// Counted before it is named: a start seen in ``startOrder`` is counted in ``runningNow``.
+    func enter(_ name: Name) {
+        inside.enter()
         started.append(name)
-        lock.unlock()
     }
 
     func exit() {
-        lock.lock()
-        running -= 1
-        lock.unlock()
+        inside.leave()
     }
 
-    var runningNow: Int {
-        lock.lock()
-        defer { lock.unlock() }
-        return running
-    }
-
-    var mostAtOnce: Int {
-        lock.lock()
-        defer { lock.unlock() }
-        return most
-    }
-
+    var runningNow: Int { inside.insideCount }
+    var mostAtOnce: Int { inside.maximumInside }
     /// The names of the operations in the order they started.
-    var startOrder: [String] {
-        lock.lock()
-        defer { lock.unlock() }
-        return started
-    }
+    var startOrder: [Name] { started.snapshot }
 }
 
 /// `CommandQueue` of width n: slots, the order in which they are granted, re-prioritization,
@@ -51,7 +32,7 @@ final class SlotProbe: @unchecked Sendable {  // @unchecked Sendable: every acce
     /// Submits an operation that records its start, waits for `gate`, and ends.
     @discardableResult
     private func submitGated(
-        _ queue: CommandQueue, _ name: String, priority: CommandPriority = .medium, probe: SlotProbe, gate: Gate
+        _ queue: CommandQueue, _ name: String, priority: CommandPriority = .medium, probe: SlotProbe<String>, gate: Gate
     ) -> QueuedOperation<String> {
         queue.submit(priority: priority) {
             probe.enter(name)
@@ -78,7 +59,7 @@ final class SlotProbe: @unchecked Sendable {  // @unchecked Sendable: every acce
 
     @Test func neverMoreThanTheWidthRunAndEveryOperationRuns() async throws {
         let queue = try CommandQueue(width: 3)
-        let probe = SlotProbe()
+        let probe = SlotProbe<String>()
         let operations = (0..<24).map { index in
             queue.submit(priority: CommandPriority(rawValue: UInt8(index * 10))) {
                 probe.enter("\(index)")
@@ -96,7 +77,7 @@ final class SlotProbe: @unchecked Sendable {  // @unchecked Sendable: every acce
 
     @Test func eachFreeSlotGoesToTheMostUrgentEarliestWaiter() async throws {
         let queue = try CommandQueue(width: 2)
-        let probe = SlotProbe()
+        let probe = SlotProbe<String>()
         let names = ["running 1", "running 2", "low", "medium 1", "high", "medium 2"]
         let priorities: [CommandPriority] = [.medium, .medium, .low, .medium, .high, .medium]
         let gates = names.map { _ in Gate() }
@@ -129,7 +110,7 @@ final class SlotProbe: @unchecked Sendable {  // @unchecked Sendable: every acce
 
     @Test func aReprioritizedWaiterTakesItsNewPlaceBehindThoseAlreadyThere() async throws {
         let queue = try CommandQueue(width: 1)
-        let probe = SlotProbe()
+        let probe = SlotProbe<String>()
         let running = Gate()
         submitGated(queue, "running", probe: probe, gate: running)
         try await waitUntil("the slot taken") { probe.runningNow == 1 }
@@ -148,7 +129,7 @@ final class SlotProbe: @unchecked Sendable {  // @unchecked Sendable: every acce
 
     @Test func aWaitingOperationCancelledNeverRunsAndFreesNoSlot() async throws {
         let queue = try CommandQueue(width: 2)
-        let probe = SlotProbe()
+        let probe = SlotProbe<String>()
         let gate = Gate()
         submitGated(queue, "a", probe: probe, gate: gate)
         submitGated(queue, "b", probe: probe, gate: gate)
@@ -171,7 +152,7 @@ final class SlotProbe: @unchecked Sendable {  // @unchecked Sendable: every acce
 
     @Test func aRunningOperationCancelledGivesItsSlotBackWhenItEnds() async throws {
         let queue = try CommandQueue(width: 1)
-        let probe = SlotProbe()
+        let probe = SlotProbe<String>()
         let running = queue.submit { () -> String in
             probe.enter("running")
             // Ends only once cancelled.
@@ -191,7 +172,7 @@ final class SlotProbe: @unchecked Sendable {  // @unchecked Sendable: every acce
 
     @Test func diagnosticsCountTheRunningOperationsAndTheWaitingOnes() async throws {
         let queue = try CommandQueue(label: "wide", width: 3)
-        let probe = SlotProbe()
+        let probe = SlotProbe<String>()
         let gate = Gate()
         let operations = (0..<5).map { index in
             submitGated(queue, "\(index)", priority: index < 3 ? .medium : .low, probe: probe, gate: gate)
@@ -208,7 +189,7 @@ final class SlotProbe: @unchecked Sendable {  // @unchecked Sendable: every acce
 
     @Test func aLargerWidthStartsWaitersAtOnceAndASmallerOneLetsTheRunningFinish() async throws {
         let queue = try CommandQueue(width: 2)
-        let probe = SlotProbe()
+        let probe = SlotProbe<String>()
         let gates = (0..<7).map { _ in Gate() }
         let operations = (0..<7).map { index in submitGated(queue, "\(index)", probe: probe, gate: gates[index]) }
         try await waitUntil("two run") { probe.runningNow == 2 }
@@ -234,7 +215,7 @@ final class SlotProbe: @unchecked Sendable {  // @unchecked Sendable: every acce
 
     @Test func anOperationThatStartedAloneStaysAloneWhenTheWidthGrows() async throws {
         let queue = CommandQueue()
-        let probe = SlotProbe()
+        let probe = SlotProbe<String>()
         let gates = (0..<4).map { _ in Gate() }
         let operations = (0..<4).map { index in submitGated(queue, "\(index)", probe: probe, gate: gates[index]) }
         try await waitUntil("one runs") { probe.runningNow == 1 }
@@ -253,7 +234,7 @@ final class SlotProbe: @unchecked Sendable {  // @unchecked Sendable: every acce
 
     @Test func timeoutsAndDiscardingKeepTheirMeaningPerOperation() async throws {
         let queue = try CommandQueue(width: 2)
-        let probe = SlotProbe()
+        let probe = SlotProbe<String>()
         let gate = Gate()
         submitGated(queue, "a", probe: probe, gate: gate)
         submitGated(queue, "b", probe: probe, gate: gate)
@@ -273,7 +254,7 @@ final class SlotProbe: @unchecked Sendable {  // @unchecked Sendable: every acce
 
     @Test func cancelAllCancelsEveryRunningSlotAndEveryWaiter() async throws {
         let queue = try CommandQueue(width: 2)
-        let probe = SlotProbe()
+        let probe = SlotProbe<String>()
         let runners = (0..<2).map { index in
             queue.submit { () -> Bool in
                 probe.enter("\(index)")
@@ -367,7 +348,7 @@ final class SlotProbe: @unchecked Sendable {  // @unchecked Sendable: every acce
 
     @Test func aPermitComposesWithATaskGroup() async throws {
         let queue = try CommandQueue(width: 2)
-        let probe = SlotProbe()
+        let probe = SlotProbe<String>()
         let sum = try await withThrowingTaskGroup(of: Int.self) { group in
             for index in 0..<10 {
                 group.addTask {

@@ -3,6 +3,8 @@ import Foundation
 import QueueSafeValue
 import Testing
 
+@testable import QueueSafeValueTesting
+
 /// The photo feed of Concurrency.md ("A photo feed: visible first, four at a time"), as shown
 /// there: visible cells load before prefetched ones, four downloads at once, a prefetched cell
 /// that scrolls into view becomes urgent, and a cell that scrolls away cancels its load.
@@ -44,14 +46,13 @@ private final class PhotoFeed {
     }
 }
 
-/// What the downloads did: how many ran at once, in which order they started, which finished.
-private final class DownloadLog: @unchecked Sendable {  // @unchecked Sendable: every access takes the lock
+/// What the downloads did: how many ran at once and in which order they started (``SlotProbe``),
+/// which finished, and the gate each waits at.
+private final class DownloadLog: @unchecked Sendable {  // @unchecked Sendable: `lock` guards the gates
     private let lock = NSLock()
-    private var running = 0
-    private var most = 0
-    private var started: [Int] = []
-    private var finished: Set<Int> = []
     private var gates: [Int: Gate] = [:]
+    private let slots = SlotProbe<Int>()
+    private let finished = Recorder<Int>()
 
     func gate(_ photo: Int) -> Gate {
         lock.withLock {
@@ -63,35 +64,17 @@ private final class DownloadLog: @unchecked Sendable {  // @unchecked Sendable: 
     }
 
     func start(_ photo: Int) {
-        lock.withLock {
-            running += 1
-            most = max(most, running)
-            started.append(photo)
-        }
+        slots.enter(photo)
     }
 
     func end(_ photo: Int, finished didFinish: Bool) {
-        lock.withLock {
-            running -= 1
-            if didFinish { finished.insert(photo) }
-        }
+        if didFinish { finished.append(photo) }
+        slots.exit()
     }
 
-    var mostAtOnce: Int { lock.withLock { most } }
-    var startOrder: [Int] { lock.withLock { started } }
-    var finishedPhotos: Set<Int> { lock.withLock { finished } }
-}
-
-/// A fixed-seed generator (SplitMix64), so the drain's job durations are the same in every run.
-private struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
+    var mostAtOnce: Int { slots.mostAtOnce }
+    var startOrder: [Int] { slots.startOrder }
+    var finishedPhotos: Set<Int> { Set(finished.snapshot) }
 }
 
 /// The feed's four behaviours, through the public API.
@@ -137,7 +120,7 @@ private struct SeededGenerator: RandomNumberGenerator {
     }
 
     @Test func aDrainOfFortyJobsKeepsFourSlotsBusy() async throws {
-        var generator = SeededGenerator(state: 45)
+        var generator = SplitMix64(seed: 45)
         let durations = (0..<40).map { _ in Int.random(in: 20...200, using: &generator) }
         let log = DownloadLog()
         let feed = PhotoFeed { photo in

@@ -140,9 +140,10 @@ extension EngineStateMachine {
         actions.endBoost = inheritance.isHoldBoosted
         // mutant(writer-beside-reader): if hold.readersHold && table.waitingCount == 0 {
         if hold.readersHold {
-            // A queue's operation gave its slot back: the most urgent waiting one takes it.
+            // A queue's operation gave its slot back: the most urgent waiting one takes it. (Without
+            // a limit, the first waiting command is exclusive while readers hold: nothing to admit.)
             // mutant(freed-slot-unused): _ = ()
-            if table.waitingCount > 0 { admitWaitingReaders(&actions) }
+            if hold.isLimited && table.waitingCount > 0 { admitWaitingReaders(&actions) }
             word = wordWhileReadersHold(observed)
             return actions
         }

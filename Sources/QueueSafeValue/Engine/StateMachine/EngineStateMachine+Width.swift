@@ -23,10 +23,10 @@
 extension EngineStateMachine {
     /// Whether a ``CommandQueue``'s operations hold the section as shared holders, one slot each:
     /// its width is above 1.
-    var operationsShare: Bool { hold.shareLimit > 1 && hold.shareLimit != .max }
+    var operationsShare: Bool { hold.isLimited }
 
     /// The queue's width: how many operations may hold at once.
-    var width: Int { hold.shareLimit == .max ? 1 : hold.shareLimit }
+    var width: Int { hold.isLimited ? hold.shareLimit : 1 }
 
     /// A ``CommandQueue``'s width changes to `width` (at least 1). Waiting operations are converted
     /// when it crosses between 1 and more, and the first waiting ones take the slots it frees.

@@ -51,6 +51,10 @@ struct Hold {
     /// it takes no share back: the ones that hold finish, and no more are granted until fewer hold.
     private(set) var shareLimit = Int.max
 
+    /// Whether a limit applies (a ``CommandQueue`` of width above 1).
+    @inline(__always)
+    var isLimited: Bool { shareLimit != .max }
+
     /// Whether one more shared holder may be granted now.
     @inline(__always)
     var hasFreeShare: Bool {

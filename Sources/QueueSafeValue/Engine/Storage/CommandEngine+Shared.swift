@@ -283,14 +283,7 @@ extension CommandEngine {
         isolation: isolated (any Actor)?,
         _ body: nonisolated(nonsending) () async throws -> R
     ) async rethrows -> R {
-        let token = slotToken(waiter)
-        let entry = SectionEntry(engine: ObjectIdentifier(self), readerToken: token)
-        let sections = CriticalSectionContext.sections.get().pushing(entry)
-        enterTaskReader(token)
-        // Given back however the operation ends: returning, throwing, or cancelled while it ran.
-        // mutant(cancelled-slot-kept): defer { if !Task.isCancelled { releaseReaderBlocking(token) } }
-        defer { releaseReaderBlocking(token) }
-        return try await withSections(sections, entry, isolation: isolation, body)
+        try await runHeldReaderSection(slotToken(waiter), isolation: isolation, body)
     }
 
     /// Whether the current task runs an operation of this queue of width above 1 (it holds a slot).
@@ -316,6 +309,8 @@ extension CommandEngine {
         let entry = SectionEntry(engine: ObjectIdentifier(self), readerToken: token)
         let sections = CriticalSectionContext.sections.get().pushing(entry)
         enterTaskReader(token)
+        // Given back however the task ends: returning, throwing, or cancelled while it ran.
+        // mutant(cancelled-slot-kept): defer { if !Task.isCancelled { releaseReaderBlocking(token) } }
         defer { releaseReaderBlocking(token) }
         return try await withSections(sections, entry, isolation: isolation, body)
     }
