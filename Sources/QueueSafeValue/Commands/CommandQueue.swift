@@ -158,9 +158,10 @@ public final class CommandQueue: Sendable {
     public func enqueue<T: Sendable>(
         priority: CommandPriority = .medium,
         policy: Policy = .standard,
-        @_inheritActorContext @_implicitSelfCapture _ operation: sending @escaping @isolated(any) () async throws -> T
+        @_inheritActorContext @_implicitSelfCapture _ operation: sending @escaping @isolated(any) () async throws -> T,
+        file: StaticString = #fileID, line: UInt = #line
     ) -> Task<T, any Error> {
-        schedule(priority: priority, policy: policy, operation)
+        schedule(priority: priority, policy: policy, site: CallSite(file: file, line: line), operation)
     }
 
     /// Adds `operation` to the queue; when its turn comes it runs isolated to `actor`. On a
@@ -173,9 +174,12 @@ public final class CommandQueue: Sendable {
         isolatedTo actor: A,
         priority: CommandPriority = .medium,
         policy: Policy = .standard,
-        _ operation: @escaping @Sendable (isolated A) async throws -> T
+        _ operation: @escaping @Sendable (isolated A) async throws -> T,
+        file: StaticString = #fileID, line: UInt = #line
     ) -> Task<T, any Error> {
-        schedule(priority: priority, policy: policy, isolation: actor) { try await operation(actor) }
+        schedule(priority: priority, policy: policy, site: CallSite(file: file, line: line), isolation: actor) {
+            try await operation(actor)
+        }
     }
 
     /// Adds `operation` to the queue; when its turn comes it runs on the main actor.
@@ -185,9 +189,12 @@ public final class CommandQueue: Sendable {
     public func enqueueOnMainActor<T: Sendable>(
         priority: CommandPriority = .medium,
         policy: Policy = .standard,
-        _ operation: sending @escaping @MainActor () async throws -> T
+        _ operation: sending @escaping @MainActor () async throws -> T,
+        file: StaticString = #fileID, line: UInt = #line
     ) -> Task<T, any Error> {
-        schedule(priority: priority, policy: policy, isolation: MainActor.shared) { try await operation() }
+        schedule(
+            priority: priority, policy: policy, site: CallSite(file: file, line: line), isolation: MainActor.shared
+        ) { try await operation() }
     }
 
     /// Adds `operation` to the queue, as ``enqueue(priority:policy:_:)`` does, and returns a handle
@@ -200,10 +207,12 @@ public final class CommandQueue: Sendable {
     public func submit<T: Sendable>(
         priority: CommandPriority = .medium,
         policy: Policy = .standard,
-        @_inheritActorContext @_implicitSelfCapture _ operation: sending @escaping @isolated(any) () async throws -> T
+        @_inheritActorContext @_implicitSelfCapture _ operation: sending @escaping @isolated(any) () async throws -> T,
+        file: StaticString = #fileID, line: UInt = #line
     ) -> QueuedOperation<T> {
         let progress = OperationProgress(priority: priority)
-        let (task, waiter) = schedulePlaced(priority: priority, policy: policy, progress: progress, operation)
+        let (task, waiter) = schedulePlaced(
+            priority: priority, policy: policy, site: CallSite(file: file, line: line), progress: progress, operation)
         return QueuedOperation(task: task, engine: engine, waiter: waiter, progress: progress)
     }
 
@@ -219,11 +228,13 @@ public final class CommandQueue: Sendable {
         priority: CommandPriority = .medium,
         policy: Policy = .standard,
         timeout: DispatchTimeInterval,
-        @_inheritActorContext @_implicitSelfCapture _ operation: sending @escaping @isolated(any) () async throws -> T
+        @_inheritActorContext @_implicitSelfCapture _ operation: sending @escaping @isolated(any) () async throws -> T,
+        file: StaticString = #fileID, line: UInt = #line
     ) -> Task<T, any Error> {
         let deadline: DispatchTime?
         do { deadline = try commandDeadline(after: timeout) } catch { return Task { throw error } }
-        return schedule(priority: priority, policy: policy, deadline: deadline, operation)
+        return schedule(
+            priority: priority, policy: policy, site: CallSite(file: file, line: line), deadline: deadline, operation)
     }
 
     /// ``enqueue(priority:policy:timeout:_:)-(_,_,DispatchTimeInterval,_)`` with a `Duration`, kept to
@@ -236,9 +247,12 @@ public final class CommandQueue: Sendable {
         priority: CommandPriority = .medium,
         policy: Policy = .standard,
         timeout: Duration,
-        @_inheritActorContext @_implicitSelfCapture _ operation: sending @escaping @isolated(any) () async throws -> T
+        @_inheritActorContext @_implicitSelfCapture _ operation: sending @escaping @isolated(any) () async throws -> T,
+        file: StaticString = #fileID, line: UInt = #line
     ) -> Task<T, any Error> {
-        enqueue(priority: priority, policy: policy, timeout: DispatchTimeInterval(timeout: timeout), operation)
+        enqueue(
+            priority: priority, policy: policy, timeout: DispatchTimeInterval(timeout: timeout), operation, file: file,
+            line: line)
     }
 
     // MARK: Await the result
@@ -260,12 +274,14 @@ public final class CommandQueue: Sendable {
     public func perform<T: Sendable>(
         priority: CommandPriority = .medium,
         policy: Policy = .standard,
-        @_inheritActorContext @_implicitSelfCapture _ operation: sending @escaping @isolated(any) () async throws -> T
+        @_inheritActorContext @_implicitSelfCapture _ operation: sending @escaping @isolated(any) () async throws -> T,
+        file: StaticString = #fileID, line: UInt = #line
     ) async throws -> T {
         try checkCanAwaitOperation()
         return try await awaitCancellably(
             schedule(
-                priority: priority, policy: policy, awaiters: OperationAwaiters.forOperationAwaitedByCurrentTask(),
+                priority: priority, policy: policy, site: CallSite(file: file, line: line),
+                awaiters: OperationAwaiters.forOperationAwaitedByCurrentTask(),
                 operation))
     }
 
@@ -277,13 +293,14 @@ public final class CommandQueue: Sendable {
         priority: CommandPriority = .medium,
         policy: Policy = .standard,
         timeout: DispatchTimeInterval,
-        @_inheritActorContext @_implicitSelfCapture _ operation: sending @escaping @isolated(any) () async throws -> T
+        @_inheritActorContext @_implicitSelfCapture _ operation: sending @escaping @isolated(any) () async throws -> T,
+        file: StaticString = #fileID, line: UInt = #line
     ) async throws -> T {
         try checkCanAwaitOperation()
         let deadline = try commandDeadline(after: timeout)
         return try await awaitCancellably(
             schedule(
-                priority: priority, policy: policy, deadline: deadline,
+                priority: priority, policy: policy, site: CallSite(file: file, line: line), deadline: deadline,
                 awaiters: OperationAwaiters.forOperationAwaitedByCurrentTask(), operation))
     }
 
@@ -296,10 +313,12 @@ public final class CommandQueue: Sendable {
         priority: CommandPriority = .medium,
         policy: Policy = .standard,
         timeout: Duration,
-        @_inheritActorContext @_implicitSelfCapture _ operation: sending @escaping @isolated(any) () async throws -> T
+        @_inheritActorContext @_implicitSelfCapture _ operation: sending @escaping @isolated(any) () async throws -> T,
+        file: StaticString = #fileID, line: UInt = #line
     ) async throws -> T {
         let interval = DispatchTimeInterval(timeout: timeout)
-        return try await perform(priority: priority, policy: policy, timeout: interval, operation)
+        return try await perform(
+            priority: priority, policy: policy, timeout: interval, operation, file: file, line: line)
     }
 
     /// Like ``perform(priority:policy:_:)``, with the operation isolated to `actor`.
@@ -308,12 +327,13 @@ public final class CommandQueue: Sendable {
         isolatedTo actor: A,
         priority: CommandPriority = .medium,
         policy: Policy = .standard,
-        _ operation: @escaping @Sendable (isolated A) async throws -> T
+        _ operation: @escaping @Sendable (isolated A) async throws -> T,
+        file: StaticString = #fileID, line: UInt = #line
     ) async throws -> T {
         try checkCanAwaitOperation()
         return try await awaitCancellably(
             schedule(
-                priority: priority, policy: policy, isolation: actor,
+                priority: priority, policy: policy, site: CallSite(file: file, line: line), isolation: actor,
                 awaiters: OperationAwaiters.forOperationAwaitedByCurrentTask()
             ) { try await operation(actor) })
     }
@@ -323,12 +343,13 @@ public final class CommandQueue: Sendable {
     public func performOnMainActor<T: Sendable>(
         priority: CommandPriority = .medium,
         policy: Policy = .standard,
-        _ operation: sending @escaping @MainActor () async throws -> T
+        _ operation: sending @escaping @MainActor () async throws -> T,
+        file: StaticString = #fileID, line: UInt = #line
     ) async throws -> T {
         try checkCanAwaitOperation()
         return try await awaitCancellably(
             schedule(
-                priority: priority, policy: policy, isolation: MainActor.shared,
+                priority: priority, policy: policy, site: CallSite(file: file, line: line), isolation: MainActor.shared,
                 awaiters: OperationAwaiters.forOperationAwaitedByCurrentTask()
             ) { try await operation() })
     }
@@ -385,10 +406,11 @@ public final class CommandQueue: Sendable {
     /// Takes the operation's place now, synchronously.
     @inlinable
     func place(
-        priority: CommandPriority, policy: Policy, awaiters: [Int], progress: OperationProgress? = nil
+        priority: CommandPriority, policy: Policy, site: CallSite, awaiters: [Int], progress: OperationProgress? = nil
     ) -> Placement {
         let discardable = policy == .discardable
-        let (waiter, grantedAtOnce) = engine.enqueueOperation(priority: priority, discardable: discardable)
+        let (waiter, grantedAtOnce) = engine.enqueueOperation(
+            priority: priority, site: site, discardable: discardable)
         return Placement(
             engine: engine, waiter: waiter, grantedAtOnce: grantedAtOnce, discardable: discardable,
             startsInOrder: ordering == .startsInOrder, awaiters: awaiters, progress: progress)
@@ -410,11 +432,14 @@ public final class CommandQueue: Sendable {
     func schedule<T: Sendable>(
         priority: CommandPriority,
         policy: Policy,
+        site: CallSite,
         deadline: DispatchTime? = nil,
         awaiters: [Int] = [],
         _ operation: @escaping @isolated(any) () async throws -> T
     ) -> Task<T, any Error> {
-        schedulePlaced(priority: priority, policy: policy, deadline: deadline, awaiters: awaiters, operation).task
+        schedulePlaced(
+            priority: priority, policy: policy, site: site, deadline: deadline, awaiters: awaiters, operation
+        ).task
     }
 
     /// ``schedule(priority:policy:deadline:awaiters:_:)``, returning the operation's waiter too (for
@@ -423,6 +448,7 @@ public final class CommandQueue: Sendable {
     func schedulePlaced<T: Sendable>(
         priority: CommandPriority,
         policy: Policy,
+        site: CallSite,
         deadline: DispatchTime? = nil,
         awaiters: [Int] = [],
         progress: OperationProgress? = nil,
@@ -432,7 +458,7 @@ public final class CommandQueue: Sendable {
         // Unsafe: `operation` is the caller's `sending` closure; only this one task ever calls it,
         // once, which the compiler cannot see through the closure that captures it.
         nonisolated(unsafe) let operation = operation
-        let placement = place(priority: priority, policy: policy, awaiters: awaiters, progress: progress)
+        let placement = place(priority: priority, policy: policy, site: site, awaiters: awaiters, progress: progress)
         let task = Self.makeTask {
             try await Self.takeTurn(placement, deadline: deadline, isolation: isolation) { try await operation() }
         }
@@ -446,6 +472,7 @@ public final class CommandQueue: Sendable {
     func schedule<T: Sendable>(
         priority: CommandPriority,
         policy: Policy,
+        site: CallSite,
         isolation: (any Actor)?,
         awaiters: [Int] = [],
         _ body: nonisolated(nonsending) @escaping () async throws -> T
@@ -453,7 +480,7 @@ public final class CommandQueue: Sendable {
         // Unsafe: `body` may hold the caller's `sending` operation; only this one task ever calls
         // it, once, which the compiler cannot see through the closure that captures it.
         nonisolated(unsafe) let body = body
-        let placement = place(priority: priority, policy: policy, awaiters: awaiters)
+        let placement = place(priority: priority, policy: policy, site: site, awaiters: awaiters)
         let task = Self.makeTask {
             try await Self.takeTurn(placement, deadline: nil, isolation: isolation, body)
         }

@@ -227,7 +227,7 @@ final class ValuesSubscription<Value: Sendable>: ObservationSink, @unchecked Sen
         let engine = self.engine
         do {
             let current = try await engine.withSharedAwaitingAccess(
-                priority: .highest, timeout: nil, isolation: nil
+                priority: .highest, site: CallSite(file: #fileID, line: #line), timeout: nil, isolation: nil
             ) { value in ObservedChange(value: value, sequence: engine.changeSequence) }
             offer(current, sequence: current.sequence)
         } catch .valueContainerDeinited {
@@ -373,13 +373,16 @@ extension QueueSafeValue where Value: Sendable {
     /// it is called with the newest, never with a value that was not committed, and never out of
     /// order. It runs outside every lock and critical section.
     /// - Returns: the token that stops the observation: keep it as long as you observe.
-    public func observe(on queue: DispatchQueue, _ handler: @escaping @Sendable (Value) -> Void) -> ObservationToken {
+    public func observe(
+        on queue: DispatchQueue, _ handler: @escaping @Sendable (Value) -> Void, file: StaticString = #fileID,
+        line: UInt = #line
+    ) -> ObservationToken {
         let observer = QueueObserver(queue: queue, handler: handler)
         let engine = self.engine
         engine.addSink(observer)
         // The current value, read in its turn (a shared read, on the queue) with its number.
         engine.sharedReadCommandType.submitShared(
-            engine: engine, queue: queue, priority: .highest,
+            engine: engine, queue: queue, priority: .highest, site: CallSite(file: file, line: line),
             operation: .sharedRead { result in
                 guard case .success(let value) = result else { return }
                 let current = ObservedChange(value: value, sequence: engine.changeSequence)

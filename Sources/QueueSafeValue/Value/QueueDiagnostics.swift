@@ -22,6 +22,57 @@ public struct QueueDiagnostics: Sendable, CustomStringConvertible {
         case operation
     }
 
+    /// Where a command was issued: the `#fileID` and `#line` of the call, which every command
+    /// takes as default arguments (`file:` and `line:`, the last ones of its parameter list).
+    public struct CallSite: Sendable, Hashable, CustomStringConvertible {
+        /// The file, as `#fileID` names it: `Module/File.swift`.
+        public let fileID: String
+        /// The line; 0 when it was too large to keep (past 8,388,607 for a holder).
+        public let line: Int
+
+        /// Where the call was: the file and line, `MyApp/Checkout.swift:88`.
+        public init(fileID: String, line: Int) {
+            self.fileID = fileID
+            self.line = line
+        }
+
+        /// `MyApp/Checkout.swift:88`.
+        public var description: String { "\(fileID):\(line)" }
+    }
+
+    /// Who issued a command: `thread 'sync'`, `main thread`, `queue 'db'`, `a task`.
+    ///
+    /// Named when the snapshot is taken, from the thread, queue or task that waits or holds then.
+    public typealias Party = String
+
+    /// A command that waits for the critical section.
+    public struct Waiter: Sendable, CustomStringConvertible {
+        /// How it waits and where it will run.
+        public let kind: HolderKind
+        /// The priority it waits with.
+        public let priority: CommandPriority
+        /// Where it was issued.
+        public let callSite: CallSite?
+        /// Who waits: the thread of a blocking command, the queue of a dispatch command, or a task.
+        public internal(set) var party: Party
+        /// Since when it waits, to a few milliseconds (the engine's coarse clock).
+        public let since: DispatchTime
+        /// A dispatch command's queue, until ``QueueDiagnostics/namingQueue()`` names it.
+        var queueIdentity: Int?
+
+        /// How long it has waited when read.
+        public var waitedFor: Double {
+            Double(DispatchTime.now().uptimeNanoseconds &- since.uptimeNanoseconds) / 1e9
+        }
+
+        /// "MyApp/Cart.swift:12 (thread 'ui', high) waiting for 0.31 s".
+        public var description: String {
+            let place = callSite.map { "\($0) " } ?? ""
+            return
+                "\(place)(\(party), priority \(priority)) waiting for \(QueueDiagnostics.format(max(0, waitedFor))) s"
+        }
+    }
+
     /// The command that holds the critical section.
     public struct Holder: Sendable, CustomStringConvertible {
         /// How it waits and runs.
@@ -48,11 +99,33 @@ public struct QueueDiagnostics: Sendable, CustomStringConvertible {
         /// holds it. For shared reads and operations, ``kind`` is the first one's, ``since`` is when
         /// the first of them got the value, and ``awaitsCompletion`` is `false`.
         public let sharedReads: Int
+        /// Where the holder was issued: the file and line of its `withLock`, `set`, `perform`…
+        /// Known for an exclusive holder, and for shared reads that took their share through the
+        /// engine's lock (the first of them); `nil` for shared reads that joined a free value
+        /// without it.
+        public internal(set) var callSite: CallSite?
+        /// Who holds: `thread 'sync'` (a blocking command's thread, named while it holds),
+        /// `queue 'db'` (a dispatch command), `a task`; `nil` when the snapshot cannot tell.
+        public internal(set) var party: Party?
+        /// The priority the holder was issued with, if it waited for its turn. A command that took
+        /// a free value did not need one: its priority is not kept (`nil`).
+        public internal(set) var priority: CommandPriority?
+        /// What the holder inherits from the commands waiting behind it (priority inheritance,
+        /// see <doc:GettingStarted#Priority-inversion>): `task priority high`, `thread priority 47`;
+        /// `nil` when it runs at its own priority.
+        public internal(set) var raisedTo: String?
+
+        /// How long it has held the section when read, at least: from ``since``; `nil` if unknown.
+        public var heldFor: Double? {
+            since.map { max(0, Double(DispatchTime.now().uptimeNanoseconds &- $0.uptimeNanoseconds) / 1e9) }
+        }
+
         /// For a ``HolderKind/dispatch`` command taken under the engine lock: the identity of its
         /// queue, named in ``queue`` once the lock is released (see ``QueueDiagnostics/namingQueue()``).
         let queueIdentity: Int?
 
-        /// "a blocking command for at least 2.5 s", "a dispatch command waiting to run on queue
+        /// "a blocking command for at least 2.5 s (issued at MyApp/Checkout.swift:88, thread 'sync'
+        /// (0x7f3a1c), raised to task priority high)", "a dispatch command waiting to run on queue
         /// 'db' for 0.1 s", "a dispatch command on queue 'db' waiting for done() for 3.00 s",
         /// "3 shared reads (the first a blocking command) for 0.02 s", …
         public var description: String {
@@ -68,8 +141,14 @@ public struct QueueDiagnostics: Sendable, CustomStringConvertible {
             text += awaitsCompletion ? " waiting for done()" : ""
             if let since {
                 let seconds = Double(DispatchTime.now().uptimeNanoseconds &- since.uptimeNanoseconds) / 1e9
-                text += " for \(sinceIsExact ? "" : "at least ")\(Self.format(max(0, seconds))) s"
+                text += " for \(sinceIsExact ? "" : "at least ")\(QueueDiagnostics.format(max(0, seconds))) s"
             }
+            var details: [String] = []
+            if let callSite { details.append("issued at \(callSite)") }
+            if let party, queue == nil { details.append(party) }
+            if let priority { details.append("priority \(priority)") }
+            if let raisedTo { details.append("raised to \(raisedTo)") }
+            if !details.isEmpty { text += " (\(details.joined(separator: ", ")))" }
             return text
         }
 
@@ -87,12 +166,14 @@ public struct QueueDiagnostics: Sendable, CustomStringConvertible {
             self.queueIdentity = queueIdentity
         }
 
-        private static func format(_ seconds: Double) -> String {
-            // Int64: an `Int` of 32 bits holds hundredths of a second for 248 days only.
-            let hundredths = Int64((seconds * 100).rounded())
-            let fraction = hundredths % 100
-            return "\(hundredths / 100).\(fraction < 10 ? "0" : "")\(fraction)"
-        }
+    }
+
+    /// Seconds with two decimals.
+    static func format(_ seconds: Double) -> String {
+        // Int64: an `Int` of 32 bits holds hundredths of a second for 248 days only.
+        let hundredths = Int64((seconds * 100).rounded())
+        let fraction = hundredths % 100
+        return "\(hundredths / 100).\(fraction < 10 ? "0" : "")\(fraction)"
     }
 
     /// How the value or queue is named: its label in quotes, or its type and a short identity.
@@ -104,11 +185,16 @@ public struct QueueDiagnostics: Sendable, CustomStringConvertible {
     public let waiting: [CommandPriority: Int]
     /// Whether the container was released (new commands are refused; queued ones still run).
     public let isContainerReleased: Bool
+    /// The commands waiting, in the order they will be granted the section (highest priority
+    /// first, first come first served within a priority, as the value's fairness has it now).
+    public internal(set) var waiters: [Waiter] = []
 
     /// How many commands wait, over all priorities.
     public var waitingCount: Int { waiting.values.reduce(0, +) }
 
-    /// One line: "'balance': held by a blocking command for 0.25 s; 3 waiting (highest: 1, low: 2)".
+    /// One line: "'balance': held by a blocking command for 0.25 s (issued at MyApp/Ledger.swift:40,
+    /// thread 'sync' (0x7f3a1c)); 2 waiting (highest: 1, low: 1), first MyApp/Cart.swift:12 (thread 'ui', highest)
+    /// waiting for 0.20 s; then …" (the first three waiters).
     public var description: String {
         var text = "\(name): " + (holder.map { "held by \($0)" } ?? "free")
         if waitingCount == 0 {
@@ -116,6 +202,8 @@ public struct QueueDiagnostics: Sendable, CustomStringConvertible {
         } else {
             let counts = waiting.sorted { $0.key > $1.key }.map { "\($0.key): \($0.value)" }
             text += "; \(waitingCount) waiting (\(counts.joined(separator: ", ")))"
+            let next = waiters.prefix(3).map(\.description)
+            if !next.isEmpty { text += ", first \(next.joined(separator: "; then "))" }
         }
         if isContainerReleased { text += "; container released" }
         return text
@@ -125,17 +213,41 @@ public struct QueueDiagnostics: Sendable, CustomStringConvertible {
 // MARK: - Taking the snapshot
 
 extension CommandEngine {
-    /// The section's holder and waiters now, read under the lock.
+    /// How many waiting commands a snapshot lists (``QueueDiagnostics/waiters``), and how many of
+    /// those blocking ones it names by their thread: reading a thread's name is a system call,
+    /// made under the engine lock.
+    static let listedWaiters = 100
+    static let namedWaitingThreads = 16
+
+    /// The section's holder and waiters now, read under the lock. A snapshot *watches* an
+    /// exclusive holder (``EngineStateMachine/watch(word:now:)``): its release then goes through
+    /// the lock once, so that its thread can be named while it surely holds.
     @usableFromInline
     final var diagnostics: QueueDiagnostics {
-        withMachine { machine, word in snapshot(machine, word: word) }.namingQueue()
+        withMachineLocked { machine in
+            transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
+                _ = machine.watch(word: &word, now: machineNow())
+            }
+            return snapshot(machine, word: state.loadAcquire())
+        }.namingQueue()
     }
 
-    /// The snapshot of `machine` and `word`, taken by a caller that holds the lock. A dispatch
-    /// holder's queue is known by its identity only: call ``QueueDiagnostics/namingQueue()`` after
-    /// unlocking (the labels are the deadlock detector's, under its lock, which is taken before an
-    /// engine's, never inside it).
+    /// The snapshot of `machine` and `word`, taken by a caller that holds the lock. Queues are known
+    /// by their identities only: call ``QueueDiagnostics/namingQueue()`` after unlocking (the labels
+    /// are the deadlock detector's, under its lock, which is taken before an engine's, never inside
+    /// it).
     final func snapshot(_ machine: Machine, word: Int) -> QueueDiagnostics {
+        var diagnostics = QueueDiagnostics(
+            name: displayName, holder: holder(machine, word: word), waiting: machine.waitingCountsByPriority(),
+            isContainerReleased: machine.isClosed)
+        diagnostics.waiters = waiters(machine)
+        return diagnostics
+    }
+
+    /// The holder, named as far as the words and the machine tell (see ``snapshot(_:word:)``).
+    private func holder(_ machine: Machine, word: Int) -> QueueDiagnostics.Holder? {
+        let since = machine.holderSince == 0 ? nil : DispatchTime(uptimeNanoseconds: machine.holderSince)
+        var holder: QueueDiagnostics.Holder
         if EngineWord.readersHold(word) {
             // Reads that took the idle path are blocking reads the machine keeps no record of.
             let kind: QueueDiagnostics.HolderKind =
@@ -145,38 +257,100 @@ extension CommandEngine {
                 case .awaiting: .awaiting
                 case .operation: .operation  // a CommandQueue of width above 1
                 }
-            let holder = QueueDiagnostics.Holder(
-                kind: kind, awaitsCompletion: false,
-                since: machine.holderSince == 0 ? nil : DispatchTime(uptimeNanoseconds: machine.holderSince),
+            holder = QueueDiagnostics.Holder(
+                kind: kind, awaitsCompletion: false, since: since,
                 sinceIsExact: machine.firstReaderKind != nil || machine.holderSinceIsExact, queue: nil,
                 isWaitingForItsQueue: false,
                 sharedReads: machine.readers.count + EngineWord.idleReaders(word))
-            return QueueDiagnostics(
-                name: displayName, holder: holder, waiting: machine.waitingCountsByPriority(),
-                isContainerReleased: machine.isClosed)
-        }
-        let kind: QueueDiagnostics.HolderKind?
-        switch word & EngineWord.holderMask {
-        case 0: kind = nil
-        case CommandKind.blocking.wordBits: kind = .blocking
-        case CommandKind.dispatched.wordBits: kind = .dispatch
-        default: kind = machine.trackedHolderKind == .operation ? .operation : .awaiting
-        }
-        let queueIdentity = kind == .dispatch ? dispatchedHolderQueue.loadRelaxed() : nil
-        // A retained address: published and not claimed by its block (or a helper) yet.
-        let waitingForQueue = kind == .dispatch && pendingDispatch.loadAcquire() > Self.dispatchStarted
-        let holder = kind.map { kind in
-            QueueDiagnostics.Holder(
-                kind: kind, awaitsCompletion: machine.holderAwaitsCompletion,
-                since: machine.holderSince == 0 ? nil : DispatchTime(uptimeNanoseconds: machine.holderSince),
+            if let first = machine.firstReaderHandle {
+                holder.callSite = first.keptSite.shown
+                holder.priority = first.issuedPriority
+            }
+        } else {
+            let kind: QueueDiagnostics.HolderKind
+            switch word & EngineWord.holderMask {
+            case 0: return nil
+            case CommandKind.blocking.wordBits: kind = .blocking
+            case CommandKind.dispatched.wordBits: kind = .dispatch
+            default: kind = machine.trackedHolderKind == .operation ? .operation : .awaiting
+            }
+            let queueIdentity = kind == .dispatch ? dispatchedHolderQueue.loadRelaxed() : nil
+            // A retained address: published and not claimed by its block (or a helper) yet.
+            let waitingForQueue = kind == .dispatch && pendingDispatch.loadAcquire() > Self.dispatchStarted
+            holder = QueueDiagnostics.Holder(
+                kind: kind, awaitsCompletion: machine.holderAwaitsCompletion, since: since,
                 // Named after unlocking (`namingQueue()`): the detector's lock is never taken inside this one.
                 // mutant(lock-order-inversion): sinceIsExact: machine.holderSinceIsExact, queue: queueIdentity.flatMap { DeadlockDetector.shared.label(ofQueue: $0) }, isWaitingForItsQueue: waitingForQueue,
                 sinceIsExact: machine.holderSinceIsExact, queue: nil, isWaitingForItsQueue: waitingForQueue,
                 queueIdentity: queueIdentity)
+            let kept = holderSite
+            holder.callSite = kept.site.shown
+            holder.priority = kept.priority
+            holder.party = holderParty(kind, word: word)
         }
-        return QueueDiagnostics(
-            name: displayName, holder: holder, waiting: machine.waitingCountsByPriority(),
-            isContainerReleased: machine.isClosed)
+        let urgency = machine.holdUrgency
+        if !urgency.isNone {
+            holder.raisedTo =
+                urgency.task != 0
+                ? "task priority \(TaskPriority(rawValue: urgency.task))" : "thread priority \(urgency.thread)"
+        }
+        return holder
+    }
+
+    /// Who holds exclusively: a blocking command's thread, named only while the word makes its
+    /// release go through the lock (which the caller holds), so that the thread is alive; a task.
+    private func holderParty(_ kind: QueueDiagnostics.HolderKind, word: Int) -> String? {
+        switch kind {
+        case .blocking:
+            let thread = ownerThread.loadAcquire()
+            guard thread != 0, word & (EngineWord.slowRelease | EngineWord.closed) != 0 else { return nil }
+            return DeadlockDetector.describe(.thread(thread), name: DeadlockDetector.threadName(thread), queue: nil)
+        case .awaiting, .operation:
+            let task = ownerTask.loadRelaxed()
+            return task == 0 ? "a task" : DeadlockDetector.describe(.task(task))
+        case .dispatch:
+            return nil  // its queue names it
+        }
+    }
+
+    /// The first ``listedWaiters`` waiting commands, in grant order.
+    private func waiters(_ machine: Machine) -> [QueueDiagnostics.Waiter] {
+        let now = machineNow()
+        let nowMilliseconds = UInt32(truncatingIfNeeded: now / 1_000_000)
+        var namedThreads = 0
+        return machine.waitingInGrantOrder(limit: Self.listedWaiters).map { entry, kind, handle in
+            let waited = UInt64(nowMilliseconds &- entry.arrivedAt) * 1_000_000
+            var party = "a task"
+            var queueIdentity: Int?
+            switch kind {
+            case .blocking:
+                // A waiting thread is alive: it leaves the queue under this lock.
+                let thread = handle?.threadToBoost ?? 0
+                let name = namedThreads < Self.namedWaitingThreads ? DeadlockDetector.threadName(thread) : nil
+                namedThreads += 1
+                party = DeadlockDetector.describe(.thread(thread), name: name, queue: nil)
+            case .dispatched:
+                queueIdentity = handle?.targetQueueID
+                party = "queue #\(queueIdentity ?? 0)"
+            case .awaiting, .operation:
+                break
+            }
+            return QueueDiagnostics.Waiter(
+                kind: QueueDiagnostics.HolderKind(kind), priority: CommandHeap.priority(of: entry.key),
+                callSite: handle?.keptSite.shown, party: party,
+                since: DispatchTime(uptimeNanoseconds: now >= waited ? now - waited : 0), queueIdentity: queueIdentity)
+        }
+    }
+}
+
+extension QueueDiagnostics.HolderKind {
+    init(_ kind: CommandKind) {
+        switch kind {
+        case .blocking: self = .blocking
+        case .dispatched: self = .dispatch
+        case .awaiting: self = .awaiting
+        case .operation: self = .operation
+        }
     }
 }
 
@@ -185,9 +359,16 @@ extension QueueDiagnostics {
     /// label the library no longer remembers). Takes the deadlock detector's lock: call it with no
     /// engine lock held.
     func namingQueue() -> QueueDiagnostics {
-        guard let id = holder?.queueIdentity, holder?.queue == nil else { return self }
         var named = self
-        named.holder?.queue = DeadlockDetector.shared.label(ofQueue: id) ?? "queue #\(id)"
+        if let id = holder?.queueIdentity, holder?.queue == nil {
+            named.holder?.queue = DeadlockDetector.shared.label(ofQueue: id) ?? "queue #\(id)"
+        }
+        for index in named.waiters.indices {
+            guard let id = named.waiters[index].queueIdentity else { continue }
+            named.waiters[index].party =
+                DeadlockDetector.shared.label(ofQueue: id).map { "queue '\($0)'" } ?? "queue #\(id)"
+            named.waiters[index].queueIdentity = nil
+        }
         return named
     }
 }

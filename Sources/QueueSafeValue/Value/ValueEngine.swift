@@ -69,11 +69,12 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
     @inlinable
     func withBlockingAccess<R>(
         priority: CommandPriority,
+        site: CallSite,
         timeout: DispatchTimeInterval?,
         mutates: Bool = true,
         _ body: (inout Value) -> R
     ) -> Result<R, QueueSafeValueError> {
-        if let error = acquireBlocking(priority: priority, timeout: timeout) {
+        if let error = acquireBlocking(priority: priority, timeout: timeout, site: site) {
             return .failure(error)
         }
         let result = body(&pointer.pointee)
@@ -105,10 +106,11 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
     @inlinable
     func withLockedAccess<R>(
         priority: CommandPriority,
+        site: CallSite,
         timeout: DispatchTimeInterval?,
         _ body: (inout sending Value) -> sending R
     ) throws(QueueSafeValueError) -> sending R {
-        if let error = acquireBlocking(priority: priority, timeout: timeout) { throw error }
+        if let error = acquireBlocking(priority: priority, timeout: timeout, site: site) { throw error }
         let result = body(&pointer.pointee)
         releaseBlockingAfterChange()
         return result
@@ -118,10 +120,11 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
     @inlinable
     func withLockedAccess<R, E: Error>(
         priority: CommandPriority,
+        site: CallSite,
         timeout: DispatchTimeInterval?,
         _ body: (inout sending Value) throws(E) -> sending R
     ) throws -> sending R {
-        if let error = acquireBlocking(priority: priority, timeout: timeout) { throw error }
+        if let error = acquireBlocking(priority: priority, timeout: timeout, site: site) { throw error }
         do {
             let result = try body(&pointer.pointee)
             releaseBlockingAfterChange()
@@ -139,10 +142,11 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
     @inlinable
     func withTransactionalAccess<R, E: Error>(
         priority: CommandPriority,
+        site: CallSite,
         timeout: DispatchTimeInterval?,
         _ body: (inout Value) throws(E) -> R
     ) throws -> R {
-        if let error = acquireBlocking(priority: priority, timeout: timeout) { throw error }
+        if let error = acquireBlocking(priority: priority, timeout: timeout, site: site) { throw error }
         var draft = pointer.pointee
         do {
             let result = try body(&draft)
@@ -161,12 +165,13 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
     @inlinable
     func withBlockingManualAccess<R>(
         priority: CommandPriority,
+        site: CallSite,
         timeout: DispatchTimeInterval?,
         mutates: Bool = true,
         _ body: (inout Value, @escaping CommandCompletionClosure) -> Void,
         result: (Value) -> R
     ) -> Result<R, QueueSafeValueError> {
-        if let error = acquireBlocking(priority: priority, timeout: timeout) {
+        if let error = acquireBlocking(priority: priority, timeout: timeout, site: site) {
             return .failure(error)
         }
         holdUntilCompleted { done in body(&pointer.pointee, done) }
@@ -205,6 +210,7 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
     @inlinable
     func withAwaitingAccess<R>(
         priority: CommandPriority,
+        site: CallSite,
         timeout: DispatchTimeInterval? = nil,
         mutates: Bool = true,
         cancellable: Bool = true,
@@ -213,9 +219,11 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
     ) async throws(QueueSafeValueError) -> R {
         if cancellable && Task.isCancelled { throw .cancelled }
         let deadline = try commandDeadline(after: timeout)
-        if !tryAcquireIdle(.awaiting) {
+        if tryAcquireIdle(.awaiting) {
+            keepHolderSite(site)
+        } else {
             try await acquireAwaitingSlow(
-                priority: priority, deadline: deadline, cancellable: cancellable, isolation: isolation)
+                priority: priority, site: site, deadline: deadline, cancellable: cancellable, isolation: isolation)
         }
         // Checked once the section is held (an observer registering now reads the value after this
         // command); the observed path is out of line, so the common one costs a load and a branch.
@@ -234,6 +242,7 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
     @inlinable
     func withAwaitingLockedAccess<R, E: Error>(
         priority: CommandPriority,
+        site: CallSite,
         timeout: DispatchTimeInterval?,
         cancellable: Bool = true,
         isolation: isolated (any Actor)?,
@@ -241,9 +250,11 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
     ) async throws -> R {
         if cancellable && Task.isCancelled { throw QueueSafeValueError.cancelled }
         let deadline = try commandDeadline(after: timeout)
-        if !tryAcquireIdle(.awaiting) {
+        if tryAcquireIdle(.awaiting) {
+            keepHolderSite(site)
+        } else {
             try await acquireAwaitingSlow(
-                priority: priority, deadline: deadline, cancellable: cancellable, isolation: isolation)
+                priority: priority, site: site, deadline: deadline, cancellable: cancellable, isolation: isolation)
         }
         return try await runHeldObservedTaskSection(.awaiting, isolation: isolation) {
             try await body(&pointer.pointee)
@@ -255,6 +266,7 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
     @inlinable
     func withAwaitingTransactionalAccess<R, E: Error>(
         priority: CommandPriority,
+        site: CallSite,
         timeout: DispatchTimeInterval?,
         cancellable: Bool = true,
         isolation: isolated (any Actor)?,
@@ -262,9 +274,11 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
     ) async throws -> R {
         if cancellable && Task.isCancelled { throw QueueSafeValueError.cancelled }
         let deadline = try commandDeadline(after: timeout)
-        if !tryAcquireIdle(.awaiting) {
+        if tryAcquireIdle(.awaiting) {
+            keepHolderSite(site)
+        } else {
             try await acquireAwaitingSlow(
-                priority: priority, deadline: deadline, cancellable: cancellable, isolation: isolation)
+                priority: priority, site: site, deadline: deadline, cancellable: cancellable, isolation: isolation)
         }
         return try await runHeldObservedTaskSection(.awaiting, isolation: isolation) {
             var draft = pointer.pointee
@@ -278,6 +292,7 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
     @inlinable
     func withAwaitingLockedAccess<R>(
         priority: CommandPriority,
+        site: CallSite,
         timeout: DispatchTimeInterval?,
         cancellable: Bool = true,
         isolation: isolated (any Actor)?,
@@ -285,9 +300,11 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
     ) async throws(QueueSafeValueError) -> R {
         if cancellable && Task.isCancelled { throw .cancelled }
         let deadline = try commandDeadline(after: timeout)
-        if !tryAcquireIdle(.awaiting) {
+        if tryAcquireIdle(.awaiting) {
+            keepHolderSite(site)
+        } else {
             try await acquireAwaitingSlow(
-                priority: priority, deadline: deadline, cancellable: cancellable, isolation: isolation)
+                priority: priority, site: site, deadline: deadline, cancellable: cancellable, isolation: isolation)
         }
         return await runHeldObservedTaskSection(.awaiting, isolation: isolation) {
             await body(&pointer.pointee)
@@ -309,11 +326,12 @@ extension ValueEngine {
     @inline(__always)
     func withSharedBlockingAccess<R>(
         priority: CommandPriority,
+        site: CallSite,
         timeout: DispatchTimeInterval?,
         _ body: (Value) -> R
     ) -> Result<R, QueueSafeValueError> {
         if timeout == nil, let read = tryJoinReadersIdle() { return runIdleRead(read, body) }
-        return withSharedBlockingAccessSlow(priority: priority, timeout: timeout, body)
+        return withSharedBlockingAccessSlow(priority: priority, site: site, timeout: timeout, body)
     }
 
     /// ``withSharedBlockingAccess(priority:timeout:_:)`` with a timeout, or on a value that an
@@ -323,13 +341,14 @@ extension ValueEngine {
     @inline(never)
     func withSharedBlockingAccessSlow<R>(
         priority: CommandPriority,
+        site: CallSite,
         timeout: DispatchTimeInterval?,
         _ body: (Value) -> R
     ) -> Result<R, QueueSafeValueError> {
         let deadline: DispatchTime?
         do { deadline = try commandDeadline(after: timeout) } catch { return .failure(error) }
         if timeout != nil, let read = tryJoinReadersIdle() { return runIdleRead(read, body) }
-        switch acquireReaderBlocking(priority: priority, deadline: deadline) {
+        switch acquireReaderBlocking(priority: priority, site: site, deadline: deadline) {
         case .failure(let error):
             return .failure(error)
         case .success(let token):
@@ -353,13 +372,14 @@ extension ValueEngine {
     @inlinable
     func withSharedBlockingManualAccess(
         priority: CommandPriority,
+        site: CallSite,
         timeout: DispatchTimeInterval?,
         _ body: (Value, @escaping CommandCompletionClosure) -> Void
     ) -> Result<Void, QueueSafeValueError> {
         let deadline: DispatchTime?
         do { deadline = try commandDeadline(after: timeout) } catch { return .failure(error) }
         // A read with a manual completion keeps a record in the machine: it goes through the lock.
-        switch acquireReaderBlocking(priority: priority, deadline: deadline) {
+        switch acquireReaderBlocking(priority: priority, site: site, deadline: deadline) {
         case .failure(let error):
             return .failure(error)
         case .success(let token):
@@ -374,6 +394,7 @@ extension ValueEngine {
     @inlinable
     func withSharedAwaitingAccess<R>(
         priority: CommandPriority,
+        site: CallSite,
         timeout: DispatchTimeInterval?,
         cancellable: Bool = true,
         isolation: isolated (any Actor)?,
@@ -382,7 +403,7 @@ extension ValueEngine {
         if cancellable && Task.isCancelled { throw .cancelled }
         let deadline = try commandDeadline(after: timeout)
         let token = try await acquireReaderAwaiting(
-            priority: priority, deadline: deadline, cancellable: cancellable, isolation: isolation)
+            priority: priority, site: site, deadline: deadline, cancellable: cancellable, isolation: isolation)
         return await runHeldReaderSection(token, isolation: isolation) {
             await body(pointer.pointee)
         }

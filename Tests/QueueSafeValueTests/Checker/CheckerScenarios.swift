@@ -55,7 +55,10 @@ extension CheckerRun {
             }
             count = ran
         } else {
-            count = value.withBlockingAccess(priority: .highest, timeout: nil) { $0 }.valueOrZero
+            count =
+                value.withBlockingAccess(priority: .highest, site: CallSite(file: #fileID, line: #line), timeout: nil) {
+                    $0
+                }.valueOrZero
         }
         if count != ran { return "the value counts \(count) commands but \(ran) ran: an update was lost" }
         for name in delivering where outcome(of: name) != "not issued" && deliveryCount(name) != 1 {

@@ -110,4 +110,102 @@ import Testing
         #expect(text.contains("thread 'ledger writer' (0x"), "\(text)")
         #expect(text.contains("on queue 'DiagnosticsTests.ledger queue'"), "\(text)")
     }
+
+    // MARK: Call sites (issue 46)
+
+    /// Starts a thread named `name` that runs `body`.
+    private static func namedThread(_ name: String, _ body: @escaping @Sendable () -> Void) {
+        Thread {
+            _ = waitUntil("the thread's name") {
+                Thread.current.name = name
+                return DeadlockDetector.threadName(currentThreadID()) == name
+            }
+            body()
+        }.start()
+    }
+
+    /// A holder that took a free value names the file and line of its `withLock`, its thread,
+    /// and no priority (it never waited); the commands behind it come in grant order with their
+    /// lines, priorities and parties; a timed-out command's error says the same.
+    @Test func heldValue_namesItsHoldersLineAndItsWaiters() throws {
+        let value = QueueSafeValue(value: 0, label: "checkout")
+        let inside = DispatchSemaphore(value: 0)
+        let letGo = DispatchSemaphore(value: 0)
+        let holderLine = Locked(0)
+        Self.namedThread("sync") {
+            holderLine.withLock { $0 = #line + 1 }
+            try? value.wait.lowestPriority.withLock { _ in
+                inside.signal()
+                letGo.wait()
+            }
+        }
+        #expect(inside.wait(timeout: .now() + 30) == .success)
+        let queue = DispatchQueue(label: "DiagnosticsTests.cart")
+        let lowLine = #line + 1
+        value.async(performIn: queue).priority(.low).set(accessClosure: { $0 += 1 })
+        let highLine = Locked(0)
+        let highDone = DispatchSemaphore(value: 0)
+        Self.namedThread("ui") {
+            highLine.withLock { $0 = #line + 1 }
+            value.wait.priority(.high).set { $0 += 1 }
+            highDone.signal()
+        }
+        #expect(waitUntil("both commands wait") { value.diagnostics.waitingCount == 2 })
+
+        let diagnostics = value.diagnostics
+        let holder = try #require(diagnostics.holder)
+        #expect(holder.callSite == QueueDiagnostics.CallSite(fileID: #fileID, line: holderLine.value))
+        #expect(holder.kind == .blocking)
+        #expect(holder.party?.contains("thread 'sync'") == true, "\(diagnostics)")
+        #expect(holder.priority == nil, "it took a free value: no priority is kept")
+        #expect(holder.heldFor != nil)
+        #expect(diagnostics.waiters.map(\.priority) == [.high, .low], "\(diagnostics)")
+        #expect(diagnostics.waiters.map(\.callSite?.line) == [highLine.value, lowLine], "\(diagnostics)")
+        #expect(diagnostics.waiters.map(\.kind) == [.blocking, .dispatch])
+        #expect(diagnostics.waiters.first?.party.contains("thread 'ui'") == true, "\(diagnostics)")
+        #expect(diagnostics.waiters.last?.party == "queue 'DiagnosticsTests.cart'", "\(diagnostics)")
+        let text = diagnostics.description
+        #expect(text.contains("issued at \(#fileID):\(holderLine.value)"), "\(text)")
+        #expect(text.contains("first \(#fileID):\(highLine.value) (thread 'ui'"), "\(text)")
+
+        let timeoutLine = #line + 1
+        let refused = Result { () throws(QueueSafeValueError) in
+            try value.wait(timeout: .milliseconds(20)).withLock { $0 }
+        }
+        guard case .failure(.timedOut(let snapshot)) = refused else {
+            Issue.record("expected .timedOut, got \(refused)")
+            letGo.signal()
+            return
+        }
+        #expect(snapshot.holder?.callSite?.line == holderLine.value)
+        #expect(snapshot.holder?.party?.contains("thread 'sync'") == true, "\(snapshot)")
+        #expect(snapshot.waiters.map(\.callSite?.line) == [highLine.value, lowLine])
+        #expect(timeoutLine != highLine.value)
+        letGo.signal()
+        #expect(highDone.wait(timeout: .now() + 30) == .success)
+        #expect(waitUntil("the dispatch command ran") { (try? value.wait.read { $0 }) == 2 })
+        #expect(value.diagnostics.holder == nil && value.diagnostics.waiters.isEmpty)
+    }
+
+    /// A holder that waited for its turn keeps the priority it was issued with, and its line.
+    @Test func grantedHolder_keepsItsPriorityAndLine() async throws {
+        let value = QueueSafeValue(value: 0, label: "granted")
+        let inside = DispatchSemaphore(value: 0)
+        let letGo = DispatchSemaphore(value: 0)
+        Thread {
+            try? value.wait.withLock { _ in
+                inside.signal()
+                letGo.wait()
+            }
+        }.start()
+        #expect(inside.wait(timeout: .now() + 30) == .success)
+        let line = #line + 1
+        let task = Task { try await value.async.priority(.high).withLock { _ in value.diagnostics } }
+        try await waitUntil("the task waits") { value.diagnostics.waitingCount == 1 }
+        letGo.signal()
+        let seen = try await withHangTimeout { try await task.value }
+        #expect(seen.holder?.kind == .awaiting)
+        #expect(seen.holder?.priority == .high)
+        #expect(seen.holder?.callSite?.line == line, "\(seen)")
+    }
 }

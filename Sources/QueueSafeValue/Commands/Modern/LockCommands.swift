@@ -21,8 +21,11 @@ extension WaitScheduling {
     ///   `.reentrantAccess`, `.timedOut(_:)` through `wait(timeout:)`, `.deadlock(_:)`,
     ///   `.invalidArgument` for a negative timeout); `body` was then not called.
     @inlinable
-    public func withLock<R>(_ body: (inout sending Value) -> sending R) throws(QueueSafeValueError) -> sending R {
-        try engine.withLockedAccess(priority: commandPriority, timeout: timeout, body)
+    public func withLock<R>(
+        _ body: (inout sending Value) -> sending R, file: StaticString = #fileID, line: UInt = #line
+    ) throws(QueueSafeValueError) -> sending R {
+        try engine.withLockedAccess(
+            priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout, body)
     }
 
     /// Like `withLock(_:)`, for a closure that throws: its error is rethrown after the value
@@ -31,8 +34,11 @@ extension WaitScheduling {
     /// Use ``transaction(_:)`` to keep the value as it was unless the closure returns.
     /// - Throws: the closure's error, or a ``QueueSafeValueError`` if the command did not run.
     @inlinable
-    public func withLock<R, E: Error>(_ body: (inout sending Value) throws(E) -> sending R) throws -> sending R {
-        try engine.withLockedAccess(priority: commandPriority, timeout: timeout, body)
+    public func withLock<R, E: Error>(
+        _ body: (inout sending Value) throws(E) -> sending R, file: StaticString = #fileID, line: UInt = #line
+    ) throws -> sending R {
+        try engine.withLockedAccess(
+            priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout, body)
     }
 }
 
@@ -59,8 +65,11 @@ extension WaitScheduling where Value: Sendable {
     /// - Throws: the closure's error (the value is unchanged), or a ``QueueSafeValueError`` if the
     ///   command did not run.
     @inlinable
-    public func transaction<R, E: Error>(_ body: (inout Value) throws(E) -> R) throws -> R {
-        try engine.withTransactionalAccess(priority: commandPriority, timeout: timeout, body)
+    public func transaction<R, E: Error>(
+        _ body: (inout Value) throws(E) -> R, file: StaticString = #fileID, line: UInt = #line
+    ) throws -> R {
+        try engine.withTransactionalAccess(
+            priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout, body)
     }
 }
 
@@ -79,8 +88,12 @@ extension WaitScheduling where Value: Sendable {
         *, deprecated, renamed: "read",
         message: "read answers the same way and shares the value with other reads; withLock holds it alone"
     )
-    public func withValue<R>(_ body: (Value) -> R) throws(QueueSafeValueError) -> R {
-        try engine.withBlockingAccess(priority: commandPriority, timeout: timeout, mutates: false) { value in
+    public func withValue<R>(_ body: (Value) -> R, file: StaticString = #fileID, line: UInt = #line)
+        throws(QueueSafeValueError) -> R
+    {
+        try engine.withBlockingAccess(
+            priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout, mutates: false
+        ) { value in
             body(value)
         }
         .get()
@@ -93,8 +106,12 @@ extension WaitScheduling where Value: Sendable {
         *, deprecated, renamed: "read",
         message: "read answers the same way and shares the value with other reads; withLock holds it alone"
     )
-    public func withValue<R, E: Error>(_ body: (Value) throws(E) -> R) throws -> R {
-        let outcome = try engine.withBlockingAccess(priority: commandPriority, timeout: timeout, mutates: false) {
+    public func withValue<R, E: Error>(_ body: (Value) throws(E) -> R, file: StaticString = #fileID, line: UInt = #line)
+        throws -> R
+    {
+        let outcome = try engine.withBlockingAccess(
+            priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout, mutates: false
+        ) {
             value in
             Result<R, E> { () throws(E) -> R in try body(value) }
         }.get()
@@ -111,10 +128,12 @@ extension AwaitSchedule {
     @inlinable
     public func withLock<R>(
         isolation: isolated (any Actor)? = #isolation,
-        _ body: nonisolated(nonsending) (inout sending Value) async -> sending R
+        _ body: nonisolated(nonsending) (inout sending Value) async -> sending R,
+        file: StaticString = #fileID, line: UInt = #line
     ) async throws(QueueSafeValueError) -> R {
         try await engine.withAwaitingLockedAccess(
-            priority: commandPriority, timeout: timeout, cancellable: cancellable, isolation: isolation, body)
+            priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout,
+            cancellable: cancellable, isolation: isolation, body)
     }
 
     /// Like `withLock(isolation:_:)`, for a closure that throws: its error is rethrown after
@@ -124,10 +143,12 @@ extension AwaitSchedule {
     @inlinable
     public func withLock<R, E: Error>(
         isolation: isolated (any Actor)? = #isolation,
-        _ body: nonisolated(nonsending) (inout sending Value) async throws(E) -> sending R
+        _ body: nonisolated(nonsending) (inout sending Value) async throws(E) -> sending R,
+        file: StaticString = #fileID, line: UInt = #line
     ) async throws -> R {
         try await engine.withAwaitingLockedAccess(
-            priority: commandPriority, timeout: timeout, cancellable: cancellable, isolation: isolation, body)
+            priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout,
+            cancellable: cancellable, isolation: isolation, body)
     }
 }
 
@@ -140,10 +161,12 @@ extension AwaitSchedule where Value: Sendable {
     @inlinable
     public func transaction<R, E: Error>(
         isolation: isolated (any Actor)? = #isolation,
-        _ body: nonisolated(nonsending) (inout Value) async throws(E) -> R
+        _ body: nonisolated(nonsending) (inout Value) async throws(E) -> R,
+        file: StaticString = #fileID, line: UInt = #line
     ) async throws -> R {
         try await engine.withAwaitingTransactionalAccess(
-            priority: commandPriority, timeout: timeout, cancellable: cancellable, isolation: isolation, body)
+            priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout,
+            cancellable: cancellable, isolation: isolation, body)
     }
 }
 
@@ -158,12 +181,13 @@ extension DispatchScheduling where Value: Sendable {
     /// makes stays.
     public func withLock<R: Sendable>(
         _ body: @escaping @Sendable (inout Value) -> R,
-        completion: (@Sendable (Result<R, QueueSafeValueError>) -> Void)? = nil
+        completion: (@Sendable (Result<R, QueueSafeValueError>) -> Void)? = nil,
+        file: StaticString = #fileID, line: UInt = #line
     ) {
         guard let completion else {
-            return schedule.submit(.access { value in _ = body(&value) })
+            return schedule.submit(site: CallSite(file: file, line: line), .access { value in _ = body(&value) })
         }
-        schedule.submitAccess({ value in body(&value) }, deliver: completion)
+        schedule.submitAccess(site: CallSite(file: file, line: line), { value in body(&value) }, deliver: completion)
     }
 
     /// Runs `body` on the queue with in-place access to the value, as the critical section, then
@@ -176,9 +200,11 @@ extension DispatchScheduling where Value: Sendable {
     /// ``QueueSafeValueError``. The completion is required: without it a thrown error would be lost.
     public func withLock<R: Sendable>(
         _ body: @escaping @Sendable (inout Value) throws -> R,
-        completion: @escaping @Sendable (Result<R, any Error>) -> Void
+        completion: @escaping @Sendable (Result<R, any Error>) -> Void,
+        file: StaticString = #fileID, line: UInt = #line
     ) {
         schedule.submitAccess(
+            site: CallSite(file: file, line: line),
             { value in Result { try body(&value) } },
             deliver: { outcome in completion(outcome.mapError { $0 as any Error }.flatMap { $0 }) })
     }
@@ -189,9 +215,11 @@ extension DispatchScheduling where Value: Sendable {
     /// draft's, as for ``WaitScheduling/transaction(_:)``.
     public func transaction<R: Sendable>(
         _ body: @escaping @Sendable (inout Value) throws -> R,
-        completion: @escaping @Sendable (Result<R, any Error>) -> Void
+        completion: @escaping @Sendable (Result<R, any Error>) -> Void,
+        file: StaticString = #fileID, line: UInt = #line
     ) {
         schedule.submitAccess(
+            site: CallSite(file: file, line: line),
             { value in
                 var draft = value
                 return Result {
@@ -209,12 +237,13 @@ extension DispatchSchedule where Value: Sendable {
     /// what it returned to `deliver` on the same queue after the release; or, if the command did not
     /// run, why.
     func submitAccess<Outcome: Sendable>(
+        site: CallSite,
         _ run: @escaping @Sendable (inout Value) -> Outcome,
         deliver: @escaping @Sendable (Result<Outcome, QueueSafeValueError>) -> Void
     ) {
         let box = OutcomeBox<Outcome>()
         engine.dispatchedCommandType.submit(
-            engine: engine, queue: queue, priority: commandPriority,
+            engine: engine, queue: queue, priority: commandPriority, site: site,
             operation: .access { value in box.outcome = run(&value) },
             completion: { command in
                 // The access closure ran in the section before this delivery: the engine's release

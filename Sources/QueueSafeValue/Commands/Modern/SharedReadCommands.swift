@@ -31,16 +31,24 @@ extension WaitScheduling where Value: Sendable {
     ///   `.reentrantAccess`, `.timedOut(_:)` through `wait(timeout:)`, `.deadlock(_:)`, or
     ///   `.invalidArgument` for a negative timeout); `body` was then not called.
     @inlinable
-    public func read<R>(_ body: (Value) -> R) throws(QueueSafeValueError) -> R {
-        try engine.withSharedBlockingAccess(priority: commandPriority, timeout: timeout, body).get()
+    public func read<R>(_ body: (Value) -> R, file: StaticString = #fileID, line: UInt = #line)
+        throws(QueueSafeValueError) -> R
+    {
+        try engine.withSharedBlockingAccess(
+            priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout, body
+        ).get()
     }
 
     /// Like `read(_:)`, for a closure that throws: its error is rethrown after the read released
     /// its share of the value.
     /// - Throws: the closure's error, or a ``QueueSafeValueError`` if the read did not run.
     @inlinable
-    public func read<R, E: Error>(_ body: (Value) throws(E) -> R) throws -> R {
-        let outcome = try engine.withSharedBlockingAccess(priority: commandPriority, timeout: timeout) { value in
+    public func read<R, E: Error>(_ body: (Value) throws(E) -> R, file: StaticString = #fileID, line: UInt = #line)
+        throws -> R
+    {
+        let outcome = try engine.withSharedBlockingAccess(
+            priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout
+        ) { value in
             Result<R, E> { () throws(E) -> R in try body(value) }
         }.get()
         return try outcome.get()
@@ -54,8 +62,11 @@ extension WaitScheduling where Value: Sendable {
     @inlinable
     @_disfavoredOverload  // the throwing read wins wherever both fit; this one only where a Result is asked for
     @available(*, deprecated, message: "read throws now, as withLock does: write 'try value.wait.read { … }'")
-    public func read<R>(_ body: (Value) -> R) -> Result<R, QueueSafeValueError> {
-        engine.withSharedBlockingAccess(priority: commandPriority, timeout: timeout, body)
+    public func read<R>(_ body: (Value) -> R, file: StaticString = #fileID, line: UInt = #line) -> Result<
+        R, QueueSafeValueError
+    > {
+        engine.withSharedBlockingAccess(
+            priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout, body)
     }
 
     /// Runs `body` with the value and a completion closure on the calling thread, and keeps its
@@ -67,9 +78,11 @@ extension WaitScheduling where Value: Sendable {
     @inlinable
     @discardableResult
     public func read(
-        manualCompletion body: (Value, @escaping CommandCompletionClosure) -> Void
+        manualCompletion body: (Value, @escaping CommandCompletionClosure) -> Void,
+        file: StaticString = #fileID, line: UInt = #line
     ) -> Result<Void, QueueSafeValueError> {
-        engine.withSharedBlockingManualAccess(priority: commandPriority, timeout: timeout, body)
+        engine.withSharedBlockingManualAccess(
+            priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout, body)
     }
 }
 
@@ -79,10 +92,14 @@ extension DispatchScheduling where Value: Sendable {
     /// The read takes its place in the value's order when this method is called; ordering as
     /// ``WaitScheduling/read(_:)-((Value)->R)->R``. On failure (`.valueContainerDeinited`) `body` is called on the
     /// queue with the error.
-    public func read(_ body: @escaping @Sendable (Result<Value, QueueSafeValueError>) -> Void) {
+    public func read(
+        _ body: @escaping @Sendable (Result<Value, QueueSafeValueError>) -> Void, file: StaticString = #fileID,
+        line: UInt = #line
+    ) {
         let schedule = self.schedule
         schedule.engine.sharedReadCommandType.submitShared(
             engine: schedule.engine, queue: schedule.queue, priority: schedule.commandPriority,
+            site: CallSite(file: file, line: line),
             operation: .sharedRead(body))
     }
 
@@ -92,11 +109,13 @@ extension DispatchScheduling where Value: Sendable {
     public func read(
         manualCompletion body:
             @escaping @Sendable (Result<Value, QueueSafeValueError>, @escaping CommandCompletionClosure)
-            -> Void
+            -> Void,
+        file: StaticString = #fileID, line: UInt = #line
     ) {
         let schedule = self.schedule
         schedule.engine.sharedReadCommandType.submitShared(
             engine: schedule.engine, queue: schedule.queue, priority: schedule.commandPriority,
+            site: CallSite(file: file, line: line),
             operation: .sharedReadManual(body))
     }
 }
@@ -112,10 +131,12 @@ extension AwaitSchedule where Value: Sendable {
     @inlinable
     public func read<R>(
         isolation: isolated (any Actor)? = #isolation,
-        _ body: nonisolated(nonsending) (Value) async -> R
+        _ body: nonisolated(nonsending) (Value) async -> R,
+        file: StaticString = #fileID, line: UInt = #line
     ) async throws(QueueSafeValueError) -> R {
         try await engine.withSharedAwaitingAccess(
-            priority: commandPriority, timeout: timeout, cancellable: cancellable, isolation: isolation, body)
+            priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout,
+            cancellable: cancellable, isolation: isolation, body)
     }
 
     /// Like `read(isolation:_:)`, for a closure that throws: its error is rethrown after the read
@@ -124,10 +145,12 @@ extension AwaitSchedule where Value: Sendable {
     @inlinable
     public func read<R, E: Error>(
         isolation: isolated (any Actor)? = #isolation,
-        _ body: nonisolated(nonsending) (Value) async throws(E) -> R
+        _ body: nonisolated(nonsending) (Value) async throws(E) -> R,
+        file: StaticString = #fileID, line: UInt = #line
     ) async throws -> R {
         let outcome = try await engine.withSharedAwaitingAccess(
-            priority: commandPriority, timeout: timeout, cancellable: cancellable, isolation: isolation
+            priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout,
+            cancellable: cancellable, isolation: isolation
         ) { (value: Value) async -> Result<R, E> in
             do throws(E) { return .success(try await body(value)) } catch { return .failure(error) }
         }

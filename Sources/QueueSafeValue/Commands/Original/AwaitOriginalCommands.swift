@@ -8,9 +8,12 @@ import Dispatch
 extension AwaitSchedule where Value: Sendable {
     /// Returns a copy of the value, read in its turn.
     @inlinable
-    public func get(isolation: isolated (any Actor)? = #isolation) async throws(QueueSafeValueError) -> Value {
+    public func get(isolation: isolated (any Actor)? = #isolation, file: StaticString = #fileID, line: UInt = #line)
+        async throws(QueueSafeValueError) -> Value
+    {
         try await engine.withAwaitingAccess(
-            priority: commandPriority, timeout: timeout, mutates: false, cancellable: cancellable, isolation: isolation
+            priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout, mutates: false,
+            cancellable: cancellable, isolation: isolation
         ) { $0 }
     }
 
@@ -19,10 +22,12 @@ extension AwaitSchedule where Value: Sendable {
     @discardableResult
     public func set(
         newValue: Value,
-        isolation: isolated (any Actor)? = #isolation
+        isolation: isolated (any Actor)? = #isolation,
+        file: StaticString = #fileID, line: UInt = #line
     ) async throws(QueueSafeValueError) -> Value {
         try await engine.withAwaitingAccess(
-            priority: commandPriority, timeout: timeout, cancellable: cancellable, isolation: isolation
+            priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout,
+            cancellable: cancellable, isolation: isolation
         ) { value in
             value = newValue
             return value
@@ -35,10 +40,12 @@ extension AwaitSchedule where Value: Sendable {
     @discardableResult
     public func set(
         isolation: isolated (any Actor)? = #isolation,
-        _ accessClosure: nonisolated(nonsending) (inout Value) async -> Void
+        _ accessClosure: nonisolated(nonsending) (inout Value) async -> Void,
+        file: StaticString = #fileID, line: UInt = #line
     ) async throws(QueueSafeValueError) -> Value {
         try await engine.withAwaitingAccess(
-            priority: commandPriority, timeout: timeout, cancellable: cancellable, isolation: isolation
+            priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout,
+            cancellable: cancellable, isolation: isolation
         ) { value in
             await accessClosure(&value)
             return value
@@ -50,10 +57,12 @@ extension AwaitSchedule where Value: Sendable {
     @inlinable
     public func map<MappedValue>(
         isolation: isolated (any Actor)? = #isolation,
-        _ transform: nonisolated(nonsending) (Value) async -> MappedValue
+        _ transform: nonisolated(nonsending) (Value) async -> MappedValue,
+        file: StaticString = #fileID, line: UInt = #line
     ) async throws(QueueSafeValueError) -> MappedValue {
         try await engine.withAwaitingAccess(
-            priority: commandPriority, timeout: timeout, mutates: false, cancellable: cancellable, isolation: isolation
+            priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout, mutates: false,
+            cancellable: cancellable, isolation: isolation
         ) { value in
             return await transform(value)
         }

@@ -8,17 +8,24 @@ import Dispatch
 extension WaitScheduling where Value: Sendable {
     /// Returns a copy of the value, read in its turn.
     @inlinable
-    public func get() -> Result<Value, QueueSafeValueError> {
-        engine.withBlockingAccess(priority: commandPriority, timeout: timeout, mutates: false) { $0 }
+    public func get(file: StaticString = #fileID, line: UInt = #line) -> Result<Value, QueueSafeValueError> {
+        engine.withBlockingAccess(
+            priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout, mutates: false
+        ) { $0 }
     }
 
     /// Runs `commandClosure` with the value as the critical section: no other command touches the
     /// value until the closure returns. The closure runs on the calling thread; on failure it is
     /// called with the error.
     @inlinable
-    public func get(completion commandClosure: ((Result<Value, QueueSafeValueError>) -> Void)?) {
+    public func get(
+        completion commandClosure: ((Result<Value, QueueSafeValueError>) -> Void)?, file: StaticString = #fileID,
+        line: UInt = #line
+    ) {
         guard let commandClosure else { return }
-        let result = engine.withBlockingAccess(priority: commandPriority, timeout: timeout, mutates: false) {
+        let result = engine.withBlockingAccess(
+            priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout, mutates: false
+        ) {
             value -> Void in
             commandClosure(.success(value))
         }
@@ -36,10 +43,13 @@ extension WaitScheduling where Value: Sendable {
     public func get(
         manualCompletion commandClosure: (
             (Result<Value, QueueSafeValueError>, @escaping CommandCompletionClosure) -> Void
-        )?
+        )?,
+        file: StaticString = #fileID, line: UInt = #line
     ) {
         guard let commandClosure else { return }
-        let result = engine.withBlockingManualAccess(priority: commandPriority, timeout: timeout, mutates: false) {
+        let result = engine.withBlockingManualAccess(
+            priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout, mutates: false
+        ) {
             value, done in
             commandClosure(.success(value), done)
         } result: { _ in
@@ -55,9 +65,13 @@ extension WaitScheduling where Value: Sendable {
     /// - Returns: the value now stored, or why the command did not run.
     @inlinable
     @discardableResult
-    public func set(newValue: Value) -> Result<Value, QueueSafeValueError> {
+    public func set(newValue: Value, file: StaticString = #fileID, line: UInt = #line) -> Result<
+        Value, QueueSafeValueError
+    > {
         engine.reportingLostUpdate(
-            engine.withBlockingAccess(priority: commandPriority, timeout: timeout) { value in
+            engine.withBlockingAccess(
+                priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout
+            ) { value in
                 value = newValue
                 return value
             })
@@ -72,10 +86,14 @@ extension WaitScheduling where Value: Sendable {
     ///   (`.commandClosureDeallocated` for a `nil` closure).
     @inlinable
     @discardableResult
-    public func set(completion accessClosure: ((inout Value) -> Void)?) -> Result<Value, QueueSafeValueError> {
+    public func set(
+        completion accessClosure: ((inout Value) -> Void)?, file: StaticString = #fileID, line: UInt = #line
+    ) -> Result<Value, QueueSafeValueError> {
         guard let accessClosure else { return .failure(.commandClosureDeallocated) }
         return engine.reportingLostUpdate(
-            engine.withBlockingAccess(priority: commandPriority, timeout: timeout) { value in
+            engine.withBlockingAccess(
+                priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout
+            ) { value in
                 accessClosure(&value)
                 return value
             })
@@ -93,11 +111,14 @@ extension WaitScheduling where Value: Sendable {
     @inlinable
     @discardableResult
     public func set(
-        manualCompletion accessClosure: ((inout Value, @escaping CommandCompletionClosure) -> Void)?
+        manualCompletion accessClosure: ((inout Value, @escaping CommandCompletionClosure) -> Void)?,
+        file: StaticString = #fileID, line: UInt = #line
     ) -> Result<Value, QueueSafeValueError> {
         guard let accessClosure else { return .failure(.commandClosureDeallocated) }
         return engine.reportingLostUpdate(
-            engine.withBlockingManualAccess(priority: commandPriority, timeout: timeout, accessClosure) { $0 })
+            engine.withBlockingManualAccess(
+                priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout, accessClosure
+            ) { $0 })
     }
 
     /// Transforms the value inside the critical section, on the calling thread.
@@ -105,10 +126,13 @@ extension WaitScheduling where Value: Sendable {
     ///   (`.commandClosureDeallocated` for a `nil` closure).
     @inlinable
     public func map<MappedValue>(
-        completion commandClosure: ((Value) -> MappedValue)?
+        completion commandClosure: ((Value) -> MappedValue)?,
+        file: StaticString = #fileID, line: UInt = #line
     ) -> Result<MappedValue, QueueSafeValueError> {
         guard let commandClosure else { return .failure(.commandClosureDeallocated) }
-        return engine.withBlockingAccess(priority: commandPriority, timeout: timeout, mutates: false) {
+        return engine.withBlockingAccess(
+            priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout, mutates: false
+        ) {
             commandClosure($0)
         }
     }

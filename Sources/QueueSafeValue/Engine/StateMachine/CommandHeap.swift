@@ -18,6 +18,10 @@ struct CommandHeap: Hashable {
     struct Entry: Hashable {
         let key: UInt64
         let slot: UInt32
+        /// When the command began to wait, in milliseconds of the machine's clock, wrapping every
+        /// 49 days (a wait's length is a wrapping difference): for diagnostics. It takes the
+        /// padding after `slot`, so an entry stays 16 bytes.
+        var arrivedAt: UInt32 = 0
     }
 
     /// The heap part: every parent's key is below its children's.
@@ -108,14 +112,20 @@ struct CommandHeap: Hashable {
     /// Removes the entry of `slot`, if there is one, and keeps the order.
     /// - Complexity: O(n) to find it; then O(n) moves in the run, O(log n) in the heap. No
     ///   allocation.
-    mutating func remove(slot: UInt32) {
+    /// - Returns: the entry removed.
+    @discardableResult
+    mutating func remove(slot: UInt32) -> Entry? {
+        var removed: Entry?
+        defer { checkInvariantsIfSmall() }
         if let index = run[runStart...].firstIndex(where: { $0.slot == slot }) {
+            removed = run[index]
             run.remove(at: index)
             if runStart == run.count {
                 run.removeAll(keepingCapacity: true)
                 runStart = 0
             }
         } else if let index = entries.firstIndex(where: { $0.slot == slot }) {
+            removed = entries[index]
             let last = entries.removeLast()
             if index < entries.count {
                 entries[index] = last
@@ -123,7 +133,7 @@ struct CommandHeap: Hashable {
                 siftUp(index)
             }
         }
-        checkInvariantsIfSmall()
+        return removed
     }
 
     /// Removes every entry for which `shouldRemove` is true and restores the order.

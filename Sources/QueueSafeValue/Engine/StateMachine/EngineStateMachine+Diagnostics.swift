@@ -55,3 +55,65 @@ extension EngineStateMachine {
     /// Whether a boost may have been applied to the current holder.
     var isHoldBoosted: Bool { inheritance.isHoldBoosted }
 }
+
+extension EngineStateMachine {
+    // MARK: Watching the holder
+
+    /// A report (``CommandEngine/diagnostics``, the monitor's watchdog) looks at the section:
+    /// if one exclusive command holds it, its release is made to go through the lock from now on
+    /// (as a waiting command's arrival would), so that the holder stays in the section, and its
+    /// thread alive, while the report reads it under the lock; and the hold is stamped, if nothing
+    /// waited for it, as held at least since `now` (``Hold/since``). A free section, or one held
+    /// by shared reads, is left as it was.
+    ///
+    /// - Parameters:
+    ///   - word: the word before the engine set `slowRelease` on it; on return, the word to store.
+    ///   - now: the machine's clock.
+    /// - Returns: whether one exclusive command holds the section (and now releases through the lock).
+    mutating func watch(word: inout Int, now: UInt64) -> Bool {
+        let observed = word
+        hold.observe(observed)
+        guard EngineWord.isHeld(observed), !EngineWord.readersHold(observed) else {
+            word = observed  // nothing to watch: `slowRelease` as it was
+            return false
+        }
+        hold.foundHeld()
+        // mutant(watch-restamps-hold): if true {
+        if observed & EngineWord.slowRelease == 0 {
+            // The holder took a free section unseen: it has held it at least since now.
+            hold.stamp(now, exact: false)
+        }
+        word = observed | EngineWord.slowRelease
+        return true
+    }
+
+    /// The monitor's watchdog looks at the section (after ``watch(word:now:)``): whether one
+    /// exclusive command has held it for `threshold` nanoseconds or more at `now`, and was not
+    /// reported yet; the hold is reported once, and its end is reported with it.
+    /// - Returns: how long it has held, at least, if it is to be reported now.
+    mutating func reportLongHold(now: UInt64, threshold: UInt64) -> UInt64? {
+        guard hold.since != 0, now >= hold.since, now - hold.since >= threshold else { return nil }
+        guard hold.markReportedLong() else { return nil }
+        return now - hold.since
+    }
+
+    /// The waiting commands' heap entries and records, in the order they will be granted the
+    /// section (the heap's: priority, then arrival), at most `limit` of them.
+    /// - Complexity: O(n log k), n waiting, k = `limit`.
+    func waitingInGrantOrder(limit: Int) -> [(entry: CommandHeap.Entry, kind: CommandKind, handle: Handle?)] {
+        var first: [CommandHeap.Entry] = []
+        first.reserveCapacity(min(limit, table.waitingCount))
+        for entry in table.waitingEntries {
+            if first.count == limit, let last = first.last, last.key < entry.key { continue }
+            let index = first.firstIndex { $0.key > entry.key } ?? first.count
+            first.insert(entry, at: index)
+            if first.count > limit { first.removeLast() }
+        }
+        return first.map { ($0, table[$0.slot].kind, table[$0.slot].handle) }
+    }
+
+    /// The first shared holder's record (its waiter), while listed shared holders hold.
+    var firstReaderHandle: Handle? {
+        hold.readers.first.flatMap { table[$0].handle }
+    }
+}

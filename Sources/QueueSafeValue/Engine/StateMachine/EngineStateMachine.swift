@@ -199,7 +199,7 @@ struct EngineStateMachine {
         let role: Role =
             shared ? Self.sharedRole(of: kind) : kind == .operation ? .operation(.unattached) : .exclusive(.notManual)
         let ticket = table.allocate(waiter, kind: kind, state: .waiting, role: role)
-        let arrival = table.enqueue(ticket.slot, priority: priority)
+        let arrival = table.enqueue(ticket.slot, priority: priority, now: now)
         bound.arrived(ticket, sequence: arrival)
         barging.arrived(ticket.slot, at: now)
         word |= EngineWord.slowRelease
@@ -246,6 +246,9 @@ struct EngineStateMachine {
     /// the section.
     /// - Returns: the word to store.
     mutating func handOn(_ actions: inout Actions, closedBit: Int, now: UInt64, releaserQueue: Int) -> Int {
+        if hold.takeReportedLong() {
+            actions.others.append(.longHoldEnded(nanoseconds: now >= hold.since ? now - hold.since : 0))
+        }
         hold.stamp(0, exact: false)
         actions.endBoost = inheritance.endHold()
         if barging.isActive, let first = table.firstWaitingEntry() {
@@ -296,6 +299,7 @@ struct EngineStateMachine {
         // Decided before the record goes: a helper is found among the records still waiting.
         actions.grant = grant(
             next, kind: kind, urgency: inherited, releaserQueue: releaserQueue, boosted: actions.endBoost)
+        actions.grant?.arrivedAt = table.lastPoppedArrival
         var word = closedBit | kind.wordBits
         if kind == .operation {
             table[slot].state = .holding
@@ -325,6 +329,7 @@ struct EngineStateMachine {
             // surfaces (its record stays until then).
             let slot = oldest.ticket.slot
             table.grantAhead(slot)
+            table.forgetPoppedArrival()  // its entry stays in the heap: the time it waited is not at hand
             bound.dropOldest(next: table.sequence)
             return (slot, table[slot].kind)
         }

@@ -105,6 +105,25 @@ struct Hold {
         idleReaders -= 1
     }
 
+    /// The monitor reported the current hold as long (``EngineStateMachine/reportLongHold(now:threshold:)``):
+    /// its end is reported too (``EngineStateMachine/Other/longHoldEnded(nanoseconds:)``).
+    private(set) var isReportedLong = false
+
+    /// The monitor reports the current hold as long.
+    /// - Returns: `false` if it had been reported already.
+    mutating func markReportedLong() -> Bool {
+        guard !isReportedLong else { return false }
+        isReportedLong = true
+        return true
+    }
+
+    /// The hold ends: whether it had been reported as long (and from now on, it is not).
+    mutating func takeReportedLong() -> Bool {
+        // mutant(finished-hold-still-reported): return isReportedLong
+        defer { isReportedLong = false }
+        return isReportedLong
+    }
+
     /// A command holds the section now, tracked in `slot` or untracked (`nil`).
     mutating func grant(tracked slot: UInt32?) {
         holder = slot.map { .tracked($0) } ?? .untracked
@@ -137,6 +156,7 @@ struct Hold {
     mutating func free() {
         assert(readers.isEmpty && idleReaders == 0, "freed while readers hold")
         holder = .free
+        isReportedLong = false
     }
 
     /// The shared read in `slot` holds the section now, beside the others.

@@ -128,6 +128,11 @@ struct RecordTable {
     private var records: [Record] = []
     private var freeSlots: [UInt32] = []
     private var heap = CommandHeap()
+    /// When the command ``popWaiting()`` returned last began to wait (``CommandHeap/Entry/arrivedAt``).
+    private(set) var lastPoppedArrival: UInt32 = 0
+
+    /// A command was granted without ``popWaiting()``: ``lastPoppedArrival`` is not its.
+    mutating func forgetPoppedArrival() { lastPoppedArrival = 0 }
     /// The arrival number the next waiting command gets.
     private(set) var sequence: UInt64 = 0
     /// Commands waiting for their turn.
@@ -209,10 +214,14 @@ struct RecordTable {
 
     /// The record `slot`, just allocated as waiting, takes its place in the waiting order.
     /// - Returns: its arrival number.
-    mutating func enqueue(_ slot: UInt32, priority: CommandPriority) -> UInt64 {
+    /// - Parameter now: the machine's clock, in nanoseconds (kept to the millisecond, for diagnostics).
+    mutating func enqueue(_ slot: UInt32, priority: CommandPriority, now: UInt64 = 0) -> UInt64 {
         let arrival = sequence
         records[Int(slot)].inHeap = true
-        heap.insert(.init(key: CommandHeap.key(priority: priority, sequence: arrival), slot: slot))
+        heap.insert(
+            .init(
+                key: CommandHeap.key(priority: priority, sequence: arrival), slot: slot,
+                arrivedAt: UInt32(truncatingIfNeeded: now / 1_000_000)))
         sequence &+= 1
         waitingCount += 1
         if records[Int(slot)].kind.isDetached { waitingDetachedCount += 1 }
@@ -228,8 +237,11 @@ struct RecordTable {
             records[Int(slot)].state == .waiting && records[Int(slot)].inHeap, "requeue of a command that does not wait"
         )
         // mutant(reprioritized-keeps-place): return ()
-        heap.remove(slot: slot)
-        heap.insert(.init(key: CommandHeap.key(priority: priority, sequence: sequence), slot: slot))
+        let old = heap.remove(slot: slot)
+        heap.insert(
+            .init(
+                key: CommandHeap.key(priority: priority, sequence: sequence), slot: slot,
+                arrivedAt: old?.arrivedAt ?? 0))
         sequence &+= 1
     }
 
@@ -249,6 +261,7 @@ struct RecordTable {
             records[Int(entry.slot)].inHeap = false
             if records[Int(entry.slot)].state == .waiting {
                 stopsWaiting(entry.slot)
+                lastPoppedArrival = entry.arrivedAt
                 return (entry.slot, records[Int(entry.slot)].kind)
             }
             deadEntries -= 1

@@ -32,11 +32,13 @@ extension CommandEngine {
     @usableFromInline
     final func acquireAwaitingSlow(
         priority: CommandPriority,
+        site: CallSite,
         deadline: DispatchTime? = nil,
         cancellable: Bool = true,
         isolation: isolated (any Actor)?
     ) async throws(QueueSafeValueError) {
         let waiter = AwaitingWaiter()
+        waiter.keptSite = site.kept
         let reentrant = isInsideRunningSection() || isInsideSharedRead(thread: 0)
         switch enqueue(waiter, kind: .awaiting, priority: priority, reentrant: reentrant) {
         case .granted:
@@ -64,10 +66,13 @@ extension CommandEngine {
     @usableFromInline
     final func enqueueOperation(
         priority: CommandPriority,
+        site: CallSite,
         discardable: Bool = false
     ) -> (waiter: AwaitingWaiter, granted: Bool) {
         SyncPoints.commandPoint("operation arrives at", self)
         let waiter = AwaitingWaiter()
+        waiter.keptSite = site.kept
+        waiter.issuedPriority = priority
         var admitted: Machine.Admission?
         // A discarded operation that was parked may have been a reason for a boost: `perform`
         // lowers it.
@@ -86,9 +91,11 @@ extension CommandEngine {
         switch admission {
         case .granted(let ticket?):
             waiter.ticket = ticket
+            if !waiter.isGrantedShared { keepHolderSite(waiter.keptSite, priority: priority) }
             return (waiter, true)
         case .queued(let ticket):
             waiter.ticket = ticket
+            noteContention()
             return (waiter, false)
         case .granted(nil), .refused:
             preconditionFailure("a command queue never closes, and tracks its operations")
@@ -250,7 +257,11 @@ extension CommandEngine {
         timer?.cancel()
         if !nodes.isEmpty { DeadlockDetector.shared.unregister(nodes) }
         let (granted, refusal) = machine.withLock { _ in (waiter.isGranted, waiter.refusal) }
-        if !granted { throw refusal?.namingQueue() ?? .cancelled }
+        if !granted {
+            guard let refusal else { throw .cancelled }
+            throw reportingRefusal(
+                refusal.namingQueue(), site: waiter.keptSite, priority: waiter.issuedPriority ?? .medium)
+        }
     }
 
     /// ``suspendForTurn(_:nodes:deadline:timer:)``, passing an escalation of the waiting task on to

@@ -25,24 +25,29 @@ extension CommandEngine {
     ///   inside this section already), `.timedOut`, `.deadlock`, `.invalidArgument` (a negative
     ///   timeout).
     @inlinable
-    final func acquireBlocking(priority: CommandPriority, timeout: DispatchTimeInterval?) -> QueueSafeValueError? {
+    final func acquireBlocking(
+        priority: CommandPriority, timeout: DispatchTimeInterval?, site: CallSite
+    ) -> QueueSafeValueError? {
         let deadline: DispatchTime?
         do { deadline = try commandDeadline(after: timeout) } catch { return error }
         let thread = currentThreadID()
         if tryAcquireIdle(.blocking) {
             ownerThread.storeRelaxed(thread)
+            keepHolderSite(site)
             return nil
         }
-        return acquireBlockingSlow(priority: priority, deadline: deadline, thread: thread)
+        return acquireBlockingSlow(priority: priority, deadline: deadline, thread: thread, site: site.kept)
     }
 
     @usableFromInline
     final func acquireBlockingSlow(
         priority: CommandPriority,
         deadline: DispatchTime?,
-        thread: Int
+        thread: Int,
+        site: KeptCallSite
     ) -> QueueSafeValueError? {
         let waiter = BlockingWaiter.forCurrentThread()
+        waiter.keptSite = site
         let reentrant =
             ownerThread.loadRelaxed() == thread || isInsideRunningSection() || isInsideSharedRead(thread: thread)
         switch enqueue(waiter, kind: .blocking, priority: priority, reentrant: reentrant) {
@@ -51,7 +56,9 @@ extension CommandEngine {
         case .refused(let error):
             return error
         case .queued(let ticket):
-            if let error = waiter.waitForGrant(engine: self, ticket: ticket, deadline: deadline) { return error }
+            if let error = waiter.waitForGrant(engine: self, ticket: ticket, deadline: deadline) {
+                return reportingRefusal(error, site: site, priority: priority)
+            }
         }
         ownerThread.storeRelaxed(thread)
         return nil

@@ -37,7 +37,10 @@ extension CommandEngine {
             }
         }
         // mutant(dispatch-before-publish): if holds { command.start(); publishGrantedDispatch(command, helper: nil); return false }
-        if holds { publishGrantedDispatch(command, helper: nil) }
+        if holds {
+            keepHolderSite(command.keptSite, priority: priority)
+            publishGrantedDispatch(command, helper: nil)
+        }
         return holds
     }
 

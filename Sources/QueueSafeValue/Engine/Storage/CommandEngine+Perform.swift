@@ -27,6 +27,8 @@ extension CommandEngine {
         case postJob(Waiter)
         /// A waiting thread is woken to claim a free section (eventually fair mode).
         case postClaim(Waiter)
+        /// Tell the running monitor.
+        case report(QueueMonitor.Event)
     }
 
     /// The thread and task of a newly granted holder that inherits an urgency (see
@@ -88,6 +90,9 @@ extension CommandEngine {
                 deferred.append(.postJob(helper))
             case .claim(let waiter):
                 deferred.append(.postClaim(waiter))
+            case .longHoldEnded(let nanoseconds):
+                // Before the grant below: the holder's words still name the hold that ended.
+                if let event = longHoldEnded(nanoseconds: nanoseconds) { deferred.append(.report(event)) }
             }
         }
         // Moved out and back, so that reading it retains nothing.
@@ -96,6 +101,13 @@ extension CommandEngine {
         let next = grant.handle
         next.isGranted = true
         next.isGrantedShared = grant.shared
+        if grant.arrivedAt != 0, QueueMonitor.activeWord.peekForAssertion() != 0,
+            let event = longWait(of: next, arrivedAt: grant.arrivedAt, endedSite: holderSite.site)
+        {
+            deferred.append(.report(event))
+        }
+        // Before it can start: a report that reads the section held reads its holder's call site.
+        if !grant.shared { keepHolderSite(next.keptSite, priority: next.issuedPriority) }
         switch grant.starter {
         case .helper(let helper):
             if grant.shared {
@@ -146,6 +158,7 @@ extension CommandEngine {
             case .start(let reader): reader.start()
             case .postJob(let helper): helper.postJob()
             case .postClaim(let waiter): waiter.postClaim()
+            case .report(let event): report(event)
             }
         }
         return inline

@@ -49,7 +49,8 @@ extension CommandEngine {
         reentrant: Bool
     ) -> Machine.Admission {
         SyncPoints.commandPoint("read arrives at", self, kind)
-        return machine.withLock { machine in
+        waiter.issuedPriority = priority
+        let admission = machine.withLock { machine in
             transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
                 let admission = machine.enqueue(
                     waiter, kind: kind, priority: priority, reentrant: reentrant, word: &word, now: machineNow(),
@@ -61,6 +62,8 @@ extension CommandEngine {
                 return admission
             }
         }
+        if case .queued = admission { noteContention() }
+        return admission
     }
 
     /// The shared read `ticket` ends: it gives its share back; the last reader hands the section
@@ -189,10 +192,12 @@ extension CommandEngine {
     @usableFromInline
     final func acquireReaderBlocking(
         priority: CommandPriority,
+        site: CallSite,
         deadline: DispatchTime?
     ) -> Result<UInt64, QueueSafeValueError> {
         let thread = currentThreadID()
         let waiter = BlockingWaiter.forCurrentThread()
+        waiter.keptSite = site.kept
         let reentrant =
             ownerThread.loadRelaxed() == thread || isInsideRunningSection() || isInsideSharedRead(thread: thread)
         let ticket: Ticket
@@ -205,7 +210,7 @@ extension CommandEngine {
             return .failure(error)
         case .queued(let queued):
             if let error = waiter.waitForGrant(engine: self, ticket: queued, deadline: deadline) {
-                return .failure(error)
+                return .failure(reportingRefusal(error, site: site.kept, priority: priority))
             }
             ticket = queued
         }
@@ -249,11 +254,13 @@ extension CommandEngine {
     @usableFromInline
     final func acquireReaderAwaiting(
         priority: CommandPriority,
+        site: CallSite,
         deadline: DispatchTime?,
         cancellable: Bool = true,
         isolation: isolated (any Actor)?
     ) async throws(QueueSafeValueError) -> UInt64 {
         let waiter = AwaitingWaiter()
+        waiter.keptSite = site.kept
         let reentrant = isInsideRunningSection() || isInsideSharedRead(thread: 0)
         switch enqueueReader(waiter, kind: .awaiting, priority: priority, reentrant: reentrant) {
         case .granted(let ticket?):

@@ -83,6 +83,14 @@ class CommandEngine: @unchecked Sendable {
         /// How many observers a value has (see `Observation.swift`); 0 for a command queue. Read
         /// relaxed by every command that may change the value, before its release.
         case observing
+        /// The call site of the exclusive holder (``keepHolderSite(_:)-(CallSite)``): the address of
+        /// its `#fileID` and its line, written by the holder when it takes a free section and by
+        /// the storage when it grants one; read by reports only. Not cleared on release: a report
+        /// reads them only while the state word shows an exclusive holder.
+        case holderFile
+        case holderLine
+        /// 1 while the running ``QueueMonitor`` watches this engine, else 0 (read on the slow path only).
+        case monitored
         // The one-entry queue identity cache (see ``queueIdentity(of:)``): a version, odd while it
         // is written; the cached queue's address; its identity; and the cached queue itself,
         // retained, so that no other queue can have that address while the entry names it.
@@ -106,6 +114,9 @@ class CommandEngine: @unchecked Sendable {
     @inline(__always) final var pendingDispatch: AtomicWord { word(.pendingDispatch) }
     @inline(__always) final var dispatchedHolderQueue: AtomicWord { word(.dispatchedHolderQueue) }
     @inlinable @inline(__always) final var observing: AtomicWord { word(.observing) }
+    @inlinable @inline(__always) final var holderFile: AtomicWord { word(.holderFile) }
+    @inlinable @inline(__always) final var holderLine: AtomicWord { word(.holderLine) }
+    @inline(__always) final var monitoredWord: AtomicWord { word(.monitored) }
     @inline(__always) final var queueCacheVersion: AtomicWord { word(.queueCacheVersion) }
     @inline(__always) final var queueCacheAddress: AtomicWord { word(.queueCacheAddress) }
     @inline(__always) final var queueCacheID: AtomicWord { word(.queueCacheID) }
@@ -123,6 +134,8 @@ class CommandEngine: @unchecked Sendable {
         self.label = label
         isEventuallyFair = fairness.bargingBound != nil
         machine = LockedState.make(Machine(maxOvertakes: fairness.maxOvertakes, bargingBound: fairness.bargingBound))
+        // Created while a monitor runs: watched from the start (one load otherwise).
+        QueueMonitor.active?.watch(self)
     }
 
     /// The time the machine's transitions are given (``Hold/since``, and the eventually fair mode's
@@ -168,6 +181,41 @@ class CommandEngine: @unchecked Sendable {
         release(kind)
     }
 
+    // MARK: Call sites
+
+    /// The command issued at `site` holds the section now (it took a free one): keeps its call site
+    /// for reports. Two plain stores (see <doc:FindingWhatHoldsYourValue#What-it-costs>).
+    @inlinable
+    @inline(__always)
+    final func keepHolderSite(_ site: CallSite) {
+        keepHolderSite(site.kept)
+    }
+
+    /// The command issued at `site` holds the section now: it took a free one (its priority then
+    /// played no part and is not kept), or was granted it with `priority`.
+    ///
+    /// The line word keeps the line in bits 0–22 (a line past 8,388,607 is kept as 0, unknown),
+    /// whether the priority is known in bit 23 and the priority in bits 24–31, so that it fits a
+    /// 32-bit word too.
+    @inlinable
+    @inline(__always)
+    final func keepHolderSite(_ site: KeptCallSite, priority: CommandPriority? = nil) {
+        holderFile.storeUnobserved(Int(bitPattern: site.file))
+        let line = site.line < 1 << 23 ? site.line : 0
+        let known = priority.map { 1 << 23 | UInt32($0.rawValue) << 24 } ?? 0
+        holderLine.storeUnobserved(Int(truncatingIfNeeded: line | known))
+    }
+
+    /// The call site and priority of the exclusive holder, as last kept (``keepHolderSite(_:priority:)``):
+    /// meaningful only while the state word shows an exclusive holder (a holder that took the
+    /// section a few instructions ago may not have stored them yet).
+    final var holderSite: (site: KeptCallSite, priority: CommandPriority?) {
+        let file = UnsafeRawPointer(bitPattern: holderFile.peekForAssertion())
+        let bits = UInt32(truncatingIfNeeded: holderLine.peekForAssertion())
+        let priority = bits & 1 << 23 == 0 ? nil : CommandPriority(rawValue: UInt8(truncatingIfNeeded: bits >> 24))
+        return (KeptCallSite(file: file, line: UInt(bits & (1 << 23 - 1))), priority)
+    }
+
     // MARK: Idle path
 
     /// Ends the running command of `kind` and starts the next one, if any.
@@ -205,12 +253,20 @@ class CommandEngine: @unchecked Sendable {
         priority: CommandPriority,
         reentrant: Bool = false
     ) -> Machine.Admission {
-        machine.withLock { machine in
+        waiter.issuedPriority = priority
+        let admission = machine.withLock { machine in
             transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
                 machine.enqueue(
                     waiter, kind: kind, priority: priority, reentrant: reentrant, word: &word, now: machineNow())
             }
         }
+        // Granted at once: it holds the section now, as if it had taken it on the idle path.
+        switch admission {
+        case .granted: keepHolderSite(waiter.keptSite, priority: priority)
+        case .queued: noteContention()
+        case .refused: break
+        }
+        return admission
     }
 
     /// ``release(_:)`` for a dispatched command's block running on `queue` (its identity).

@@ -34,21 +34,23 @@ class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
 
     // The fields are in this order so that the object fits the allocation the memory-layout test
     // `aDispatchedCommandIsOneAllocationOf96BytesAtMost` allows (the benchmark's memory per
-    // pending command): the flag beside `Waiter.isGranted`, then the operation at the next word
-    // boundary. Put anywhere else, the operation's tag byte spills into a word of its own and every
-    // command takes the next larger allocation.
+    // pending command): `Waiter` ends at a word boundary (its flags and call site), the operation
+    // comes first, the flag and the queue's identity share the word of the operation's tag byte.
+    // Put anywhere else, they spill into words of their own and every command takes the next
+    // larger allocation.
 
+    private let operation: Operation
     /// A shared read (see `CommandEngine+Shared.swift`; always a ``DispatchedSharedRead``): it
     /// takes and gives back its share through the lock, by ``Waiter/readerTicket``, and is never
     /// published in the dispatched holder's slot nor run inline by a releasing block.
     private let isShared: Bool
-    private let operation: Operation
+    /// The queue's identity (see `QueueTag`): a waiter running on the queue compares it with its own.
+    /// Given by the storage when the command arrives, before anyone else can see the command.
+    /// 32 bits, to share a word (identities count queues tagged, one by one, from 1).
+    private var queueID: Int32 = 0
     private let engine: ValueEngine<Value>
     private let queue: DispatchQueue
     private let completion: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)?
-    /// The queue's identity (see `QueueTag`): a waiter running on the queue compares it with its own.
-    /// Given by the storage when the command arrives, before anyone else can see the command.
-    private var queueID = 0
 
     required init(
         engine: ValueEngine<Value>,
@@ -72,10 +74,12 @@ class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
         engine: ValueEngine<Value>,
         queue: DispatchQueue,
         priority: CommandPriority,
+        site: CallSite,
         operation: Operation,
         completion: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)?
     ) {
         let command = Self(engine: engine, queue: queue, operation: operation, completion: completion)
+        command.keptSite = site.kept
         do {
             if try engine.admitDispatched(command, on: queue, priority: priority) { command.start() }
         } catch {
@@ -91,11 +95,13 @@ class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
         engine: ValueEngine<Value>,
         queue: DispatchQueue,
         priority: CommandPriority,
+        site: CallSite,
         operation: Operation
     ) {
         let command = Self(engine: engine, queue: queue, operation: operation, completion: nil, shared: true)
+        command.keptSite = site.kept
         // Tagged before it takes its place: see `CommandEngine.admitDispatched(_:on:priority:)`.
-        command.queueID = engine.queueIdentity(of: queue)
+        command.queueID = Int32(truncatingIfNeeded: engine.queueIdentity(of: queue))
         switch engine.enqueueReader(command, kind: .dispatched, priority: priority, reentrant: false) {
         case .granted:
             command.start()
@@ -134,10 +140,10 @@ class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
 
     override var targetQueue: DispatchQueue? { queue }
 
-    override var targetQueueID: Int { queueID }
+    override var targetQueueID: Int { Int(queueID) }
 
     override func adoptQueueID(_ identity: Int) {
-        queueID = identity
+        queueID = Int32(truncatingIfNeeded: identity)
     }
 
     /// Dispatches the block of the granted (and published) command. Until the block claims it, a
@@ -184,7 +190,7 @@ class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
         var budget = Self.batchLimit
         while true {
             budget -= 1
-            let (next, delivery) = command.execute(inlineQueue: budget > 0 ? queueID : 0, deliverHere: true)
+            let (next, delivery) = command.execute(inlineQueue: budget > 0 ? Int(queueID) : 0, deliverHere: true)
             if let delivery {
                 delivery()
                 return

@@ -25,6 +25,33 @@ class Waiter: @unchecked Sendable {
     /// Whether the grant made it a shared holder (a shared read, or an operation of a queue of width
     /// above 1), written and read like ``isGranted``.
     final var isGrantedShared = false
+    /// The command's priority with bit 8 set, once its issuer placed it (see ``issuedPriority``);
+    /// 0 before. Beside the two flags, in the padding before ``siteLine``.
+    private final var priorityTag: UInt16 = 0
+    /// The line of the command's call site (see ``keptSite``). Declared here, beside the two flags,
+    /// so that it takes the padding before the next word instead of a word of its own (see the field
+    /// order of `DispatchedCommand`).
+    private final var siteLine: UInt32 = 0
+    /// The address of the command's `#fileID` (see ``keptSite``).
+    private final var siteFile: UnsafeRawPointer?
+
+    /// The priority the command was issued with, set by its issuer before the command is enqueued
+    /// (`nil` before); read like ``keptSite``.
+    final var issuedPriority: CommandPriority? {
+        get { priorityTag == 0 ? nil : CommandPriority(rawValue: UInt8(truncatingIfNeeded: priorityTag)) }
+        set { priorityTag = newValue.map { 0x100 | UInt16($0.rawValue) } ?? 0 }
+    }
+
+    /// Where the command was issued, set by its issuer before the command can be seen by anyone
+    /// else (before it is enqueued), and read under the engine lock: by diagnostics, and by the
+    /// storage when the command is granted the section (``CommandEngine/keepHolderSite(_:)``).
+    final var keptSite: KeptCallSite {
+        get { KeptCallSite(file: siteFile, line: UInt(siteLine)) }
+        set {
+            siteFile = newValue.file
+            siteLine = newValue.line
+        }
+    }
 
     /// A shared read's ticket, stored under the engine lock when it takes its place (before any
     /// release can grant it); read by the read's own party once granted. Only a dispatched shared

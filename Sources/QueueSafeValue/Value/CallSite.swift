@@ -1,0 +1,54 @@
+// Where a command was issued: the caller's `#fileID` and `#line`, given as default arguments by
+// every public command and carried, without allocating, to where the engine keeps them (see
+// <doc:FindingWhatHoldsYourValue>).
+
+/// The file and line a command was issued from, as the public command received them.
+///
+/// A `StaticString` literal lives in the binary for as long as the process does, so the engine keeps
+/// its address (a null-terminated UTF-8 string) and reads it back only when a report names it.
+@usableFromInline
+struct CallSite {
+    @usableFromInline let file: StaticString
+    @usableFromInline let line: UInt
+
+    @inlinable
+    @inline(__always)
+    init(file: StaticString, line: UInt) {
+        self.file = file
+        self.line = line
+    }
+
+    /// What a record keeps: the address of the file's text and the line (see ``KeptCallSite``).
+    @inlinable
+    @inline(__always)
+    var kept: KeptCallSite {
+        KeptCallSite(file: file.hasPointerRepresentation ? UnsafeRawPointer(file.utf8Start) : nil, line: line)
+    }
+}
+
+/// A call site as the engine keeps it: the address of a `#fileID` literal and a line. Two words,
+/// copied like integers; ``QueueDiagnostics/CallSite`` is what reports show.
+// @unchecked Sendable: `file` is the address of a literal in the binary's constant data, never written or freed
+@usableFromInline
+struct KeptCallSite: Equatable, @unchecked Sendable {
+    @usableFromInline let file: UnsafeRawPointer?
+    @usableFromInline let line: UInt32
+
+    @inlinable
+    @inline(__always)
+    init(file: UnsafeRawPointer?, line: UInt) {
+        self.file = file
+        // A line past 4,294,967,295 is kept as 0 (unknown): no source file has one.
+        self.line = UInt32(truncatingIfNeeded: line <= UInt(UInt32.max) ? line : 0)
+    }
+
+    /// Nothing known.
+    static let unknown = KeptCallSite(file: nil, line: 0)
+
+    /// What reports show, or `nil` when nothing is known.
+    var shown: QueueDiagnostics.CallSite? {
+        guard let file else { return nil }
+        return QueueDiagnostics.CallSite(
+            fileID: String(cString: file.assumingMemoryBound(to: CChar.self)), line: Int(clamping: line))
+    }
+}

@@ -1,0 +1,373 @@
+import Dispatch
+
+// MARK: - QueueMonitor
+
+/// Reports what holds values up, for every `QueueSafeValue` and ``CommandQueue`` of the process:
+/// a hold longer than a threshold **while it is still held** (and once more when it ends), a wait
+/// longer than a threshold when it ends, and every timeout and deadlock refusal. Start it with
+/// ``QueueSafeValue/monitor(thresholds:on:handler:)`` (see <doc:FindingWhatHoldsYourValue>).
+///
+/// - A *watchdog* (a timer on a queue of its own) samples the values that have been contended
+///   since the monitor started, or were created while it runs, every
+///   ``Thresholds/samplingPeriod``: a command that takes a free value never reads the clock. A hold
+///   is reported within its threshold plus one sampling period, and named from where it was
+///   issued (the file and line of its `withLock`, `set`, `perform`…).
+/// - Events of one value are throttled: at most ``Thresholds/eventsPerSecond`` per value per second.
+///   The next event delivered for that value counts those left out (``Event/omitted``), so nothing
+///   is lost silently; ``stop()`` returns what was left out since.
+/// - The handler runs on the queue you give (a serial queue of its own by default), one event at a
+///   time, outside every engine lock: it may use other values. A handler that blocks holds up only
+///   later events: at most 256 wait for it, and events beyond that are counted as left out.
+///
+/// One monitor runs at a time: starting another stops the one before. Its figures are costs only
+/// while it runs (<doc:FindingWhatHoldsYourValue#What-it-costs>).
+public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: a lock or its queue guards state
+    /// When events are reported, and how often at most.
+    public struct Thresholds: Sendable, Equatable {
+        /// A hold reported as long once it has lasted this long (`longHold` events).
+        public let longHold: DispatchTimeInterval
+        /// A wait reported as long, when it ends, if it lasted this long (`longWait` events).
+        public let longWait: DispatchTimeInterval
+        /// How often the watchdog looks at the contended values' holders.
+        public let samplingPeriod: DispatchTimeInterval
+        /// How many events one value may report per second; the rest are counted, not delivered.
+        public let eventsPerSecond: Int
+
+        /// Thresholds for holds and waits, the watchdog's period and the throttle.
+        /// - Throws: `.invalidArgument` for an interval of zero, below zero or `.never`, or fewer
+        ///   than one event per second.
+        public init(
+            longHold: DispatchTimeInterval = .milliseconds(250),
+            longWait: DispatchTimeInterval = .milliseconds(100),
+            samplingPeriod: DispatchTimeInterval = .milliseconds(50),
+            eventsPerSecond: Int = 1
+        ) throws(QueueSafeValueError) {
+            for (name, interval) in [
+                ("longHold", longHold), ("longWait", longWait), ("samplingPeriod", samplingPeriod),
+            ]
+            where QueueMonitor.nanoseconds(interval) == nil {
+                throw .invalidArgument("the monitor's \(name) must be above zero and finite, got \(interval)")
+            }
+            guard eventsPerSecond >= 1 else {
+                throw .invalidArgument("the monitor's eventsPerSecond must be at least 1, got \(eventsPerSecond)")
+            }
+            self.longHold = longHold
+            self.longWait = longWait
+            self.samplingPeriod = samplingPeriod
+            self.eventsPerSecond = eventsPerSecond
+        }
+
+        var longHoldNanoseconds: UInt64 { QueueMonitor.nanoseconds(longHold) ?? .max }
+        var longWaitNanoseconds: UInt64 { QueueMonitor.nanoseconds(longWait) ?? .max }
+    }
+
+    /// One report: what happened to which value, where it was issued, and what held it.
+    public struct Event: Sendable, CustomStringConvertible {
+        /// What happened.
+        public enum Kind: String, Sendable {
+            /// A hold has lasted ``Thresholds/longHold`` and still holds: ``Event/duration`` is how
+            /// long it has held (at least), ``Event/diagnostics`` names it and its waiters.
+            case longHold
+            /// A hold reported as ``longHold`` ended: ``Event/duration`` is its length (at least).
+            case longHoldEnded
+            /// A command waited ``Thresholds/longWait`` or longer and has just been granted the value:
+            /// ``Event/duration`` is how long it waited, ``Event/heldBy`` the holder that handed it on.
+            case longWait
+            /// A command gave up waiting (`.timedOut`): ``Event/diagnostics`` is the error's.
+            case timedOut
+            /// A command was refused because waiting would deadlock (`.deadlock`).
+            case deadlock
+        }
+
+        /// What happened.
+        public let kind: Kind
+        /// The value or queue, as diagnostics name it (`'checkout'`, `QueueSafeValue<Int> #3fa0`).
+        public let value: String
+        /// Seconds: how long the holder has held so far (`longHold`, and `timedOut` and `deadlock`:
+        /// the holder the refused command waited for), the hold's length (`longHoldEnded`), how long
+        /// the command waited (`longWait`). At least that long: the engine's clock is coarse (a few
+        /// milliseconds).
+        public let duration: Double
+        /// Where the command was issued: the holder (`longHold`, `longHoldEnded`) or the command that
+        /// waited (the others); `nil` if not known.
+        public let callSite: QueueDiagnostics.CallSite?
+        /// The command's priority, if known.
+        public let priority: CommandPriority?
+        /// For `longWait`: where the command that held the value until then was issued.
+        public let heldBy: QueueDiagnostics.CallSite?
+        /// The value's holder and waiters when the event happened (`longHold`, `timedOut`,
+        /// `deadlock`), else `nil`.
+        public let diagnostics: QueueDiagnostics?
+        /// For `deadlock`: the cycle.
+        public let deadlock: DeadlockReport?
+        /// How many events of this value the throttle left out since the last one it delivered.
+        public let omitted: Int
+        /// When it happened.
+        public let time: DispatchTime
+
+        /// One line: "longHold 'checkout': 0.50 s, issued at MyApp/Checkout.swift:88 (…)".
+        public var description: String {
+            var text = "\(kind.rawValue) \(value): \(QueueDiagnostics.format(duration)) s"
+            if let callSite { text += ", issued at \(callSite)" }
+            if let priority { text += ", priority \(priority)" }
+            if let heldBy { text += ", held up by \(heldBy)" }
+            if let deadlock {
+                text += "; \(deadlock)"
+            } else if let diagnostics {
+                text += "; \(diagnostics)"
+            }
+            if omitted > 0 { text += " (\(omitted) earlier event\(omitted == 1 ? "" : "s") of this value left out)" }
+            return text
+        }
+    }
+
+    /// The thresholds it runs with.
+    public let thresholds: Thresholds
+
+    private let handler: @Sendable (Event) -> Void
+    private let deliveryQueue: DispatchQueue
+    private let watchdogQueue = DispatchQueue(label: "QueueSafeValue.monitor.watchdog")
+    private let state = LockedState.make(State())
+    private var timer: DispatchSourceTimer?
+
+    /// What the monitor keeps, behind its lock.
+    private struct State {
+        /// The values it watches (registered when contended, or created while it runs).
+        var watched: [ObjectIdentifier: Watched] = [:]
+        /// Events waiting for the handler.
+        var pending = 0
+        /// Events left out: not delivered because the handler fell behind, or after `stop()`.
+        var droppedTotal = 0
+        var isStopped = false
+    }
+
+    /// A value the monitor watches, with its throttle.
+    private struct Watched {
+        weak var engine: CommandEngine?
+        /// The start of the current one-second window, and the events delivered in it.
+        var windowStart: UInt64 = 0
+        var delivered = 0
+        /// Events left out since the last one delivered.
+        var omitted = 0
+        /// The per-value thresholds, if set (``QueueSafeValue/monitorThresholds``).
+        var thresholds: Thresholds?
+    }
+
+    /// At most this many events wait for the handler; more are counted as left out.
+    static let pendingLimit = 256
+
+    init(thresholds: Thresholds, queue: DispatchQueue?, handler: @escaping @Sendable (Event) -> Void) {
+        self.thresholds = thresholds
+        self.handler = handler
+        deliveryQueue = queue ?? DispatchQueue(label: "QueueSafeValue.monitor.handler")
+    }
+
+    // MARK: The running monitor
+
+    /// The running monitor's address (retained in ``started``), or 0: one load on a contended
+    /// command's path, and at a value's creation.
+    static let activeWord = AtomicWord(0)
+    /// Every monitor started, so that an address in ``activeWord`` always refers to a live one.
+    // Unsafe: the list is touched only inside its own lock.
+    private nonisolated(unsafe) static let started = LockedState.make([QueueMonitor]())
+
+    /// The running monitor, if any.
+    @inline(__always)
+    static var active: QueueMonitor? {
+        let address = activeWord.loadAcquireUnobserved()
+        guard address != 0, let pointer = UnsafeRawPointer(bitPattern: address) else { return nil }
+        // Unmanaged: `started` keeps every monitor alive for the process's life.
+        return Unmanaged<QueueMonitor>.fromOpaque(pointer).takeUnretainedValue()
+    }
+
+    static func start(
+        thresholds: Thresholds, queue: DispatchQueue?, handler: @escaping @Sendable (Event) -> Void
+    ) -> QueueMonitor {
+        let monitor = QueueMonitor(thresholds: thresholds, queue: queue, handler: handler)
+        let previous = started.withLock { started in
+            started.append(monitor)
+            let previous = active
+            activeWord.storeRelease(Int(bitPattern: Unmanaged.passUnretained(monitor).toOpaque()))
+            return previous
+        }
+        previous?.stop()
+        monitor.startWatchdog()
+        return monitor
+    }
+
+    /// Stops the monitor: no more events are reported (those already handed to the handler's
+    /// queue still run), the watchdog stops, and the values it watched pay nothing for it any more.
+    /// - Returns: how many events were left out by the throttle (and not yet counted in a delivered
+    ///   event), or because the handler fell behind.
+    @discardableResult
+    public func stop() -> Int {
+        let address = Int(bitPattern: Unmanaged.passUnretained(self).toOpaque())
+        _ = Self.activeWord.compareExchange(expected: address, desired: 0)
+        let (left, engines) = state.withLock { state -> (Int, [CommandEngine]) in
+            state.isStopped = true
+            let left = state.droppedTotal + state.watched.values.reduce(0) { $0 + $1.omitted }
+            let engines = state.watched.values.compactMap(\.engine)
+            state.watched = [:]
+            return (left, engines)
+        }
+        for engine in engines { engine.monitoredWord.storeUnobserved(0) }
+        watchdogQueue.sync {
+            timer?.cancel()
+            timer = nil
+        }
+        return left
+    }
+
+    /// Whether it still reports.
+    public var isRunning: Bool { !state.withLock { $0.isStopped } }
+
+    // MARK: Values
+
+    /// Watches `engine` from now on (its holds are sampled). Called once per engine and monitor.
+    func watch(_ engine: CommandEngine, thresholds: Thresholds? = nil) {
+        let added = state.withLock { state -> Bool in
+            guard !state.isStopped else { return false }
+            let key = ObjectIdentifier(engine)
+            if state.watched[key]?.engine !== engine { state.watched[key] = Watched(engine: engine) }
+            if let thresholds { state.watched[key]?.thresholds = thresholds }
+            return true
+        }
+        if added { engine.monitoredWord.storeUnobserved(1) }
+    }
+
+    /// The thresholds for `engine`: its own, or the monitor's.
+    func thresholds(for engine: CommandEngine) -> Thresholds {
+        state.withLock { $0.watched[ObjectIdentifier(engine)]?.thresholds } ?? thresholds
+    }
+
+    // MARK: The watchdog
+
+    private func startWatchdog() {
+        let period = Self.nanoseconds(thresholds.samplingPeriod) ?? 50_000_000
+        watchdogQueue.sync {
+            let timer = DispatchSource.makeTimerSource(queue: watchdogQueue)
+            timer.schedule(
+                deadline: .now() + .nanoseconds(Int(clamping: period)), repeating: .nanoseconds(Int(clamping: period)))
+            timer.setEventHandler { [weak self] in self?.sample() }
+            self.timer = timer
+            timer.resume()
+        }
+    }
+
+    /// One look at every watched value's holder: a hold that has lasted its threshold is reported
+    /// once, while it still holds.
+    func sample() {
+        let engines = state.withLock { state -> [(CommandEngine, Thresholds?)] in
+            state.watched = state.watched.filter { $0.value.engine != nil }
+            return state.watched.values.compactMap { watched in watched.engine.map { ($0, watched.thresholds) } }
+        }
+        for (engine, own) in engines {
+            let threshold = (own ?? thresholds).longHoldNanoseconds
+            if let event = engine.sampleHold(longHold: threshold) { report(event, of: engine) }
+        }
+    }
+
+    // MARK: Reporting
+
+    /// Throttles `event` of `engine` and hands it to the handler's queue, or counts it as left out.
+    /// Called outside every engine lock.
+    func report(_ event: Event, of engine: CommandEngine) {
+        let now = SyncPoints.now().uptimeNanoseconds
+        let omitted = state.withLock { state -> Int? in
+            guard !state.isStopped else { return nil }
+            let key = ObjectIdentifier(engine)
+            var watched = state.watched[key] ?? Watched(engine: engine)
+            if watched.engine !== engine { watched = Watched(engine: engine) }
+            let limit = (watched.thresholds ?? thresholds).eventsPerSecond
+            if now &- watched.windowStart >= 1_000_000_000 {
+                watched.windowStart = now
+                watched.delivered = 0
+            }
+            guard watched.delivered < limit, state.pending < Self.pendingLimit else {
+                watched.omitted += 1
+                state.watched[key] = watched
+                return nil
+            }
+            watched.delivered += 1
+            let omitted = watched.omitted
+            watched.omitted = 0
+            state.watched[key] = watched
+            state.pending += 1
+            return omitted
+        }
+        guard let omitted else { return }
+        let delivered = Event(
+            kind: event.kind, value: event.value, duration: event.duration, callSite: event.callSite,
+            priority: event.priority, heldBy: event.heldBy, diagnostics: event.diagnostics, deadlock: event.deadlock,
+            omitted: omitted, time: event.time)
+        deliveryQueue.async { [self] in
+            state.withLock { $0.pending -= 1 }
+            handler(delivered)
+        }
+    }
+
+    /// `interval` in nanoseconds, saturated; `nil` for zero, below zero or `.never`.
+    static func nanoseconds(_ interval: DispatchTimeInterval) -> UInt64? {
+        let (amount, unit): (Int, UInt64)
+        switch interval {
+        case .seconds(let value): (amount, unit) = (value, 1_000_000_000)
+        case .milliseconds(let value): (amount, unit) = (value, 1_000_000)
+        case .microseconds(let value): (amount, unit) = (value, 1_000)
+        case .nanoseconds(let value): (amount, unit) = (value, 1)
+        case .never: return nil
+        @unknown default: return nil
+        }
+        guard amount > 0 else { return nil }
+        let (product, overflow) = UInt64(amount).multipliedReportingOverflow(by: unit)
+        return overflow ? .max : product
+    }
+}
+
+// MARK: - Starting it
+
+extension QueueSafeValue {
+    /// Starts the process-wide monitor (see ``QueueMonitor``): `handler` is told of long holds while
+    /// they hold, long waits, timeouts and deadlock refusals of every value and ``CommandQueue``.
+    ///
+    /// ```swift
+    /// let monitor = QueueSafeValue<Never>.monitor(
+    ///     thresholds: try .init(longHold: .milliseconds(200))
+    /// ) { event in
+    ///     print("QueueSafeValue:", event)  // or your logger, your tracer, a signpost
+    /// }
+    /// // … later, if ever:
+    /// monitor.stop()
+    /// ```
+    ///
+    /// Call it on any `QueueSafeValue` type (`QueueSafeValue<Never>` reads best): the monitor is
+    /// the process's, not the type's. Starting one stops the one before.
+    /// - Parameters:
+    ///   - thresholds: when to report, and how often at most per value.
+    ///   - queue: where `handler` runs; a serial queue of the monitor's own by default. A concurrent
+    ///     queue may run several events at once.
+    ///   - handler: called once per event, outside every engine lock; it may use other values.
+    /// - Returns: the monitor, to stop it.
+    @discardableResult
+    public static func monitor(
+        thresholds: QueueMonitor.Thresholds? = nil,
+        on queue: DispatchQueue? = nil,
+        handler: @escaping @Sendable (QueueMonitor.Event) -> Void
+    ) -> QueueMonitor {
+        // The default thresholds are valid: `try!` cannot trap.
+        QueueMonitor.start(thresholds: thresholds ?? (try! QueueMonitor.Thresholds()), queue: queue, handler: handler)
+    }
+
+    /// Gives this value thresholds of its own in the running monitor (a lock its app holds for long
+    /// by design, say), and watches it from now on. Without a running monitor this does nothing.
+    public func monitor(with thresholds: QueueMonitor.Thresholds) {
+        QueueMonitor.active?.watch(engine, thresholds: thresholds)
+    }
+}
+
+extension CommandQueue {
+    /// Gives this queue thresholds of its own in the running monitor (see
+    /// ``QueueSafeValue/monitor(with:)``). Without a running monitor this does nothing.
+    public func monitor(with thresholds: QueueMonitor.Thresholds) {
+        QueueMonitor.active?.watch(engine, thresholds: thresholds)
+    }
+}

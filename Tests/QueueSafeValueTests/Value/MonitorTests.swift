@@ -1,0 +1,259 @@
+import Dispatch
+import Foundation
+import Testing
+
+@_spi(Testing) @testable import QueueSafeValue
+
+/// The process-wide monitor (issue 46): long holds reported while they hold and again when they
+/// end, long waits with what held them up, timeouts and deadlocks, throttled per value; bad
+/// thresholds refused; a handler that blocks holds up nothing but its own events.
+///
+/// Serialized: one monitor runs at a time in the process. Other suites' values may report to it
+/// meanwhile: every test keeps only its own value's events.
+@Suite(.serialized) struct MonitorTests {
+    /// The events of one value, kept behind a lock (`NSLock`: visible to ThreadSanitizer).
+    final class Events: @unchecked Sendable {  // @unchecked Sendable: every access takes the lock
+        private let lock = NSLock()
+        private var events: [QueueMonitor.Event] = []
+        let value: String
+        /// Called (outside the lock) with each event kept.
+        let onEvent: (@Sendable (QueueMonitor.Event) -> Void)?
+
+        init(value: String, onEvent: (@Sendable (QueueMonitor.Event) -> Void)? = nil) {
+            self.value = value
+            self.onEvent = onEvent
+        }
+
+        func handle(_ event: QueueMonitor.Event) {
+            guard event.value == value else { return }
+            lock.lock()
+            events.append(event)
+            lock.unlock()
+            onEvent?(event)
+        }
+
+        var all: [QueueMonitor.Event] {
+            lock.lock()
+            defer { lock.unlock() }
+            return events
+        }
+    }
+
+    static func thresholds(
+        longHold: DispatchTimeInterval = .milliseconds(100), longWait: DispatchTimeInterval = .milliseconds(100),
+        eventsPerSecond: Int = 1000
+    ) throws -> QueueMonitor.Thresholds {
+        try QueueMonitor.Thresholds(
+            longHold: longHold, longWait: longWait, samplingPeriod: .milliseconds(20), eventsPerSecond: eventsPerSecond)
+    }
+
+    /// A holder that keeps the value is reported while it still holds (it holds until the event
+    /// arrives), named by the file and line of its `withLock` and its thread, with its waiters'
+    /// lines and priorities; its end is reported once it releases, no shorter than the report said.
+    @Test func longHold_isReportedWhileItHolds_andWhenItEnds() throws {
+        let reported = DispatchSemaphore(value: 0)
+        let events = Events(value: "'monitor.longHold'") { event in
+            if event.kind == .longHold { reported.signal() }
+        }
+        let monitor = QueueSafeValue<Never>.monitor(thresholds: try Self.thresholds(), handler: events.handle)
+        defer { monitor.stop() }
+        let value = QueueSafeValue(value: 0, label: "monitor.longHold")
+        let holding = DispatchSemaphore(value: 0)
+        let released = Locked(false)
+        let holderLine = Locked(0)
+        let done = DispatchSemaphore(value: 0)
+        Thread {
+            Thread.current.name = "stuck"
+            holderLine.withLock { $0 = #line + 1 }
+            try? value.wait.withLock { _ in
+                holding.signal()
+                // Holds until the monitor has reported it: the report is made while it holds.
+                _ = reported.wait(timeout: .now() + 30)
+                released.withLock { $0 = true }
+            }
+            done.signal()
+        }.start()
+        #expect(holding.wait(timeout: .now() + 30) == .success)
+        let waiterLine = #line + 1
+        value.async(performIn: DispatchQueue(label: "monitor.waiter")).priority(.high).set(accessClosure: { $0 += 1 })
+        #expect(done.wait(timeout: .now() + 30) == .success, "the long hold was never reported")
+        #expect(waitUntil("the hold's end is reported") { events.all.contains { $0.kind == .longHoldEnded } })
+
+        let longHold = try #require(events.all.first { $0.kind == .longHold })
+        #expect(longHold.callSite == QueueDiagnostics.CallSite(fileID: #fileID, line: holderLine.value), "\(longHold)")
+        #expect(longHold.duration >= 0.1, "reported after \(longHold.duration) s, below its threshold")
+        #expect(longHold.diagnostics?.holder?.callSite?.line == holderLine.value)
+        #expect(longHold.diagnostics?.holder?.party?.contains("thread") == true, "\(longHold)")
+        let waiters = longHold.diagnostics?.waiters ?? []
+        if !waiters.isEmpty {  // the dispatch command may arrive after the report
+            #expect(waiters.first?.callSite?.line == waiterLine && waiters.first?.priority == .high, "\(longHold)")
+        }
+        let ended = try #require(events.all.first { $0.kind == .longHoldEnded })
+        #expect(ended.callSite?.line == holderLine.value, "\(ended)")
+        #expect(ended.duration >= longHold.duration - 0.01, "\(ended) after \(longHold)")
+        #expect(events.all.filter { $0.kind == .longHold }.count == 1, "one hold, one report: \(events.all)")
+        #expect(released.value)
+    }
+
+    /// A value created before the monitor started is watched from its first contention on.
+    @Test func valueMadeBeforeTheMonitor_isWatchedOnceContended() throws {
+        let value = QueueSafeValue(value: 0, label: "monitor.before")
+        let reported = DispatchSemaphore(value: 0)
+        let events = Events(value: "'monitor.before'") { event in
+            if event.kind == .longHold { reported.signal() }
+        }
+        let monitor = QueueSafeValue<Never>.monitor(thresholds: try Self.thresholds(), handler: events.handle)
+        defer { monitor.stop() }
+        let holding = DispatchSemaphore(value: 0)
+        let done = DispatchSemaphore(value: 0)
+        Thread {
+            try? value.wait.withLock { _ in
+                holding.signal()
+                _ = reported.wait(timeout: .now() + 30)
+            }
+            done.signal()
+        }.start()
+        #expect(holding.wait(timeout: .now() + 30) == .success)
+        value.async(performIn: DispatchQueue(label: "monitor.before.waiter")).set(accessClosure: { $0 += 1 })
+        #expect(done.wait(timeout: .now() + 30) == .success, "the long hold was never reported")
+    }
+
+    /// A wait longer than its threshold is reported when it ends, with the line of the command that
+    /// waited and of the holder that kept it waiting.
+    @Test func longWait_isReportedWhenItEnds_withWhatHeldItUp() throws {
+        let events = Events(value: "'monitor.longWait'")
+        let monitor = QueueSafeValue<Never>.monitor(
+            thresholds: try Self.thresholds(longHold: .seconds(60), longWait: .milliseconds(20)), handler: events.handle
+        )
+        defer { monitor.stop() }
+        let value = QueueSafeValue(value: 0, label: "monitor.longWait")
+        let holding = DispatchSemaphore(value: 0)
+        let waiting = DispatchSemaphore(value: 0)
+        let holderLine = #line + 2
+        DispatchQueue.global().async {
+            try? value.wait.withLock { _ in
+                holding.signal()
+                _ = waiting.wait(timeout: .now() + 30)
+                usleep(60_000)  // the waiter's wait: longer than its threshold
+            }
+        }
+        #expect(holding.wait(timeout: .now() + 30) == .success)
+        DispatchQueue.global().async {
+            _ = waitUntil("the command waits") { value.diagnostics.waitingCount == 1 }
+            waiting.signal()
+        }
+        let waiterLine = #line + 1
+        value.wait.priority(.low).set { $0 += 1 }
+        #expect(waitUntil("the long wait is reported") { events.all.contains { $0.kind == .longWait } })
+        let event = try #require(events.all.first { $0.kind == .longWait })
+        #expect(event.callSite?.line == waiterLine && event.priority == .low, "\(event)")
+        #expect(event.heldBy?.line == holderLine, "\(event)")
+        #expect(event.duration >= 0.02, "\(event)")
+    }
+
+    /// Ten thousand timeouts in a hot loop: the handler sees at most the configured events per
+    /// second, and every event left out is counted, in the next event delivered or by `stop()`.
+    @Test func throttling_holdsUnderAHotLoop_andCountsWhatItLeavesOut() throws {
+        let events = Events(value: "'monitor.hot'")
+        let monitor = QueueSafeValue<Never>.monitor(
+            thresholds: try Self.thresholds(longHold: .seconds(60), eventsPerSecond: 2), handler: events.handle)
+        let value = QueueSafeValue(value: 0, label: "monitor.hot")
+        let holding = DispatchSemaphore(value: 0)
+        let letGo = DispatchSemaphore(value: 0)
+        Thread {
+            try? value.wait.withLock { _ in
+                holding.signal()
+                _ = letGo.wait(timeout: .now() + 60)
+            }
+        }.start()
+        #expect(holding.wait(timeout: .now() + 30) == .success)
+        let started = DispatchTime.now()
+        let provoked = 10_000
+        var timedOut = 0
+        for _ in 0..<provoked {
+            do {
+                try value.wait(timeout: .nanoseconds(1)).withLock { _ in }
+            } catch .timedOut {
+                timedOut += 1
+            } catch {
+                Issue.record("unexpected \(error)")
+            }
+        }
+        let seconds = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
+        letGo.signal()
+        #expect(timedOut == provoked)
+        let leftAtStop = monitor.stop()
+        // Events already handed to the handler's queue still arrive: wait for its queue to drain.
+        _ = waitUntil("the handler's queue drains") {
+            events.all.count + events.all.reduce(0) { $0 + $1.omitted } + leftAtStop >= provoked
+        }
+        let delivered = events.all
+        #expect(delivered.allSatisfy { $0.kind == .timedOut })
+        // Two per one-second window, and the windows the loop spanned.
+        let windows = Int(seconds.rounded(.up)) + 1
+        #expect(!delivered.isEmpty && delivered.count <= 2 * windows, "\(delivered.count) events in \(seconds) s")
+        let counted = delivered.count + delivered.reduce(0) { $0 + $1.omitted } + leftAtStop
+        #expect(counted == provoked, "\(delivered.count) delivered + omitted + \(leftAtStop) at stop = \(counted)")
+    }
+
+    /// A handler that blocks never blocks a command: events past the limit wait nowhere, and are
+    /// counted as left out.
+    @Test func blockedHandler_blocksNoCommand_andItsEventsAreCounted() throws {
+        let unblock = DispatchSemaphore(value: 0)
+        let events = Events(value: "'monitor.blocked'") { _ in _ = unblock.wait(timeout: .now() + 30) }
+        let monitor = QueueSafeValue<Never>.monitor(
+            thresholds: try Self.thresholds(longHold: .seconds(60)), handler: events.handle)
+        let value = QueueSafeValue(value: 0, label: "monitor.blocked")
+        let holding = DispatchSemaphore(value: 0)
+        let letGo = DispatchSemaphore(value: 0)
+        Thread {
+            try? value.wait.withLock { _ in
+                holding.signal()
+                _ = letGo.wait(timeout: .now() + 60)
+            }
+        }.start()
+        #expect(holding.wait(timeout: .now() + 30) == .success)
+        let provoked = 1000
+        for _ in 0..<provoked {
+            _ = try? value.wait(timeout: .nanoseconds(1)).withLock { _ in }
+        }
+        letGo.signal()
+        let leftAtStop = monitor.stop()
+        for _ in 0...QueueMonitor.pendingLimit { unblock.signal() }
+        // Every event is delivered or counted, once the handler's queue has drained.
+        #expect(
+            waitUntil("the handler's queue drains") {
+                events.all.count + events.all.reduce(0) { $0 + $1.omitted } + leftAtStop == provoked
+            }, "\(events.all.count) delivered, \(leftAtStop) at stop")
+        #expect(events.all.count <= QueueMonitor.pendingLimit + 1)
+    }
+
+    /// Thresholds of zero, below zero or never, and fewer than one event a second, are refused.
+    @Test func badThresholds_areRefused() {
+        for interval: DispatchTimeInterval in [.seconds(0), .milliseconds(-5), .never] {
+            #expect(throws: QueueSafeValueError.self) { try QueueMonitor.Thresholds(longHold: interval) }
+            #expect(throws: QueueSafeValueError.self) { try QueueMonitor.Thresholds(longWait: interval) }
+            #expect(throws: QueueSafeValueError.self) { try QueueMonitor.Thresholds(samplingPeriod: interval) }
+        }
+        #expect(throws: QueueSafeValueError.self) { try QueueMonitor.Thresholds(eventsPerSecond: 0) }
+        do {
+            _ = try QueueMonitor.Thresholds(longHold: .seconds(-1))
+        } catch {
+            guard case .invalidArgument(let message) = error else {
+                Issue.record("expected .invalidArgument, got \(error)")
+                return
+            }
+            #expect(message.contains("longHold"), "\(message)")
+        }
+    }
+
+    /// Starting a monitor stops the one before; a stopped monitor reports nothing.
+    @Test func startingAnother_stopsTheOneBefore() throws {
+        let first = QueueSafeValue<Never>.monitor(thresholds: try Self.thresholds()) { _ in }
+        #expect(first.isRunning)
+        let second = QueueSafeValue<Never>.monitor(thresholds: try Self.thresholds()) { _ in }
+        #expect(!first.isRunning && second.isRunning)
+        second.stop()
+        #expect(!second.isRunning && QueueMonitor.active == nil)
+    }
+}
