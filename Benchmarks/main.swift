@@ -29,7 +29,7 @@ idleThread.start()
 let configuration = options.quick ? RunConfiguration.quick : RunConfiguration.full
 let allScenarios =
     Baselines.all + BlockingScenarios.all + DispatchScenarios.all + AsyncScenarios.all + QueueDepthScenarios.all
-    + SharedReadScenarios.all + PriorityInversionScenarios.all + WidthScenarios.all
+    + SharedReadScenarios.all + PriorityInversionScenarios.all + WidthScenarios.all + MonitorScenarios.all
 let scenarios = Comparison.select(allScenarios, filter: options.filter)
 if scenarios.isEmpty {
     printError("Benchmarks: no scenario name contains '\(options.filter ?? "")'. Scenarios:")

@@ -22,6 +22,8 @@ public final class API: Sendable {
     public func flush() async throws -> Int { 0 }
     public func fetchCatalog(since version: Int) async throws -> Catalog { Catalog() }
     public func download(_ url: String) async throws -> [UInt8] { [] }
+    /// A slow, synchronous call (the stalled app of the "Finding what holds your value" article).
+    public func downloadStock() -> [String: Int] { [:] }
 }
 public let api = API()
 

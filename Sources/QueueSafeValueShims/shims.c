@@ -39,6 +39,8 @@ void qsv_sanitizer_ignore_accesses_end(void) {
 }
 
 // The name every thread starts with (on Linux, the program's name; empty on Apple platforms).
+intptr_t qsv_monitor_word = 0;
+
 static char qsv_default_name[64];
 
 #if defined(__APPLE__)

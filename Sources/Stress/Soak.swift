@@ -98,6 +98,10 @@ final class Soak: @unchecked Sendable {
     private let taskCount: Int
     private let queues: [DispatchQueue]
     private let commandQueue = CommandQueue()
+    /// The command queue's statistics, as the audit prints them.
+    var commandQueueStatistics: String {
+        commandQueue.statistics().map(String.init(describing:)) ?? "off"
+    }
     private let queueBook: Book
     private let queueSuccesses = AtomicCounter()
     private let record: CommandRecord
@@ -144,6 +148,8 @@ final class Soak: @unchecked Sendable {
 
     /// Runs the soak to the end and returns the audit.
     func run() -> Audit {
+        // Issue 46's figures: what the long-lived queue's operations waited, printed at the end.
+        commandQueue.collectStatistics()
         let group = DispatchGroup()
         for issuer in 0..<options.threads {
             group.enter()
@@ -585,11 +591,14 @@ struct Audit {
     var observerViolations = 0
     var generations = 0
     let outcomes: String
+    /// The command queue's statistics (see `QueueStatistics`).
+    let statistics: String
 
     init(seconds: Double, soak: Soak) {
         self.seconds = seconds
         operations = min(soak.tickets.value, soak.options.ops)
         inconsistentOutcomes = soak.inconsistent.value
+        statistics = soak.commandQueueStatistics
         tornReads = soak.tornReads.value
         outcomes =
             "ran \(soak.ran.value), timed out \(soak.timedOut.value), cancelled \(soak.cancelled.value), "

@@ -88,6 +88,7 @@ print("  shared reads that saw a half-applied write: \(audit.tornReads)")
 print("  observers: \(audit.observations) values seen, \(audit.observerViolations) out of order or not ending final")
 print("  values outliving their container: \(audit.valuesOutlivingContainers)")
 print("  hangs: \(audit.hangs)")
+print("  command queue statistics: " + audit.statistics.replacingOccurrences(of: "\n", with: "\n  "))
 if let report = audit.hangReport { print(report) }
 print(audit.failures == 0 ? "PASS" : "FAIL: \(audit.failures) findings")
 exit(audit.failures == 0 ? 0 : 1)

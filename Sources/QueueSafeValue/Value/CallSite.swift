@@ -18,11 +18,22 @@ struct CallSite {
         self.line = line
     }
 
+    /// The address of the file's text, or 0 for a string that has none (a single-scalar literal,
+    /// which `#fileID` never is): read from the string's words, so that it costs no checks where
+    /// the literal is a constant.
+    @inlinable
+    @inline(__always)
+    var fileAddress: Int {
+        // `StaticString` is frozen: its start (or scalar), its count, its flags (bit 0: a scalar).
+        let words = unsafeBitCast(file, to: (Int, Int, UInt8).self)
+        return words.2 & 1 == 0 ? words.0 : 0
+    }
+
     /// What a record keeps: the address of the file's text and the line (see ``KeptCallSite``).
     @inlinable
     @inline(__always)
     var kept: KeptCallSite {
-        KeptCallSite(file: file.hasPointerRepresentation ? UnsafeRawPointer(file.utf8Start) : nil, line: line)
+        KeptCallSite(file: UnsafeRawPointer(bitPattern: fileAddress), line: line)
     }
 }
 

@@ -283,10 +283,14 @@ extension CommandEngine {
                 // mutant(lock-order-inversion): sinceIsExact: machine.holderSinceIsExact, queue: queueIdentity.flatMap { DeadlockDetector.shared.label(ofQueue: $0) }, isWaitingForItsQueue: waitingForQueue,
                 sinceIsExact: machine.holderSinceIsExact, queue: nil, isWaitingForItsQueue: waitingForQueue,
                 queueIdentity: queueIdentity)
-            let kept = holderSite
-            holder.callSite = kept.site.shown
-            holder.priority = kept.priority
-            holder.party = holderParty(kind, word: word)
+            // Read once: a releasing holder clears it before it takes the lock this snapshot holds.
+            let thread = kind == .blocking || kind == .dispatch ? ownerThread.loadAcquire() : 0
+            if holderSiteIsCurrent(kind, thread: thread) {
+                let kept = holderSite
+                holder.callSite = kept.site.shown
+                holder.priority = kept.priority
+            }
+            holder.party = holderParty(kind, thread: thread, word: word)
         }
         let urgency = machine.holdUrgency
         if !urgency.isNone {
@@ -297,12 +301,26 @@ extension CommandEngine {
         return holder
     }
 
+    /// Whether the holder words name the current exclusive holder of `kind`: a command that took a
+    /// free value stores its call site a few instructions after its compare-and-swap, then its
+    /// owner word (the thread, the task, or the published dispatch command), releasing the call
+    /// site; until a report sees the owner, the words may still name the previous holder.
+    /// (A blocking holder that is releasing has cleared its owner word too: its call site is then
+    /// not shown either, though it would be right.)
+    private func holderSiteIsCurrent(_ kind: QueueDiagnostics.HolderKind, thread: Int) -> Bool {
+        switch kind {
+        // mutant(stale-holder-site-trusted): case .blocking: true
+        case .blocking: thread != 0
+        case .awaiting, .operation: ownerTask.loadAcquire() != 0
+        case .dispatch: thread != 0 || pendingDispatch.loadAcquire() != 0
+        }
+    }
+
     /// Who holds exclusively: a blocking command's thread, named only while the word makes its
     /// release go through the lock (which the caller holds), so that the thread is alive; a task.
-    private func holderParty(_ kind: QueueDiagnostics.HolderKind, word: Int) -> String? {
+    private func holderParty(_ kind: QueueDiagnostics.HolderKind, thread: Int, word: Int) -> String? {
         switch kind {
         case .blocking:
-            let thread = ownerThread.loadAcquire()
             guard thread != 0, word & (EngineWord.slowRelease | EngineWord.closed) != 0 else { return nil }
             return DeadlockDetector.describe(.thread(thread), name: DeadlockDetector.threadName(thread), queue: nil)
         case .awaiting, .operation:

@@ -1,4 +1,5 @@
 import Dispatch
+import QueueSafeValueShims
 
 // MARK: - QueueMonitor
 
@@ -55,10 +56,13 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
             self.longWait = longWait
             self.samplingPeriod = samplingPeriod
             self.eventsPerSecond = eventsPerSecond
+            longHoldNanoseconds = QueueMonitor.nanoseconds(longHold) ?? .max
+            longWaitNanoseconds = QueueMonitor.nanoseconds(longWait) ?? .max
         }
 
-        var longHoldNanoseconds: UInt64 { QueueMonitor.nanoseconds(longHold) ?? .max }
-        var longWaitNanoseconds: UInt64 { QueueMonitor.nanoseconds(longWait) ?? .max }
+        /// The thresholds in nanoseconds, worked out once (a hand-off compares with them).
+        let longHoldNanoseconds: UInt64
+        let longWaitNanoseconds: UInt64
     }
 
     /// One report: what happened to which value, where it was issued, and what held it.
@@ -164,17 +168,19 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
 
     // MARK: The running monitor
 
-    /// The running monitor's address (retained in ``started``), or 0: one load on a contended
-    /// command's path, and at a value's creation.
-    static let activeWord = AtomicWord(0)
-    /// Every monitor started, so that an address in ``activeWord`` always refers to a live one.
+    /// Whether a monitor runs: one load of a C global (`qsv_monitor_word`, the running monitor's
+    /// address, retained in ``started``), on a contended command's path and at a value's creation.
+    @inline(__always)
+    static var isActive: Bool { qsv_monitor_load() != 0 }
+
+    /// Every monitor started, so that the address in `qsv_monitor_word` always refers to a live one.
     // Unsafe: the list is touched only inside its own lock.
     private nonisolated(unsafe) static let started = LockedState.make([QueueMonitor]())
 
     /// The running monitor, if any.
     @inline(__always)
     static var active: QueueMonitor? {
-        let address = activeWord.loadAcquireUnobserved()
+        let address = qsv_monitor_load()
         guard address != 0, let pointer = UnsafeRawPointer(bitPattern: address) else { return nil }
         // Unmanaged: `started` keeps every monitor alive for the process's life.
         return Unmanaged<QueueMonitor>.fromOpaque(pointer).takeUnretainedValue()
@@ -187,7 +193,7 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
         let previous = started.withLock { started in
             started.append(monitor)
             let previous = active
-            activeWord.storeRelease(Int(bitPattern: Unmanaged.passUnretained(monitor).toOpaque()))
+            qsv_monitor_store(Int(bitPattern: Unmanaged.passUnretained(monitor).toOpaque()))
             return previous
         }
         previous?.stop()
@@ -202,7 +208,7 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
     @discardableResult
     public func stop() -> Int {
         let address = Int(bitPattern: Unmanaged.passUnretained(self).toOpaque())
-        _ = Self.activeWord.compareExchange(expected: address, desired: 0)
+        _ = qsv_monitor_compare_exchange(address, 0)
         let (left, engines) = state.withLock { state -> (Int, [CommandEngine]) in
             state.isStopped = true
             let left = state.droppedTotal + state.watched.values.reduce(0) { $0 + $1.omitted }
@@ -210,7 +216,10 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
             state.watched = [:]
             return (left, engines)
         }
-        for engine in engines { engine.monitoredWord.storeUnobserved(0) }
+        for engine in engines {
+            engine.monitoredWord.storeUnobserved(0)
+            engine.ownLongWaitWord.storeUnobserved(0)
+        }
         watchdogQueue.sync {
             timer?.cancel()
             timer = nil
@@ -232,7 +241,12 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
             if let thresholds { state.watched[key]?.thresholds = thresholds }
             return true
         }
-        if added { engine.monitoredWord.storeUnobserved(1) }
+        guard added else { return }
+        engine.monitoredWord.storeUnobserved(1)
+        // Its own long-wait threshold, in milliseconds, where a hand-off reads it without this lock.
+        if let thresholds {
+            engine.ownLongWaitWord.storeUnobserved(Int(clamping: max(1, thresholds.longWaitNanoseconds / 1_000_000)))
+        }
     }
 
     /// The thresholds for `engine`: its own, or the monitor's.

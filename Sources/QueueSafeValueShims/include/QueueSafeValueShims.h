@@ -21,6 +21,24 @@ static inline void qsv_atomic_store_release(intptr_t *word, intptr_t value) {
     __atomic_store_n(word, value, __ATOMIC_RELEASE);
 }
 
+/// The running `QueueMonitor`'s address, or 0: a plain C global, so that a contended command's
+/// check of it is one load (a Swift global would be a lazy initialization check and a retain).
+extern intptr_t qsv_monitor_word;
+
+static inline intptr_t qsv_monitor_load(void) {
+    return __atomic_load_n(&qsv_monitor_word, __ATOMIC_ACQUIRE);
+}
+
+static inline void qsv_monitor_store(intptr_t value) {
+    __atomic_store_n(&qsv_monitor_word, value, __ATOMIC_RELEASE);
+}
+
+/// Replaces `expected` with `desired`; returns whether it did.
+static inline int qsv_monitor_compare_exchange(intptr_t expected, intptr_t desired) {
+    return __atomic_compare_exchange_n(
+        &qsv_monitor_word, &expected, desired, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
 static inline void qsv_atomic_store_relaxed(intptr_t *word, intptr_t value) {
     __atomic_store_n(word, value, __ATOMIC_RELAXED);
 }

@@ -131,6 +131,54 @@ enum CheckerScenarios {
         return { run.finalCheck(value.engine, commands: ["t0", "t1", "b2"]) }
     }
 
+    /// The monitor's watchdog (issue 46) samples the holder while commands hand the value on: a hold
+    /// it reports is named by its own call site or by none (a command that took the value a few
+    /// instructions ago), never by the previous holder's; and a hold that ended is never still
+    /// reported as held (the machine's invariant, at every step). The threshold is 0, so that every
+    /// sample of a held value reports.
+    static let monitorWatchdog = CheckerScenario(
+        name: "the monitor's watchdog samples holders as they hand on", preemptionBound: 2
+    ) { world in
+        let run = CheckerRun(world)
+        let value = QueueSafeValue(value: 0, label: "watched")
+        world.quiescentCheck = run.quiescentCheck([value.engine])
+        let reports = Mailbox<[QueueMonitor.Event]>()
+        reports.value = []
+        let lines = Mailbox<[String: Int]>()
+        lines.value = [:]
+        world.spawn("A") {
+            lines.value?["A"] = #line + 1
+            value.wait.set { $0 += 1 }
+        }
+        world.spawn("B") {
+            lines.value?["B"] = #line + 1
+            value.wait.priority(.high).set { $0 += 1 }
+        }
+        world.spawn("watchdog") {
+            for _ in 0..<2 {
+                guard let event = value.engine.sampleHold(longHold: 0) else { continue }
+                reports.value = (reports.value ?? []) + [event]
+            }
+        }
+        return {
+            let count = value.engine.withMachine { _, _ in () }  // quiet: every command ended
+            _ = count
+            guard (try? value.wait.read { $0 }) == 2 else {
+                return "the value counts \(String(describing: try? value.wait.read { $0 })) of 2 commands"
+            }
+            for event in reports.value ?? [] {
+                guard let line = event.callSite?.line else { continue }  // taken a moment ago: not named
+                // The thread named as the holder (read with the call site, under the lock) issued that line.
+                let party = event.diagnostics?.holder?.party ?? ""
+                let issuer = (lines.value ?? [:]).first { $0.value == line }?.key
+                guard let issuer, party.contains("thread '\(issuer)'") else {
+                    return "a long hold held by \(party) was named by line \(line), another command's: \(event)"
+                }
+            }
+            return nil
+        }
+    }
+
     static let cancellation = CheckerScenario(
         name: "tasks cancelled before, while and after they wait", preemptionBound: 2
     ) {

@@ -14,6 +14,7 @@ extension Explorers {
         /// unless a scenario chooses another.
         static let onLinux: [CheckerScenario] = [
             CheckerScenarios.mixedCommands, CheckerScenarios.arrivalOrder, CheckerScenarios.deadlines,
+            CheckerScenarios.monitorWatchdog,
             CheckerScenarios.cancellation, CheckerScenarios.manualCompletions, CheckerScenarios.containerRelease,
             CheckerScenarios.cancelAllOperations, CheckerScenarios.attachRaces, CheckerScenarios.discardable,
             CheckerScenarios.standardOperations, CheckerScenarios.widthSlots, CheckerScenarios.widthLowered,

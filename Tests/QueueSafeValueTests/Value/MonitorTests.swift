@@ -257,3 +257,63 @@ import Testing
         #expect(!second.isRunning && QueueMonitor.active == nil)
     }
 }
+
+/// The opt-in statistics (issue 46): off by default; on, they count the commands that waited, those
+/// handed the value, per-priority wait histograms, timeouts, and the longest hold; a reset starts
+/// from zero.
+@Suite(.runsAlongsideOthers) struct StatisticsTests {
+    @Test func statistics_countContendedCommands_andReset() throws {
+        let value = QueueSafeValue(value: 0, label: "statistics")
+        #expect(value.statistics() == nil, "off by default")
+        value.collectStatistics()
+        let holding = DispatchSemaphore(value: 0)
+        let letGo = DispatchSemaphore(value: 0)
+        let holder = DispatchQueue(label: "statistics.holder")
+        holder.async {
+            try? value.wait.withLock { _ in
+                holding.signal()
+                _ = letGo.wait(timeout: .now() + 30)
+            }
+        }
+        #expect(holding.wait(timeout: .now() + 30) == .success)
+        let done = DispatchGroup()
+        for priority in [CommandPriority.high, .low, .low] {
+            done.enter()
+            value.async(performIn: DispatchQueue(label: "statistics.\(priority)")).priority(priority).set(
+                accessClosure: { $0 += 1 }, completion: { _ in done.leave() })
+        }
+        let refused = Result { () throws(QueueSafeValueError) in
+            try value.wait(timeout: .milliseconds(1)).withLock { $0 }
+        }
+        guard case .failure(.timedOut) = refused else {
+            Issue.record("expected .timedOut, got \(refused)")
+            letGo.signal()
+            return
+        }
+        usleep(20_000)  // the holder holds a while longer: its hold is seen to last
+        letGo.signal()
+        #expect(done.wait(timeout: .now() + 30) == .success)
+        let figures = try #require(value.statistics(reset: true))
+        #expect(figures.contendedCommands == 4, "\(figures)")
+        #expect(figures.handedOn == 3, "\(figures)")
+        #expect(figures.timeouts == 1 && figures.deadlocks == 0, "\(figures)")
+        #expect(figures.waits[.high]?.reduce(0, +) == 1 && figures.waits[.low]?.reduce(0, +) == 2, "\(figures)")
+        #expect(figures.waits.values.allSatisfy { $0.count == QueueStatistics.bucketCount })
+        #expect(figures.longestWait >= 0.01, "the waits lasted the hold's 20 ms at least: \(figures)")
+        #expect(figures.longestHold >= 0.01, "\(figures)")
+        let fresh = try #require(value.statistics())
+        #expect(fresh.contendedCommands == 0 && fresh.handedOn == 0 && fresh.timeouts == 0 && fresh.waits.isEmpty)
+        value.collectStatistics(false)
+        #expect(value.statistics() == nil)
+    }
+
+    @Test func histogramBuckets_areLogScaleMilliseconds() {
+        #expect(Figures.bucket(0) == 0)
+        #expect(Figures.bucket(1) == 1)
+        #expect(Figures.bucket(2) == 2 && Figures.bucket(3) == 2)
+        #expect(Figures.bucket(4) == 3 && Figures.bucket(7) == 3)
+        #expect(Figures.bucket(.max) == QueueStatistics.bucketCount - 1)
+        #expect(QueueStatistics.bucketLimit(0) == 1 && QueueStatistics.bucketLimit(3) == 8)
+        #expect(QueueStatistics.bucketLimit(QueueStatistics.bucketCount - 1) == nil)
+    }
+}

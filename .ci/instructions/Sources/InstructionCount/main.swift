@@ -102,6 +102,51 @@ func run(_ scenario: String, _ operations: Int) {
         allDone.wait()
         check(try! value.wait.highestPriority.get().get() == operations, "async(performIn:).set lost updates")
 
+    case "async(performIn:).set handed on", "async(performIn:).set handed on, monitor on":
+        // Every command waits and is handed the value by a release (issue 46's contended hand-off):
+        // a thread holds the value while the commands are issued, then lets go; each command's
+        // block hands the value to the next. With the monitor on, a hand-off also reads the clock to
+        // see whether the wait was long (thresholds no wait reaches), and the watchdog samples.
+        let monitor =
+            scenario.hasSuffix("monitor on")
+            ? QueueSafeValue<Never>.monitor(
+                thresholds: try! .init(longHold: .seconds(3600), longWait: .seconds(3600))
+            ) { _ in } : nil
+        let value = QueueSafeValue(value: 0)
+        let queue = DispatchQueue(label: "count.dispatch.handedOn")
+        let holding = DispatchSemaphore(value: 0)
+        let letGo = DispatchSemaphore(value: 0)
+        let holder = DispatchQueue(label: "count.dispatch.holder")
+        holder.async {
+            value.wait.highestPriority.set { _ in
+                holding.signal()
+                letGo.wait()
+            }
+        }
+        holding.wait()
+        let completed = Counter()
+        let allDone = DispatchSemaphore(value: 0)
+        for _ in 0..<operations {
+            value.async(performIn: queue).highestPriority.set(
+                accessClosure: { $0 += 1 },
+                completion: { _ in
+                    completed.value += 1
+                    if completed.value == operations { allDone.signal() }
+                }
+            )
+        }
+        letGo.signal()
+        allDone.wait()
+        monitor?.stop()
+        check(try! value.wait.highestPriority.get().get() == operations, "handed-on sets lost updates")
+
+    case "wait.set uncontended, monitor on":
+        let monitor = QueueSafeValue<Never>.monitor { _ in }
+        let value = QueueSafeValue(value: 0)
+        for _ in 0..<operations { value.wait.highestPriority.set { $0 += 1 } }
+        monitor.stop()
+        check(try! value.wait.highestPriority.get().get() == operations, "wait.set with a monitor lost updates")
+
     case "mutex uncontended":
         let shared = MutexCounter()
         for _ in 0..<operations { shared.mutex.withLock { $0 += 1 } }

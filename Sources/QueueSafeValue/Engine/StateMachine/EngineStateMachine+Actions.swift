@@ -31,9 +31,6 @@ extension EngineStateMachine {
         /// it is started (see ``Urgency``); `none` if there is nothing to raise.
         var urgency: Urgency
         var kind: CommandKind
-        /// When it began to wait (``CommandHeap/Entry/arrivedAt``), for the monitor's long waits;
-        /// 0 when not known (granted ahead of the waiting order, or as part of a batch of reads).
-        var arrivedAt: UInt32 = 0
         /// It is a shared read: it holds beside other readers, and releases by its ticket (a
         /// dispatched one is not published in the dispatched holder's slot).
         var shared: Bool
@@ -60,10 +57,11 @@ extension EngineStateMachine {
         /// section a release freed (``claim(_:parking:word:now:)``); a command that arrives
         /// meanwhile may take it first.
         case claim(Handle)
-        /// A hold the monitor reported as long (``Hold/isReportedLong``) ended, after at least this
-        /// many nanoseconds: the storage reports its end, naming the holder from the words that
-        /// still name it.
-        case longHoldEnded(nanoseconds: UInt64)
+        /// A hold the monitor reported as long (``Hold/isReportedLong``) ended, after at least
+        /// ``EngineStateMachine/endedLongHold`` nanoseconds: the storage reports its end, naming the
+        /// holder from the words that still name it. (No payload: a case with a number would make
+        /// every action a word larger, and every release copy its actions.)
+        case longHoldEnded
     }
 
     /// What the storage performs after a transition, once the engine lock is released, in this

@@ -78,7 +78,6 @@ extension EngineStateMachine {
             return false
         }
         hold.foundHeld()
-        // mutant(watch-restamps-hold): if true {
         if observed & EngineWord.slowRelease == 0 {
             // The holder took a free section unseen: it has held it at least since now.
             hold.stamp(now, exact: false)

@@ -118,6 +118,23 @@ struct EngineStateMachine {
     var discarding = Discarding()
     /// The eventually fair mode (`Barging.swift`).
     var barging: Barging
+    /// The opt-in statistics (`Figures.swift`): `nil` while off.
+    var figures: Figures?
+    /// How long the last hold the monitor reported as long lasted, in nanoseconds (at least): read
+    /// with ``Other/longHoldEnded``.
+    private(set) var endedLongHold: UInt64 = 0
+    /// When the command this transition granted from the waiting order began to wait
+    /// (``CommandHeap/Entry/arrivedAt``), for the monitor's long waits; 0 when none was, or it is
+    /// not known (granted ahead of the order, or in a batch of reads). Kept beside the actions, not
+    /// in them: a larger grant made every release copy its actions. Read once, by the transition's
+    /// perform (``takeGrantArrival()``).
+    private var grantArrival: UInt32 = 0
+
+    /// ``grantArrival``, cleared for the next transition.
+    mutating func takeGrantArrival() -> UInt32 {
+        defer { grantArrival = 0 }
+        return grantArrival
+    }
     /// - Parameters:
     ///   - maxOvertakes: `nil` for strict priority (the default), or how many commands that
     ///     arrived after a waiting command may be granted before it (see ``CommandFairness``).
@@ -202,6 +219,7 @@ struct EngineStateMachine {
         let arrival = table.enqueue(ticket.slot, priority: priority, now: now)
         bound.arrived(ticket, sequence: arrival)
         barging.arrived(ticket.slot, at: now)
+        figures?.contended += 1
         word |= EngineWord.slowRelease
         return .queued(ticket)
     }
@@ -246,9 +264,8 @@ struct EngineStateMachine {
     /// the section.
     /// - Returns: the word to store.
     mutating func handOn(_ actions: inout Actions, closedBit: Int, now: UInt64, releaserQueue: Int) -> Int {
-        if hold.takeReportedLong() {
-            actions.others.append(.longHoldEnded(nanoseconds: now >= hold.since ? now - hold.since : 0))
-        }
+        let reportedLong = hold.takeReportedLong()
+        if reportedLong || figures != nil { noteHoldEnded(&actions, reportedLong: reportedLong, now: now) }
         hold.stamp(0, exact: false)
         actions.endBoost = inheritance.endHold()
         if barging.isActive, let first = table.firstWaitingEntry() {
@@ -271,6 +288,28 @@ struct EngineStateMachine {
         }
         return grantPopped(
             &actions, slot: slot, kind: kind, closedBit: closedBit, now: now, releaserQueue: releaserQueue)
+    }
+
+    /// The hold ends (``handOn(_:closedBit:now:releaserQueue:)``) while the monitor reported it as long,
+    /// or statistics are on: its end is reported, its length counted. Out of line: a hand-on
+    /// without either pays one test.
+    @inline(never)
+    mutating func noteHoldEnded(_ actions: inout Actions, reportedLong: Bool, now: UInt64) {
+        let length = hold.since != 0 && now >= hold.since ? now - hold.since : 0
+        if reportedLong {
+            endedLongHold = length
+            actions.others.append(.longHoldEnded)
+        }
+        if length > 0 { figures?.holdEnded(after: length) }
+    }
+
+    /// Statistics are on: the command just popped (``RecordTable/lastPoppedArrival``) is handed the
+    /// section.
+    @inline(never)
+    mutating func noteHandedOn(now: UInt64) {
+        guard table.lastPoppedArrival != 0 else { return }
+        let waited = UInt32(truncatingIfNeeded: now / 1_000_000) &- table.lastPoppedArrival
+        figures?.handedOn(priority: table.lastPoppedPriority, waited: waited)
     }
 
     /// Grants the section to the waiting command in `slot`, just popped from the waiting order
@@ -299,7 +338,8 @@ struct EngineStateMachine {
         // Decided before the record goes: a helper is found among the records still waiting.
         actions.grant = grant(
             next, kind: kind, urgency: inherited, releaserQueue: releaserQueue, boosted: actions.endBoost)
-        actions.grant?.arrivedAt = table.lastPoppedArrival
+        grantArrival = table.lastPoppedArrival
+        if figures != nil { noteHandedOn(now: now) }
         var word = closedBit | kind.wordBits
         if kind == .operation {
             table[slot].state = .holding

@@ -106,19 +106,26 @@ struct Hold {
     }
 
     /// The monitor reported the current hold as long (``EngineStateMachine/reportLongHold(now:threshold:)``):
-    /// its end is reported too (``EngineStateMachine/Other/longHoldEnded(nanoseconds:)``).
+    /// its end is reported too (``EngineStateMachine/Other/longHoldEnded``).
     private(set) var isReportedLong = false
+    /// Counts the holds the machine has seen end (a hand-on, a freed section), so that the
+    /// invariant can tell the hold reported as long from the next one.
+    private var holds: UInt32 = 0
+    /// ``holds`` when the current hold was reported as long.
+    private var reportedHold: UInt32 = 0
 
     /// The monitor reports the current hold as long.
     /// - Returns: `false` if it had been reported already.
     mutating func markReportedLong() -> Bool {
         guard !isReportedLong else { return false }
         isReportedLong = true
+        reportedHold = holds
         return true
     }
 
     /// The hold ends: whether it had been reported as long (and from now on, it is not).
     mutating func takeReportedLong() -> Bool {
+        holds &+= 1
         // mutant(finished-hold-still-reported): return isReportedLong
         defer { isReportedLong = false }
         return isReportedLong
@@ -156,6 +163,7 @@ struct Hold {
     mutating func free() {
         assert(readers.isEmpty && idleReaders == 0, "freed while readers hold")
         holder = .free
+        holds &+= 1
         isReportedLong = false
     }
 
@@ -197,6 +205,10 @@ struct Hold {
         }
         if (holder == .readers) != !readers.isEmpty { return "the holder is \(holder) with \(readers.count) readers" }
         if Set(readers).count != readers.count { return "a reader listed twice" }
+        if isReportedLong && (reportedHold != holds || !EngineWord.isHeld(word)) {
+            return
+                "a hold that ended is still reported as held (reported as long, the monitor would report its successor's end as its own)"
+        }
         switch holder {
         case .free:
             if slow && EngineWord.isHeld(word) {

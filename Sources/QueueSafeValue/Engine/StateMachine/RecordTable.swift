@@ -130,6 +130,8 @@ struct RecordTable {
     private var heap = CommandHeap()
     /// When the command ``popWaiting()`` returned last began to wait (``CommandHeap/Entry/arrivedAt``).
     private(set) var lastPoppedArrival: UInt32 = 0
+    /// Its priority.
+    private(set) var lastPoppedPriority = CommandPriority.medium
 
     /// A command was granted without ``popWaiting()``: ``lastPoppedArrival`` is not its.
     mutating func forgetPoppedArrival() { lastPoppedArrival = 0 }
@@ -262,6 +264,7 @@ struct RecordTable {
             if records[Int(entry.slot)].state == .waiting {
                 stopsWaiting(entry.slot)
                 lastPoppedArrival = entry.arrivedAt
+                lastPoppedPriority = CommandHeap.priority(of: entry.key)
                 return (entry.slot, records[Int(entry.slot)].kind)
             }
             deadEntries -= 1

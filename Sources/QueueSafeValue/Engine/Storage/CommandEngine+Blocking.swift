@@ -25,29 +25,33 @@ extension CommandEngine {
     ///   inside this section already), `.timedOut`, `.deadlock`, `.invalidArgument` (a negative
     ///   timeout).
     @inlinable
+    @inline(__always)
     final func acquireBlocking(
         priority: CommandPriority, timeout: DispatchTimeInterval?, site: CallSite
     ) -> QueueSafeValueError? {
         let deadline: DispatchTime?
         do { deadline = try commandDeadline(after: timeout) } catch { return error }
         let thread = currentThreadID()
-        if tryAcquireIdle(.blocking) {
-            ownerThread.storeRelaxed(thread)
-            keepHolderSite(site)
+        let words = self.words
+        if tryAcquireIdle(.blocking, in: words) {
+            keepHolder(thread: thread, site: site, in: words)
             return nil
         }
-        return acquireBlockingSlow(priority: priority, deadline: deadline, thread: thread, site: site.kept)
+        return acquireBlockingSlow(priority: priority, deadline: deadline, thread: thread, site: site)
     }
 
+    // Never inlined: the idle path above is what a command's call site inlines (the
+    // `wait.set uncontended` instruction row).
     @usableFromInline
+    @inline(never)
     final func acquireBlockingSlow(
         priority: CommandPriority,
         deadline: DispatchTime?,
         thread: Int,
-        site: KeptCallSite
+        site: CallSite
     ) -> QueueSafeValueError? {
         let waiter = BlockingWaiter.forCurrentThread()
-        waiter.keptSite = site
+        waiter.keptSite = site.kept
         let reentrant =
             ownerThread.loadRelaxed() == thread || isInsideRunningSection() || isInsideSharedRead(thread: thread)
         switch enqueue(waiter, kind: .blocking, priority: priority, reentrant: reentrant) {
@@ -57,7 +61,7 @@ extension CommandEngine {
             return error
         case .queued(let ticket):
             if let error = waiter.waitForGrant(engine: self, ticket: ticket, deadline: deadline) {
-                return reportingRefusal(error, site: site, priority: priority)
+                return reportingRefusal(error, site: site.kept, priority: priority)
             }
         }
         ownerThread.storeRelaxed(thread)

@@ -5,10 +5,16 @@ import Dispatch
 // samples holders under the engine lock (`sampleHold`); contended commands report long waits,
 // timeouts and deadlocks after unlocking.
 extension CommandEngine {
-    /// A command had to wait: if a monitor runs and does not watch this engine yet, it does from
-    /// now on (so that its long holds are sampled).
+    /// A command asked for the section through the lock: if a monitor runs and does not watch
+    /// this engine yet, it does from now on (so that its long holds are sampled). One load when
+    /// no monitor runs.
     @inline(__always)
     final func noteContention() {
+        if QueueMonitor.isActive { watchFromNowOn() }
+    }
+
+    @inline(never)
+    private func watchFromNowOn() {
         if monitoredWord.peekForAssertion() == 0, let monitor = QueueMonitor.active { monitor.watch(self) }
     }
 
@@ -44,7 +50,8 @@ extension CommandEngine {
         guard arrivedAt != 0, let monitor = QueueMonitor.active else { return nil }
         let now = machineNow()
         let waited = UInt64(UInt32(truncatingIfNeeded: now / 1_000_000) &- arrivedAt) * 1_000_000
-        guard waited >= monitor.thresholds(for: self).longWaitNanoseconds else { return nil }
+        let own = UInt64(UInt(bitPattern: ownLongWaitWord.peekForAssertion())) * 1_000_000
+        guard waited >= (own != 0 ? own : monitor.thresholds.longWaitNanoseconds) else { return nil }
         return QueueMonitor.Event(
             kind: .longWait, value: displayName, duration: Double(waited) / 1e9, callSite: next.keptSite.shown,
             priority: next.issuedPriority, heldBy: endedSite.shown, diagnostics: nil, deadlock: nil, omitted: 0,
@@ -66,11 +73,17 @@ extension CommandEngine {
     }
 
     /// A command issued at `site` with `priority` was refused after it waited: a timeout or a
-    /// deadlock is reported to the running monitor. Returns `error`.
+    /// deadlock is counted (if statistics are on) and reported to the running monitor. Returns
+    /// `error`.
     @discardableResult
     final func reportingRefusal(
         _ error: QueueSafeValueError, site: KeptCallSite, priority: CommandPriority
     ) -> QueueSafeValueError {
+        switch error {
+        case .timedOut: withMachineLocked { $0.noteRefusal(deadlock: false) }
+        case .deadlock: withMachineLocked { $0.noteRefusal(deadlock: true) }
+        default: return error
+        }
         guard let monitor = QueueMonitor.active else { return error }
         let kind: QueueMonitor.Event.Kind
         var diagnostics: QueueDiagnostics?

@@ -3,7 +3,7 @@
 // in two halves, because a grant's publication belongs to the transition's lock section and
 // everything else must wait until the lock is released:
 //
-// - `prepare(_:_:)`, under the engine lock, right after the transition: marks the granted waiter,
+// - `prepare(_:_:endedLongHold:grantArrival:)`, under the engine lock, right after the transition: marks the granted waiter,
 //   publishes a granted dispatched command (in the dispatched holder's slot, or as a helper's job),
 //   and reads from the waiters what the rest needs (their continuations and tasks are guarded by
 //   this lock). It runs no user code, signals nothing and releases no reference.
@@ -13,7 +13,7 @@
 //   completion, starts shared reads.
 extension CommandEngine {
     /// A rarer action (``EngineStateMachine/Other``) with what it needs from its waiter, read under
-    /// the engine lock by ``prepare(_:_:)``.
+    /// the engine lock by ``prepare(_:_:endedLongHold:grantArrival:)``.
     enum Deferred {
         /// The task of a command that left: resume it.
         case resume(TurnContinuation)
@@ -53,7 +53,8 @@ extension CommandEngine {
         // the compiler then moves them instead of copying every reference they hold.
         var actions = machine.withLock { machine in
             var actions = transition(&machine)
-            nextHolder = prepare(&actions, &deferred)
+            nextHolder = prepare(
+                &actions, &deferred, endedLongHold: machine.endedLongHold, grantArrival: machine.takeGrantArrival())
             lowersBoost = machine.takeBoostSync()
             return actions
         }
@@ -68,7 +69,9 @@ extension CommandEngine {
     /// need.
     /// - Returns: the nextHolder's thread and task, if the grant inherits an urgency.
     @inline(__always)
-    private func prepare(_ actions: inout Machine.Actions, _ deferred: inout [Deferred]) -> NextHolder {
+    private func prepare(
+        _ actions: inout Machine.Actions, _ deferred: inout [Deferred], endedLongHold: UInt64, grantArrival: UInt32
+    ) -> NextHolder {
         for other in actions.others {
             switch other {
             case .left(let waiter):
@@ -90,9 +93,9 @@ extension CommandEngine {
                 deferred.append(.postJob(helper))
             case .claim(let waiter):
                 deferred.append(.postClaim(waiter))
-            case .longHoldEnded(let nanoseconds):
+            case .longHoldEnded:
                 // Before the grant below: the holder's words still name the hold that ended.
-                if let event = longHoldEnded(nanoseconds: nanoseconds) { deferred.append(.report(event)) }
+                if let event = longHoldEnded(nanoseconds: endedLongHold) { deferred.append(.report(event)) }
             }
         }
         // Moved out and back, so that reading it retains nothing.
@@ -101,8 +104,8 @@ extension CommandEngine {
         let next = grant.handle
         next.isGranted = true
         next.isGrantedShared = grant.shared
-        if grant.arrivedAt != 0, QueueMonitor.activeWord.peekForAssertion() != 0,
-            let event = longWait(of: next, arrivedAt: grant.arrivedAt, endedSite: holderSite.site)
+        if grantArrival != 0, QueueMonitor.isActive,
+            let event = longWait(of: next, arrivedAt: grantArrival, endedSite: holderSite.site)
         {
             deferred.append(.report(event))
         }
@@ -125,7 +128,7 @@ extension CommandEngine {
         return grant.urgency.isNone ? (0, 0) : (next.threadToBoost, next.taskToEscalate)
     }
 
-    /// After unlocking: carries out the actions ``prepare(_:_:)`` prepared, in the order
+    /// After unlocking: carries out the actions ``prepare(_:_:endedLongHold:grantArrival:)`` prepared, in the order
     /// ``EngineStateMachine/Actions`` gives.
     /// - Returns: the granted command when the machine chose the releasing block to run it.
     @inline(__always)

@@ -20,6 +20,16 @@ extension CommandEngine {
     /// Before: `kind` is an exclusive kind. After, if it took the section: the word shows `kind`
     /// as the holder (nothing else can change the holder bits until it releases).
     final func tryAcquireIdle(_ kind: CommandKind) -> Bool {
+        tryAcquireIdle(kind, in: words)
+    }
+
+    /// ``tryAcquireIdle(_:)`` on the engine's words as the caller loaded them: a caller that goes on
+    /// to store other words of the engine (the holder's) reuses them instead of loading them again
+    /// after the compare-and-swap.
+    @inlinable
+    @inline(__always)
+    final func tryAcquireIdle(_ kind: CommandKind, in words: AtomicWords) -> Bool {
+        let state = AtomicWord(words, index: Word.state.rawValue)
         SyncPoints.commandPoint("command arrives at", self, kind)
         assert(kind.wordBits & ~EngineWord.holderMask == 0 && kind.wordBits != 0, "an idle take of no holder kind")
         let taken = state.compareExchange(expected: 0, desired: kind.wordBits)
@@ -38,6 +48,15 @@ extension CommandEngine {
     /// release: the word still shows it, with `slowRelease` or `closed` announced; the section is
     /// the caller's to hand on through the lock.
     final func tryReleaseIdle(_ kind: CommandKind) -> Bool {
+        tryReleaseIdle(kind, in: words)
+    }
+
+    /// ``tryReleaseIdle(_:)`` on the engine's words as the caller loaded them (see
+    /// ``tryAcquireIdle(_:in:)``).
+    @inlinable
+    @inline(__always)
+    final func tryReleaseIdle(_ kind: CommandKind, in words: AtomicWords) -> Bool {
+        let state = AtomicWord(words, index: Word.state.rawValue)
         SyncPoints.commandPoint("command releases", self, kind)
         assert(
             state.peekForAssertion() & EngineWord.holderMask == kind.wordBits,

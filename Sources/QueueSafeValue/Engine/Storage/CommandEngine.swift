@@ -68,6 +68,12 @@ class CommandEngine: @unchecked Sendable {
         /// The thread running a synchronous closure in the section (or waiting for its `done()`),
         /// or 0.
         case ownerThread
+        /// The call site of the exclusive holder (``keepHolder(thread:site:)``): the address of
+        /// its `#fileID` and its line, written by the holder when it takes a free section and by
+        /// the storage when it grants one; read by reports only. Not cleared on release: a report
+        /// reads them only while the state word shows an exclusive holder.
+        case holderFile
+        case holderLine  // right after `holderFile`, and both after `ownerThread`: see `keepHolder(thread:site:)`
         /// The task section's generation, with its sign saying whether a task section is held:
         /// positive `g` while the `g`th task section is held, `-g` once it ended (so the next one is
         /// `g + 1`, and a task-local record of an ended section never matches the word); only the
@@ -83,14 +89,11 @@ class CommandEngine: @unchecked Sendable {
         /// How many observers a value has (see `Observation.swift`); 0 for a command queue. Read
         /// relaxed by every command that may change the value, before its release.
         case observing
-        /// The call site of the exclusive holder (``keepHolderSite(_:)-(CallSite)``): the address of
-        /// its `#fileID` and its line, written by the holder when it takes a free section and by
-        /// the storage when it grants one; read by reports only. Not cleared on release: a report
-        /// reads them only while the state word shows an exclusive holder.
-        case holderFile
-        case holderLine
         /// 1 while the running ``QueueMonitor`` watches this engine, else 0 (read on the slow path only).
         case monitored
+        /// This engine's own long-wait threshold in the running monitor, in milliseconds; 0: the
+        /// monitor's (read at a hand-off while a monitor runs).
+        case ownLongWait
         // The one-entry queue identity cache (see ``queueIdentity(of:)``): a version, odd while it
         // is written; the cached queue's address; its identity; and the cached queue itself,
         // retained, so that no other queue can have that address while the entry names it.
@@ -117,6 +120,7 @@ class CommandEngine: @unchecked Sendable {
     @inlinable @inline(__always) final var holderFile: AtomicWord { word(.holderFile) }
     @inlinable @inline(__always) final var holderLine: AtomicWord { word(.holderLine) }
     @inline(__always) final var monitoredWord: AtomicWord { word(.monitored) }
+    @inline(__always) final var ownLongWaitWord: AtomicWord { word(.ownLongWait) }
     @inline(__always) final var queueCacheVersion: AtomicWord { word(.queueCacheVersion) }
     @inline(__always) final var queueCacheAddress: AtomicWord { word(.queueCacheAddress) }
     @inline(__always) final var queueCacheID: AtomicWord { word(.queueCacheID) }
@@ -135,7 +139,7 @@ class CommandEngine: @unchecked Sendable {
         isEventuallyFair = fairness.bargingBound != nil
         machine = LockedState.make(Machine(maxOvertakes: fairness.maxOvertakes, bargingBound: fairness.bargingBound))
         // Created while a monitor runs: watched from the start (one load otherwise).
-        QueueMonitor.active?.watch(self)
+        if QueueMonitor.isActive { QueueMonitor.active?.watch(self) }
     }
 
     /// The time the machine's transitions are given (``Hold/since``, and the eventually fair mode's
@@ -188,7 +192,29 @@ class CommandEngine: @unchecked Sendable {
     @inlinable
     @inline(__always)
     final func keepHolderSite(_ site: CallSite) {
-        keepHolderSite(site.kept)
+        // Constants where the command is inlined: an address and a line, stored.
+        holderFile.storeUnobserved(site.fileAddress)
+        holderLine.storeUnobserved(site.line < 1 << 23 ? Int(truncatingIfNeeded: site.line) : 0)
+    }
+
+    /// A blocking command issued at `site` took a free section on the calling thread `thread`:
+    /// the idle path's stores, made through one address in `words` (the engine's words, as the
+    /// caller loaded them for its compare-and-swap; the three words are neighbours).
+    @inlinable
+    @inline(__always)
+    final func keepHolder(thread: Int, site: CallSite, in words: AtomicWords) {
+        let owner = words.address(Word.ownerThread.rawValue)
+        // The call site first (constants where the command is inlined: an address and a line),
+        // the owner last, releasing them: a report trusts the call site only once it sees the
+        // owner (`holderSiteIsCurrent`), so it never names the previous holder's line.
+        qsv_atomic_store_relaxed(
+            owner + (Word.holderFile.rawValue - Word.ownerThread.rawValue),
+            site.fileAddress)
+        qsv_atomic_store_relaxed(
+            owner + (Word.holderLine.rawValue - Word.ownerThread.rawValue),
+            site.line < 1 << 23 ? Int(truncatingIfNeeded: site.line) : 0)
+        SyncPoints.atomic()  // the owner's store, as `ownerThread.storeRelease` would be
+        qsv_atomic_store_release(owner, thread)
     }
 
     /// The command issued at `site` holds the section now: it took a free one (its priority then
@@ -239,8 +265,10 @@ class CommandEngine: @unchecked Sendable {
     @discardableResult
     final func releaseReturningInline(_ kind: CommandKind, releaserQueue: Int = 0) -> Waiter? {
         // Cleared first: once the word says free, another thread may take the section and set them.
-        ownerThread.storeRelaxed(0)
-        if tryReleaseIdle(kind) { return nil }
+        // The words are loaded once for both (the store would make the compiler load them again).
+        let words = self.words
+        AtomicWord(words, index: Word.ownerThread.rawValue).storeRelaxed(0)
+        if tryReleaseIdle(kind, in: words) { return nil }
         return releaseSlow(releaserQueue: releaserQueue)
     }
 
@@ -256,16 +284,14 @@ class CommandEngine: @unchecked Sendable {
         waiter.issuedPriority = priority
         let admission = machine.withLock { machine in
             transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
-                machine.enqueue(
+                let admission = machine.enqueue(
                     waiter, kind: kind, priority: priority, reentrant: reentrant, word: &word, now: machineNow())
+                // Granted at once: it holds the section now, as if it had taken it on the idle path.
+                if case .granted = admission { keepHolderSite(waiter.keptSite, priority: priority) }
+                return admission
             }
         }
-        // Granted at once: it holds the section now, as if it had taken it on the idle path.
-        switch admission {
-        case .granted: keepHolderSite(waiter.keptSite, priority: priority)
-        case .queued: noteContention()
-        case .refused: break
-        }
+        noteContention()
         return admission
     }
 

@@ -1,0 +1,71 @@
+// The opt-in statistics of one value: a typed part of `EngineStateMachine`, whose fields only this
+// file touches. Off (`nil` in the machine) unless the value's owner turns them on; every count is
+// made in a transition the command makes anyway, under the lock: a command that takes a free
+// value is not counted (counting it would cost every command; see
+// <doc:FindingWhatHoldsYourValue#Statistics>).
+
+/// What a value's engine counts while its statistics are on.
+struct Figures {
+    /// When counting began (or was last reset), on the machine's clock.
+    var since: UInt64
+    /// Commands that had to wait.
+    var contended = 0
+    /// Commands handed the value by a release (after waiting).
+    var handedOn = 0
+    var timeouts = 0
+    var deadlocks = 0
+    /// The longest wait of a command handed the value, in milliseconds.
+    var longestWait: UInt32 = 0
+    /// The longest hold the machine saw end, in nanoseconds (at least that long: see ``Hold/since``).
+    var longestHold: UInt64 = 0
+    /// Per priority (its raw value), how many waits fell in each bucket: bucket 0 under 1 ms,
+    /// bucket k (1…) from 2^(k-1) ms up to 2^k ms, the last one everything longer.
+    var waits: [UInt8: [Int]] = [:]
+
+    static let buckets = 24
+
+    init(since: UInt64) {
+        self.since = since
+    }
+
+    /// The bucket of a wait of `milliseconds`.
+    static func bucket(_ milliseconds: UInt32) -> Int {
+        guard milliseconds > 0 else { return 0 }
+        // 32 - leading zeros: 1 ms → 1, 2–3 ms → 2, 4–7 ms → 3, …
+        return min(buckets - 1, UInt32.bitWidth - milliseconds.leadingZeroBitCount)
+    }
+
+    /// A command of `priority` that waited `milliseconds` was handed the value.
+    mutating func handedOn(priority: CommandPriority, waited milliseconds: UInt32) {
+        handedOn += 1
+        longestWait = max(longestWait, milliseconds)
+        waits[priority.rawValue, default: Array(repeating: 0, count: Self.buckets)][Self.bucket(milliseconds)] += 1
+    }
+
+    /// A hold the machine saw end had lasted `nanoseconds` (at least).
+    mutating func holdEnded(after nanoseconds: UInt64) {
+        longestHold = max(longestHold, nanoseconds)
+    }
+}
+
+extension EngineStateMachine {
+    // MARK: Statistics
+
+    /// Turns the statistics on (from zero, at `now`) or off.
+    mutating func collectFigures(_ on: Bool, now: UInt64) {
+        figures = on ? Figures(since: now) : nil
+    }
+
+    /// The statistics, and a fresh start if `reset`; `nil` while they are off.
+    mutating func readFigures(reset: Bool, now: UInt64) -> Figures? {
+        guard let current = figures else { return nil }
+        if reset { figures = Figures(since: now) }
+        return current
+    }
+
+    /// A command that waited was refused: a timeout, or a deadlock.
+    mutating func noteRefusal(deadlock: Bool) {
+        guard figures != nil else { return }
+        if deadlock { figures?.deadlocks += 1 } else { figures?.timeouts += 1 }
+    }
+}
