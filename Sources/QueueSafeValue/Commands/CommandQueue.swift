@@ -43,11 +43,11 @@ import Dispatch
 /// operations at once (1 by default). Each free slot goes to the most urgent waiting operation,
 /// first come first served within a priority: operations *start* in the order above and each holds
 /// its slot until it ends, so several run side by side and may end in any order. The width can
-/// change while the queue runs (``setWidth(_:)``). ``submit(priority:policy:_:)`` returns a
+/// change while the queue runs (``setWidth(_:)``). ``submit(priority:policy:_:file:line:)`` returns a
 /// ``QueuedOperation``, a handle that re-prioritizes or cancels an operation while it waits.
 ///
 /// On a ``Ordering/oneAtATime`` queue, awaiting the queue from inside one of its own operations
-/// would wait forever; ``perform(priority:policy:_:)`` detects it and throws
+/// would wait forever; ``perform(priority:policy:_:file:line:)`` detects it and throws
 /// ``QueueSafeValueError/reentrantAccess`` at once. (Awaiting the `Task` that `enqueue` returned
 /// cannot be detected: do not await, from inside an operation, a task enqueued on the same queue.)
 /// On a ``Ordering/startsInOrder`` queue both work: the operation no longer holds the turn.
@@ -56,7 +56,7 @@ public final class CommandQueue: Sendable {
     public enum Ordering: Sendable, Hashable {
         /// One operation at a time: each begins after the previous one has ended, even when it
         /// suspends in between. With a ``CommandQueue/width`` above 1, one operation per slot: each
-        /// holds its slot until it ends. ``CommandQueue/perform(priority:policy:_:)`` from inside an
+        /// holds its slot until it ends. ``CommandQueue/perform(priority:policy:_:file:line:)`` from inside an
         /// operation of the same queue throws ``QueueSafeValueError/reentrantAccess``.
         case oneAtATime
         /// Operations start in order and no two start at once, but an operation gives up its turn
@@ -167,7 +167,7 @@ public final class CommandQueue: Sendable {
     /// Adds `operation` to the queue; when its turn comes it runs isolated to `actor`. On a
     /// ``Ordering/oneAtATime`` queue the turn is held for the whole operation, so unlike an actor's
     /// own mailbox, operations begin **and end** in order even when they suspend.
-    /// - Returns: a task as for ``enqueue(priority:policy:_:)``.
+    /// - Returns: a task as for ``enqueue(priority:policy:_:file:line:)``.
     @inlinable
     @discardableResult
     public func enqueue<A: Actor, T: Sendable>(
@@ -183,7 +183,7 @@ public final class CommandQueue: Sendable {
     }
 
     /// Adds `operation` to the queue; when its turn comes it runs on the main actor.
-    /// - Returns: a task as for ``enqueue(priority:policy:_:)``.
+    /// - Returns: a task as for ``enqueue(priority:policy:_:file:line:)``.
     @inlinable
     @discardableResult
     public func enqueueOnMainActor<T: Sendable>(
@@ -197,11 +197,11 @@ public final class CommandQueue: Sendable {
         ) { try await operation() }
     }
 
-    /// Adds `operation` to the queue, as ``enqueue(priority:policy:_:)`` does, and returns a handle
+    /// Adds `operation` to the queue, as ``enqueue(priority:policy:_:file:line:)`` does, and returns a handle
     /// to it: its task, where it stands, and a way to change its priority or cancel it while it
     /// waits (see ``QueuedOperation``).
     /// - Returns: the operation's handle. Its `value` (and its `task`'s) is the operation's result,
-    ///   or throws as the task ``enqueue(priority:policy:_:)`` returns does.
+    ///   or throws as the task ``enqueue(priority:policy:_:file:line:)`` returns does.
     @inlinable
     @discardableResult
     public func submit<T: Sendable>(
@@ -216,7 +216,7 @@ public final class CommandQueue: Sendable {
         return QueuedOperation(task: task, engine: engine, waiter: waiter, progress: progress)
     }
 
-    /// Like ``enqueue(priority:policy:_:)``, but the operation gives up if it has not started within
+    /// Like ``enqueue(priority:policy:_:file:line:)``, but the operation gives up if it has not started within
     /// `timeout` (counted from this call): its task then throws
     /// ``QueueSafeValueError/timedOut(_:)`` with a snapshot of the queue, and the operation never
     /// runs. Once it has started, the timeout no longer applies. `.never` waits forever; a negative
@@ -237,7 +237,7 @@ public final class CommandQueue: Sendable {
             priority: priority, policy: policy, site: CallSite(file: file, line: line), deadline: deadline, operation)
     }
 
-    /// ``enqueue(priority:policy:timeout:_:)-(_,_,DispatchTimeInterval,_)`` with a `Duration`, kept to
+    /// ``enqueue(priority:policy:timeout:_:file:line:)-(_,_,DispatchTimeInterval,_,_,_)`` with a `Duration`, kept to
     /// the nanosecond; one beyond what a `DispatchTimeInterval` holds waits as long as the largest one.
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @_disfavoredOverload  // `.seconds(2)` names both types: it keeps meaning a DispatchTimeInterval
@@ -258,7 +258,7 @@ public final class CommandQueue: Sendable {
     // MARK: Await the result
 
     /// Adds `operation` to the queue and waits for its result. Like
-    /// ``enqueue(priority:policy:_:)``, the operation inherits the caller's isolation.
+    /// ``enqueue(priority:policy:_:file:line:)``, the operation inherits the caller's isolation.
     ///
     /// Cancelling the calling task cancels the operation's task (it leaves the queue if it has not
     /// started).
@@ -285,7 +285,7 @@ public final class CommandQueue: Sendable {
                 operation))
     }
 
-    /// Like ``perform(priority:policy:_:)``, but the operation gives up if it has not started within
+    /// Like ``perform(priority:policy:_:file:line:)``, but the operation gives up if it has not started within
     /// `timeout`: then this throws ``QueueSafeValueError/timedOut(_:)`` and the operation never runs.
     /// A negative `timeout` throws ``QueueSafeValueError/invalidArgument(_:)`` without enqueuing.
     @inlinable
@@ -304,7 +304,7 @@ public final class CommandQueue: Sendable {
                 awaiters: OperationAwaiters.forOperationAwaitedByCurrentTask(), operation))
     }
 
-    /// ``perform(priority:policy:timeout:_:)-(_,_,DispatchTimeInterval,_)`` with a `Duration`, kept to
+    /// ``perform(priority:policy:timeout:_:file:line:)-(_,_,DispatchTimeInterval,_,_,_)`` with a `Duration`, kept to
     /// the nanosecond; one beyond what a `DispatchTimeInterval` holds waits as long as the largest one.
     @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
     @_disfavoredOverload  // `.seconds(2)` names both types: it keeps meaning a DispatchTimeInterval
@@ -321,7 +321,7 @@ public final class CommandQueue: Sendable {
             priority: priority, policy: policy, timeout: interval, operation, file: file, line: line)
     }
 
-    /// Like ``perform(priority:policy:_:)``, with the operation isolated to `actor`.
+    /// Like ``perform(priority:policy:_:file:line:)``, with the operation isolated to `actor`.
     @inlinable
     public func perform<A: Actor, T: Sendable>(
         isolatedTo actor: A,
@@ -338,7 +338,7 @@ public final class CommandQueue: Sendable {
             ) { try await operation(actor) })
     }
 
-    /// Like ``perform(priority:policy:_:)``, with the operation on the main actor.
+    /// Like ``perform(priority:policy:_:file:line:)``, with the operation on the main actor.
     @inlinable
     public func performOnMainActor<T: Sendable>(
         priority: CommandPriority = .medium,

@@ -1,7 +1,7 @@
 // MARK: - QueuedOperation
 
 /// A handle to one operation of a ``CommandQueue``, returned by
-/// ``CommandQueue/submit(priority:policy:_:)``: its task, where it stands, and two ways to change
+/// ``CommandQueue/submit(priority:policy:_:file:line:)``: its task, where it stands, and two ways to change
 /// its course while it waits: a new priority, or cancellation.
 ///
 /// ```swift

@@ -30,7 +30,7 @@ public struct RecurringRunTarget: Sendable {
         SyncPoints.throwingTask(detached: true) { try await operation() }
     }
 
-    /// Each run is enqueued on `queue` with ``CommandQueue/enqueue(priority:policy:_:)`` at the
+    /// Each run is enqueued on `queue` with ``CommandQueue/enqueue(priority:policy:_:file:line:)`` at the
     /// moment it starts, and runs in its turn: after every operation of higher priority and every
     /// earlier one of the same priority, and never alongside another operation of the queue (on a
     /// ``CommandQueue/Ordering/startsInOrder`` queue, only its start is ordered so).

@@ -262,7 +262,7 @@ final class ValuesSubscription<Value: Sendable>: ObservationSink, @unchecked Sen
 
 // MARK: - observe(on:)
 
-/// Stops the observation it was returned for (``QueueSafeValue/observe(on:_:)``): call
+/// Stops the observation it was returned for (``QueueSafeValue/observe(on:_:file:line:)``): call
 /// ``cancel()``, or let the token go. A handler call already running finishes; none starts after.
 public final class ObservationToken: Sendable {
     private let stop: @Sendable () -> Void

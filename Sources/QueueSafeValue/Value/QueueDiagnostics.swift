@@ -111,7 +111,7 @@ public struct QueueDiagnostics: Sendable, CustomStringConvertible {
         /// a free value did not need one: its priority is not kept (`nil`).
         public internal(set) var priority: CommandPriority?
         /// What the holder inherits from the commands waiting behind it (priority inheritance,
-        /// see <doc:GettingStarted#Priority-inversion>): `task priority high`, `thread priority 47`;
+        /// see <doc:GettingStarted#Priorities-when-the-command-runs>): `task priority high`, `thread priority 47`;
         /// `nil` when it runs at its own priority.
         public internal(set) var raisedTo: String?
 

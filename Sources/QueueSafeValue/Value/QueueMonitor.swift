@@ -6,7 +6,7 @@ import QueueSafeValueShims
 /// Reports what holds values up, for every `QueueSafeValue` and ``CommandQueue`` of the process:
 /// a hold longer than a threshold **while it is still held** (and once more when it ends), a wait
 /// longer than a threshold when it ends, and every timeout and deadlock refusal. Start it with
-/// ``QueueSafeValue/monitor(thresholds:on:handler:)`` (see <doc:FindingWhatHoldsYourValue>).
+/// ``QueueSafeValue/monitor(thresholds:on:signposts:handler:)`` (see <doc:FindingWhatHoldsYourValue>).
 ///
 /// - A *watchdog* (a timer on a queue of its own) samples the values that have been contended
 ///   since the monitor started, or were created while it runs, every
@@ -58,6 +58,17 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
             self.eventsPerSecond = eventsPerSecond
             longHoldNanoseconds = QueueMonitor.nanoseconds(longHold) ?? .max
             longWaitNanoseconds = QueueMonitor.nanoseconds(longWait) ?? .max
+        }
+
+        /// Thresholds a public initializer refuses, for the controlled scheduler's scenarios: a long
+        /// hold of `longHoldNanoseconds` (0: every sample of a held value reports), waits never.
+        init(checkingLongHold longHoldNanoseconds: UInt64) {
+            longHold = .nanoseconds(Int(clamping: longHoldNanoseconds))
+            longWait = .seconds(3600)
+            samplingPeriod = .seconds(3600)
+            eventsPerSecond = .max
+            self.longHoldNanoseconds = longHoldNanoseconds
+            longWaitNanoseconds = 3600 * 1_000_000_000
         }
 
         /// The thresholds in nanoseconds, worked out once (a hand-off compares with them).
@@ -130,6 +141,9 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
 
     private let handler: @Sendable (Event) -> Void
     private let deliveryQueue: DispatchQueue
+    /// A `MonitorSignposts` on Apple platforms from macOS 12 / iOS 15 when asked for, else `nil`
+    /// (kept as `AnyObject`: a stored property cannot have a type newer than the floor).
+    private let signposts: AnyObject?
     private let watchdogQueue = DispatchQueue(label: "QueueSafeValue.monitor.watchdog")
     private let state = LockedState.make(State())
     private var timer: DispatchSourceTimer?
@@ -160,10 +174,14 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
     /// At most this many events wait for the handler; more are counted as left out.
     static let pendingLimit = 256
 
-    init(thresholds: Thresholds, queue: DispatchQueue?, handler: @escaping @Sendable (Event) -> Void) {
+    init(
+        thresholds: Thresholds, queue: DispatchQueue?, signposts: Bool = false,
+        handler: @escaping @Sendable (Event) -> Void
+    ) {
         self.thresholds = thresholds
         self.handler = handler
         deliveryQueue = queue ?? DispatchQueue(label: "QueueSafeValue.monitor.handler")
+        self.signposts = signposts ? MonitorSignposts.make() : nil
     }
 
     // MARK: The running monitor
@@ -187,9 +205,10 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
     }
 
     static func start(
-        thresholds: Thresholds, queue: DispatchQueue?, handler: @escaping @Sendable (Event) -> Void
+        thresholds: Thresholds, queue: DispatchQueue?, signposts: Bool,
+        handler: @escaping @Sendable (Event) -> Void
     ) -> QueueMonitor {
-        let monitor = QueueMonitor(thresholds: thresholds, queue: queue, handler: handler)
+        let monitor = QueueMonitor(thresholds: thresholds, queue: queue, signposts: signposts, handler: handler)
         let previous = started.withLock { started in
             started.append(monitor)
             let previous = active
@@ -286,6 +305,8 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
     /// Throttles `event` of `engine` and hands it to the handler's queue, or counts it as left out.
     /// Called outside every engine lock.
     func report(_ event: Event, of engine: CommandEngine) {
+        // Every event, before the throttle: a long hold's interval always gets its end.
+        if let signposts { MonitorSignposts.emit(event, of: engine, to: signposts) }
         let now = SyncPoints.now().uptimeNanoseconds
         let omitted = state.withLock { state -> Int? in
             guard !state.isStopped else { return nil }
@@ -314,7 +335,9 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
             kind: event.kind, value: event.value, duration: event.duration, callSite: event.callSite,
             priority: event.priority, heldBy: event.heldBy, diagnostics: event.diagnostics, deadlock: event.deadlock,
             omitted: omitted, time: event.time)
-        deliveryQueue.async { [self] in
+        // Through the controlled scheduler where one runs (its scenarios see every event): a plain
+        // `async` in release builds.
+        SyncPoints.async(deliveryQueue) { [self] in
             state.withLock { $0.pending -= 1 }
             handler(delivered)
         }
@@ -359,16 +382,23 @@ extension QueueSafeValue {
     ///   - thresholds: when to report, and how often at most per value.
     ///   - queue: where `handler` runs; a serial queue of the monitor's own by default. A concurrent
     ///     queue may run several events at once.
+    ///   - signposts: also emit every event as a signpost (subsystem `QueueSafeValue`, Instruments'
+    ///     Points of Interest): a long hold as an interval from its report to its end, the others as
+    ///     points. Apple platforms from macOS 12, iOS 15, tvOS 15 and watchOS 8; elsewhere, and
+    ///     below those, nothing. Off by default.
     ///   - handler: called once per event, outside every engine lock; it may use other values.
     /// - Returns: the monitor, to stop it.
     @discardableResult
     public static func monitor(
         thresholds: QueueMonitor.Thresholds? = nil,
         on queue: DispatchQueue? = nil,
+        signposts: Bool = false,
         handler: @escaping @Sendable (QueueMonitor.Event) -> Void
     ) -> QueueMonitor {
         // The default thresholds are valid: `try!` cannot trap.
-        QueueMonitor.start(thresholds: thresholds ?? (try! QueueMonitor.Thresholds()), queue: queue, handler: handler)
+        QueueMonitor.start(
+            thresholds: thresholds ?? (try! QueueMonitor.Thresholds()), queue: queue, signposts: signposts,
+            handler: handler)
     }
 
     /// Gives this value thresholds of its own in the running monitor (a lock its app holds for long

@@ -219,9 +219,7 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
     ) async throws(QueueSafeValueError) -> R {
         if cancellable && Task.isCancelled { throw .cancelled }
         let deadline = try commandDeadline(after: timeout)
-        if tryAcquireIdle(.awaiting) {
-            keepHolderSite(site)
-        } else {
+        if !tryAcquireIdleAwaiting(site: site) {
             try await acquireAwaitingSlow(
                 priority: priority, site: site, deadline: deadline, cancellable: cancellable, isolation: isolation)
         }
@@ -250,9 +248,7 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
     ) async throws -> R {
         if cancellable && Task.isCancelled { throw QueueSafeValueError.cancelled }
         let deadline = try commandDeadline(after: timeout)
-        if tryAcquireIdle(.awaiting) {
-            keepHolderSite(site)
-        } else {
+        if !tryAcquireIdleAwaiting(site: site) {
             try await acquireAwaitingSlow(
                 priority: priority, site: site, deadline: deadline, cancellable: cancellable, isolation: isolation)
         }
@@ -274,9 +270,7 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
     ) async throws -> R {
         if cancellable && Task.isCancelled { throw QueueSafeValueError.cancelled }
         let deadline = try commandDeadline(after: timeout)
-        if tryAcquireIdle(.awaiting) {
-            keepHolderSite(site)
-        } else {
+        if !tryAcquireIdleAwaiting(site: site) {
             try await acquireAwaitingSlow(
                 priority: priority, site: site, deadline: deadline, cancellable: cancellable, isolation: isolation)
         }
@@ -300,9 +294,7 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
     ) async throws(QueueSafeValueError) -> R {
         if cancellable && Task.isCancelled { throw .cancelled }
         let deadline = try commandDeadline(after: timeout)
-        if tryAcquireIdle(.awaiting) {
-            keepHolderSite(site)
-        } else {
+        if !tryAcquireIdleAwaiting(site: site) {
             try await acquireAwaitingSlow(
                 priority: priority, site: site, deadline: deadline, cancellable: cancellable, isolation: isolation)
         }

@@ -131,11 +131,12 @@ enum CheckerScenarios {
         return { run.finalCheck(value.engine, commands: ["t0", "t1", "b2"]) }
     }
 
-    /// The monitor's watchdog (issue 46) samples the holder while commands hand the value on: a hold
-    /// it reports is named by its own call site or by none (a command that took the value a few
-    /// instructions ago), never by the previous holder's; and a hold that ended is never still
-    /// reported as held (the machine's invariant, at every step). The threshold is 0, so that every
-    /// sample of a held value reports.
+    /// A monitor (issue 46; one of the scenario's own, not the process's) watches the value while
+    /// commands hand it on, its watchdog sampling twice: a hold it reports is named by its own call
+    /// site or by none (a command that took the value a few instructions ago), never by the previous
+    /// holder's; and a hold that ended is never still reported as held (the machine's invariant, at
+    /// every step). The threshold is 0, so that every sample of a held value reports; the events
+    /// reach the handler through the monitor's throttle and its queue.
     static let monitorWatchdog = CheckerScenario(
         name: "the monitor's watchdog samples holders as they hand on", preemptionBound: 2
     ) { world in
@@ -144,6 +145,10 @@ enum CheckerScenarios {
         world.quiescentCheck = run.quiescentCheck([value.engine])
         let reports = Mailbox<[QueueMonitor.Event]>()
         reports.value = []
+        let monitor = QueueMonitor(
+            thresholds: QueueMonitor.Thresholds(checkingLongHold: 0), queue: DispatchQueue(label: "monitor events")
+        ) { event in reports.value = (reports.value ?? []) + [event] }
+        monitor.watch(value.engine)
         let lines = Mailbox<[String: Int]>()
         lines.value = [:]
         world.spawn("A") {
@@ -155,14 +160,9 @@ enum CheckerScenarios {
             value.wait.priority(.high).set { $0 += 1 }
         }
         world.spawn("watchdog") {
-            for _ in 0..<2 {
-                guard let event = value.engine.sampleHold(longHold: 0) else { continue }
-                reports.value = (reports.value ?? []) + [event]
-            }
+            for _ in 0..<2 { monitor.sample() }
         }
         return {
-            let count = value.engine.withMachine { _, _ in () }  // quiet: every command ended
-            _ = count
             guard (try? value.wait.read { $0 }) == 2 else {
                 return "the value counts \(String(describing: try? value.wait.read { $0 })) of 2 commands"
             }

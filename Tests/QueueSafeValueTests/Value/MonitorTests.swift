@@ -8,9 +8,11 @@ import Testing
 /// end, long waits with what held them up, timeouts and deadlocks, throttled per value; bad
 /// thresholds refused; a handler that blocks holds up nothing but its own events.
 ///
-/// Serialized: one monitor runs at a time in the process. Other suites' values may report to it
-/// meanwhile: every test keeps only its own value's events.
-@Suite(.serialized) struct MonitorTests {
+/// Alone and serialized: one monitor runs at a time in the process, its throttle's counts and the
+/// handler's queue are the process's, and its tests block threads of the cooperative pool (which the
+/// deadlock detector counts across the process). Every test keeps only its own value's events all
+/// the same.
+@Suite(.runsAlone, .serialized) struct MonitorTests {
     /// The events of one value, kept behind a lock (`NSLock`: visible to ThreadSanitizer).
     final class Events: @unchecked Sendable {  // @unchecked Sendable: every access takes the lock
         private let lock = NSLock()
@@ -251,7 +253,8 @@ import Testing
     @Test func startingAnother_stopsTheOneBefore() throws {
         let first = QueueSafeValue<Never>.monitor(thresholds: try Self.thresholds()) { _ in }
         #expect(first.isRunning)
-        let second = QueueSafeValue<Never>.monitor(thresholds: try Self.thresholds()) { _ in }
+        // With signposts asked for: on Apple platforms they are emitted too; here, nothing changes.
+        let second = QueueSafeValue<Never>.monitor(thresholds: try Self.thresholds(), signposts: true) { _ in }
         #expect(!first.isRunning && second.isRunning)
         second.stop()
         #expect(!second.isRunning && QueueMonitor.active == nil)

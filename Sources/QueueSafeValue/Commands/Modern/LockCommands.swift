@@ -15,7 +15,7 @@ extension WaitScheduling {
     /// Waits its turn like every command (higher priority first, FIFO within a priority). The closure
     /// is not escaping: it may capture `inout` state and other non-escaping closures. Every change it
     /// makes stays (the closure cannot throw; a throwing one keeps the changes it made before it
-    /// threw, and ``transaction(_:)`` keeps none of them).
+    /// threw, and ``transaction(_:file:line:)`` keeps none of them).
     /// - Returns: what `body` returned.
     /// - Throws: ``QueueSafeValueError`` if the command did not run (`.valueContainerDeinited`,
     ///   `.reentrantAccess`, `.timedOut(_:)` through `wait(timeout:)`, `.deadlock(_:)`,
@@ -31,7 +31,7 @@ extension WaitScheduling {
     /// Like `withLock(_:)`, for a closure that throws: its error is rethrown after the value
     /// was released. **Changes the closure made before it threw stay**: a transfer that subtracted
     /// from the ledger and then failed to log (a refused wait, say) leaves the subtraction in place.
-    /// Use ``transaction(_:)`` to keep the value as it was unless the closure returns.
+    /// Use ``transaction(_:file:line:)`` to keep the value as it was unless the closure returns.
     /// - Throws: the closure's error, or a ``QueueSafeValueError`` if the command did not run.
     @inlinable
     public func withLock<R, E: Error>(
@@ -43,7 +43,7 @@ extension WaitScheduling {
 }
 
 extension WaitScheduling where Value: Sendable {
-    /// Like ``withLock(_:)-((Value)->R)``, all or nothing: `body` changes a copy of the value (a
+    /// Like ``withLock(_:file:line:)-((Value)->R,_,_)``, all or nothing: `body` changes a copy of the value (a
     /// draft), which replaces the value only if `body` returns. If `body` throws, the value is left
     /// exactly as it was, and the error is thrown after the release.
     ///
@@ -75,12 +75,12 @@ extension WaitScheduling where Value: Sendable {
 
 extension WaitScheduling where Value: Sendable {
     /// Runs `body` with the value (read-only) as the critical section, on the calling thread, and
-    /// returns what it returns. Exclusive, like every command but ``read(_:)-((Value)->R)->R``.
+    /// returns what it returns. Exclusive, like every command but ``read(_:file:line:)-((Value)->R,_,_)->R``.
     ///
-    /// Replaced by ``read(_:)-((Value)->R)->R``, which answers the same way (returns the closure's result, throws
+    /// Replaced by ``read(_:file:line:)-((Value)->R,_,_)->R``, which answers the same way (returns the closure's result, throws
     /// when the command did not run) but shares the value with other reads: a closure that only
     /// reads a `Sendable` value has no need to hold it alone, and `withValue` means "change in place"
-    /// in other libraries (`LockIsolated.withValue`), which here is ``withLock(_:)-((Value)->R)``. Existing calls
+    /// in other libraries (`LockIsolated.withValue`), which here is ``withLock(_:file:line:)-((Value)->R,_,_)``. Existing calls
     /// keep working, in the same order, exclusively.
     /// - Throws: ``QueueSafeValueError`` if the command did not run, as `withLock(_:)`.
     @inlinable
@@ -122,7 +122,7 @@ extension WaitScheduling where Value: Sendable {
 extension AwaitSchedule {
     /// Runs `body` with in-place access to the value in the caller's isolation, holding the value
     /// across every suspension point of `body`, and returns what it returns. Every change it makes
-    /// stays (``transaction(isolation:_:)`` keeps none unless its closure returns).
+    /// stays (``transaction(isolation:_:file:line:)`` keeps none unless its closure returns).
     /// - Throws: ``QueueSafeValueError`` if the command did not run (`.cancelled`,
     ///   `.reentrantAccess`, `.deadlock(_:)`, `.valueContainerDeinited`, `.timedOut(_:)`).
     @inlinable
@@ -138,7 +138,7 @@ extension AwaitSchedule {
 
     /// Like `withLock(isolation:_:)`, for a closure that throws: its error is rethrown after
     /// the value was released. **Changes the closure made before it threw stay**; use
-    /// ``transaction(isolation:_:)`` to keep the value as it was unless the closure returns.
+    /// ``transaction(isolation:_:file:line:)`` to keep the value as it was unless the closure returns.
     /// - Throws: the closure's error, or a ``QueueSafeValueError`` if the command did not run.
     @inlinable
     public func withLock<R, E: Error>(
@@ -155,7 +155,7 @@ extension AwaitSchedule {
 extension AwaitSchedule where Value: Sendable {
     /// Like the throwing `withLock(isolation:_:)`, all or nothing: `body` changes a copy of the value (a draft) while the value stays held across its
     /// suspension points, and the draft replaces the value only if `body` returns; if it throws, the
-    /// value is left as it was. The cost is the draft's, as for ``WaitScheduling/transaction(_:)``.
+    /// value is left as it was. The cost is the draft's, as for ``WaitScheduling/transaction(_:file:line:)``.
     /// - Throws: the closure's error (the value is unchanged), or a ``QueueSafeValueError`` if the
     ///   command did not run.
     @inlinable
@@ -192,7 +192,7 @@ extension DispatchScheduling where Value: Sendable {
 
     /// Runs `body` on the queue with in-place access to the value, as the critical section, then
     /// delivers what it returned — or threw — to `completion`, on the same queue, after the value
-    /// was released. **Changes `body` made before throwing stay**; ``transaction(_:completion:)``
+    /// was released. **Changes `body` made before throwing stay**; ``transaction(_:completion:file:line:)``
     /// keeps none of them unless `body` returns.
     ///
     /// The command takes its place in the value's order when this method is called. If it cannot
@@ -212,7 +212,7 @@ extension DispatchScheduling where Value: Sendable {
     /// Like the throwing `withLock(_:completion:)`, all or nothing: `body`
     /// changes a copy of the value (a draft), which replaces the value only if `body` returns; if it
     /// throws, the value is left as it was and `completion` receives the error. The cost is the
-    /// draft's, as for ``WaitScheduling/transaction(_:)``.
+    /// draft's, as for ``WaitScheduling/transaction(_:file:line:)``.
     public func transaction<R: Sendable>(
         _ body: @escaping @Sendable (inout Value) throws -> R,
         completion: @escaping @Sendable (Result<R, any Error>) -> Void,

@@ -72,7 +72,7 @@ extension WaitScheduling where Value: Sendable {
     /// Runs `body` with the value and a completion closure on the calling thread, and keeps its
     /// **shared** hold of the value until both `body` has returned and `done()` was called (from any
     /// thread, in either order); the caller stays blocked until then. Ordering and failures as
-    /// ``read(_:)-((Value)->R)->R``; if `done` is released without being called the read still ends, and the
+    /// ``read(_:file:line:)-((Value)->R,_,_)->R``; if `done` is released without being called the read still ends, and the
     /// container's `abandonedCompletionCount` records it.
     /// - Returns: `.success` once the read ended, or why it did not run (then `body` was not called).
     @inlinable
@@ -90,7 +90,7 @@ extension DispatchScheduling where Value: Sendable {
     /// Runs `body` on the queue with the value, holding it **shared**: other shared reads may run at
     /// the same moment (on this queue, if it is concurrent, or on others), exclusive commands may not.
     /// The read takes its place in the value's order when this method is called; ordering as
-    /// ``WaitScheduling/read(_:)-((Value)->R)->R``. On failure (`.valueContainerDeinited`) `body` is called on the
+    /// ``WaitScheduling/read(_:file:line:)-((Value)->R,_,_)->R``. On failure (`.valueContainerDeinited`) `body` is called on the
     /// queue with the error.
     public func read(
         _ body: @escaping @Sendable (Result<Value, QueueSafeValueError>) -> Void, file: StaticString = #fileID,
@@ -103,7 +103,7 @@ extension DispatchScheduling where Value: Sendable {
             operation: .sharedRead(body))
     }
 
-    /// Like ``read(_:)``, but the shared hold lasts until both `body` has returned and `done()` was
+    /// Like ``read(_:file:line:)``, but the shared hold lasts until both `body` has returned and `done()` was
     /// called (from any thread, in either order). On failure `body` is called on the queue with the
     /// error and a no-op `done`.
     public func read(
@@ -123,7 +123,7 @@ extension DispatchScheduling where Value: Sendable {
 extension AwaitSchedule where Value: Sendable {
     /// Runs `body` with the value in the caller's isolation, holding the value **shared** across
     /// every suspension point of `body`: other shared reads may hold it at the same time, exclusive
-    /// commands may not. Ordering as ``WaitScheduling/read(_:)-((Value)->R)->R``.
+    /// commands may not. Ordering as ``WaitScheduling/read(_:file:line:)-((Value)->R,_,_)->R``.
     /// - Returns: what `body` returned.
     /// - Throws: `.cancelled` (the task was cancelled before the read started, or while it waited),
     ///   `.reentrantAccess`, `.deadlock(_:)`, `.valueContainerDeinited`, `.timedOut(_:)` (through

@@ -32,11 +32,7 @@ extension CommandEngine {
         let deadline: DispatchTime?
         do { deadline = try commandDeadline(after: timeout) } catch { return error }
         let thread = currentThreadID()
-        let words = self.words
-        if tryAcquireIdle(.blocking, in: words) {
-            keepHolder(thread: thread, site: site, in: words)
-            return nil
-        }
+        if tryAcquireIdleBlocking(thread: thread, site: site) { return nil }
         return acquireBlockingSlow(priority: priority, deadline: deadline, thread: thread, site: site)
     }
 

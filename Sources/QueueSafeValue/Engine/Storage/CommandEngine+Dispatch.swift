@@ -28,7 +28,7 @@ extension CommandEngine {
         _ command: Waiter, on queue: DispatchQueue, priority: CommandPriority
     ) throws(QueueSafeValueError) -> Bool {
         command.adoptQueueID(queueIdentity(of: queue))
-        var holds = tryAcquireIdle(.dispatched)
+        var holds = tryAcquireIdleDispatched(command, priority: priority)
         if !holds {
             switch enqueue(command, kind: .dispatched, priority: priority) {
             case .granted: holds = true
@@ -37,10 +37,7 @@ extension CommandEngine {
             }
         }
         // mutant(dispatch-before-publish): if holds { command.start(); publishGrantedDispatch(command, helper: nil); return false }
-        if holds {
-            keepHolderSite(command.keptSite, priority: priority)
-            publishGrantedDispatch(command, helper: nil)
-        }
+        if holds { publishGrantedDispatch(command, helper: nil) }
         return holds
     }
 

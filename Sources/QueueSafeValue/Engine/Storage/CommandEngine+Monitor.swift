@@ -5,16 +5,11 @@ import Dispatch
 // samples holders under the engine lock (`sampleHold`); contended commands report long waits,
 // timeouts and deadlocks after unlocking.
 extension CommandEngine {
-    /// A command asked for the section through the lock: if a monitor runs and does not watch
-    /// this engine yet, it does from now on (so that its long holds are sampled). One load when
-    /// no monitor runs.
-    @inline(__always)
-    final func noteContention() {
-        if QueueMonitor.isActive { watchFromNowOn() }
-    }
-
+    /// A command asked for the section through the lock while a monitor runs (the caller checked
+    /// `qsv_monitor_load() != 0`, one load, where it stands): if the monitor does not watch this
+    /// engine yet, it does from now on (so that its long holds are sampled).
     @inline(never)
-    private func watchFromNowOn() {
+    final func watchFromNowOn() {
         if monitoredWord.peekForAssertion() == 0, let monitor = QueueMonitor.active { monitor.watch(self) }
     }
 

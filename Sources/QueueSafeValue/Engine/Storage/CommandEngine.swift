@@ -185,63 +185,6 @@ class CommandEngine: @unchecked Sendable {
         release(kind)
     }
 
-    // MARK: Call sites
-
-    /// The command issued at `site` holds the section now (it took a free one): keeps its call site
-    /// for reports. Two plain stores (see <doc:FindingWhatHoldsYourValue#What-it-costs>).
-    @inlinable
-    @inline(__always)
-    final func keepHolderSite(_ site: CallSite) {
-        // Constants where the command is inlined: an address and a line, stored.
-        holderFile.storeUnobserved(site.fileAddress)
-        holderLine.storeUnobserved(site.line < 1 << 23 ? Int(truncatingIfNeeded: site.line) : 0)
-    }
-
-    /// A blocking command issued at `site` took a free section on the calling thread `thread`:
-    /// the idle path's stores, made through one address in `words` (the engine's words, as the
-    /// caller loaded them for its compare-and-swap; the three words are neighbours).
-    @inlinable
-    @inline(__always)
-    final func keepHolder(thread: Int, site: CallSite, in words: AtomicWords) {
-        let owner = words.address(Word.ownerThread.rawValue)
-        // The call site first (constants where the command is inlined: an address and a line),
-        // the owner last, releasing them: a report trusts the call site only once it sees the
-        // owner (`holderSiteIsCurrent`), so it never names the previous holder's line.
-        qsv_atomic_store_relaxed(
-            owner + (Word.holderFile.rawValue - Word.ownerThread.rawValue),
-            site.fileAddress)
-        qsv_atomic_store_relaxed(
-            owner + (Word.holderLine.rawValue - Word.ownerThread.rawValue),
-            site.line < 1 << 23 ? Int(truncatingIfNeeded: site.line) : 0)
-        SyncPoints.atomic()  // the owner's store, as `ownerThread.storeRelease` would be
-        qsv_atomic_store_release(owner, thread)
-    }
-
-    /// The command issued at `site` holds the section now: it took a free one (its priority then
-    /// played no part and is not kept), or was granted it with `priority`.
-    ///
-    /// The line word keeps the line in bits 0–22 (a line past 8,388,607 is kept as 0, unknown),
-    /// whether the priority is known in bit 23 and the priority in bits 24–31, so that it fits a
-    /// 32-bit word too.
-    @inlinable
-    @inline(__always)
-    final func keepHolderSite(_ site: KeptCallSite, priority: CommandPriority? = nil) {
-        holderFile.storeUnobserved(Int(bitPattern: site.file))
-        let line = site.line < 1 << 23 ? site.line : 0
-        let known = priority.map { 1 << 23 | UInt32($0.rawValue) << 24 } ?? 0
-        holderLine.storeUnobserved(Int(truncatingIfNeeded: line | known))
-    }
-
-    /// The call site and priority of the exclusive holder, as last kept (``keepHolderSite(_:priority:)``):
-    /// meaningful only while the state word shows an exclusive holder (a holder that took the
-    /// section a few instructions ago may not have stored them yet).
-    final var holderSite: (site: KeptCallSite, priority: CommandPriority?) {
-        let file = UnsafeRawPointer(bitPattern: holderFile.peekForAssertion())
-        let bits = UInt32(truncatingIfNeeded: holderLine.peekForAssertion())
-        let priority = bits & 1 << 23 == 0 ? nil : CommandPriority(rawValue: UInt8(truncatingIfNeeded: bits >> 24))
-        return (KeptCallSite(file: file, line: UInt(bits & (1 << 23 - 1))), priority)
-    }
-
     // MARK: Idle path
 
     /// Ends the running command of `kind` and starts the next one, if any.
@@ -291,7 +234,7 @@ class CommandEngine: @unchecked Sendable {
                 return admission
             }
         }
-        noteContention()
+        if qsv_monitor_load() != 0 { watchFromNowOn() }
         return admission
     }
 

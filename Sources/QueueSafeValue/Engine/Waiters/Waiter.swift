@@ -39,7 +39,10 @@ class Waiter: @unchecked Sendable {
     /// (`nil` before); read like ``keptSite``.
     final var issuedPriority: CommandPriority? {
         get { priorityTag == 0 ? nil : CommandPriority(rawValue: UInt8(truncatingIfNeeded: priorityTag)) }
-        set { priorityTag = newValue.map { 0x100 | UInt16($0.rawValue) } ?? 0 }
+        set {
+            priorityTag = 0
+            if let newValue { priorityTag = 0x100 | UInt16(newValue.rawValue) }
+        }
     }
 
     /// Where the command was issued, set by its issuer before the command can be seen by anyone
