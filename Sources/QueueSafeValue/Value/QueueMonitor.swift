@@ -281,7 +281,10 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
             let timer = DispatchSource.makeTimerSource(queue: watchdogQueue)
             timer.schedule(
                 deadline: .now() + .nanoseconds(Int(clamping: period)), repeating: .nanoseconds(Int(clamping: period)))
-            timer.setEventHandler { [weak self] in self?.sample() }
+            // Strong: a monitor lives as long as the process (``started``), and `stop()` lets go of
+            // the timer and this closure. (A weak capture's side table, reachable only through
+            // the object's encoded reference count, reads as a leak to LeakSanitizer.)
+            timer.setEventHandler { [self] in sample() }
             self.timer = timer
             timer.resume()
         }

@@ -63,11 +63,17 @@ import Testing
         let holding = DispatchSemaphore(value: 0)
         let released = Locked(false)
         let holderLine = Locked(0)
+        let waiterLine = Locked(0)
         let done = DispatchSemaphore(value: 0)
+        let queue = DispatchQueue(label: "monitor.waiter")
         Thread {
             Thread.current.name = "stuck"
             holderLine.withLock { $0 = #line + 1 }
             try? value.wait.withLock { _ in
+                // A command that waits behind this hold, issued before the hold can be reported
+                // (a dispatch command: it does not wait here).
+                waiterLine.withLock { $0 = #line + 1 }
+                value.async(performIn: queue).priority(.high).set(accessClosure: { $0 += 1 })
                 holding.signal()
                 // Holds until the monitor has reported it: the report is made while it holds.
                 _ = reported.wait(timeout: .now() + 30)
@@ -76,8 +82,6 @@ import Testing
             done.signal()
         }.start()
         #expect(holding.wait(timeout: .now() + 30) == .success)
-        let waiterLine = #line + 1
-        value.async(performIn: DispatchQueue(label: "monitor.waiter")).priority(.high).set(accessClosure: { $0 += 1 })
         #expect(done.wait(timeout: .now() + 30) == .success, "the long hold was never reported")
         #expect(waitUntil("the hold's end is reported") { events.all.contains { $0.kind == .longHoldEnded } })
 
@@ -87,9 +91,9 @@ import Testing
         #expect(longHold.diagnostics?.holder?.callSite?.line == holderLine.value)
         #expect(longHold.diagnostics?.holder?.party?.contains("thread") == true, "\(longHold)")
         let waiters = longHold.diagnostics?.waiters ?? []
-        if !waiters.isEmpty {  // the dispatch command may arrive after the report
-            #expect(waiters.first?.callSite?.line == waiterLine && waiters.first?.priority == .high, "\(longHold)")
-        }
+        #expect(waiters.map(\.callSite?.line) == [waiterLine.value], "\(longHold)")
+        #expect(waiters.first?.priority == .high && waiters.first?.kind == .dispatch, "\(longHold)")
+        #expect(waiters.first?.party == "queue 'monitor.waiter'", "\(longHold)")
         let ended = try #require(events.all.first { $0.kind == .longHoldEnded })
         #expect(ended.callSite?.line == holderLine.value, "\(ended)")
         #expect(ended.duration >= longHold.duration - 0.01, "\(ended) after \(longHold)")
