@@ -238,7 +238,7 @@ struct RecordTable {
         assert(
             records[Int(slot)].state == .waiting && records[Int(slot)].inHeap, "requeue of a command that does not wait"
         )
-        // mutant(reprioritized-keeps-place): return ()
+        // mutant(reprioritized-keeps-place): let old: CommandHeap.Entry? = nil; return ()
         let old = heap.remove(slot: slot)
         heap.insert(
             .init(
