@@ -40,6 +40,7 @@ void qsv_sanitizer_ignore_accesses_end(void) {
 
 // The name every thread starts with (on Linux, the program's name; empty on Apple platforms).
 intptr_t qsv_monitor_word = 0;
+intptr_t qsv_monitor_long_wait_ms = 0;
 
 static char qsv_default_name[64];
 

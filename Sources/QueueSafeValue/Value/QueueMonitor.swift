@@ -212,6 +212,8 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
         let previous = started.withLock { started in
             started.append(monitor)
             let previous = active
+            // The threshold first: a hand-off that sees the monitor reads it after.
+            qsv_monitor_long_wait_store(Int(clamping: max(1, thresholds.longWaitNanoseconds / 1_000_000)))
             qsv_monitor_store(Int(bitPattern: Unmanaged.passUnretained(monitor).toOpaque()))
             return previous
         }

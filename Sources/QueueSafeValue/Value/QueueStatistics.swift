@@ -44,7 +44,8 @@ public struct QueueStatistics: Sendable, CustomStringConvertible {
         deadlocks = figures.deadlocks
         longestWait = Double(figures.longestWait) / 1e3
         longestHold = Double(figures.longestHold) / 1e9
-        waits = Dictionary(uniqueKeysWithValues: figures.waits.map { (CommandPriority(rawValue: $0.key), $0.value) })
+        waits = Dictionary(
+            uniqueKeysWithValues: figures.waits.map { (CommandPriority(rawValue: $0.priority), $0.counts) })
     }
 
     /// The upper bound of histogram bucket `index`, in milliseconds (`nil` for the last one).

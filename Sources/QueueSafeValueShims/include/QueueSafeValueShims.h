@@ -33,6 +33,18 @@ static inline void qsv_monitor_store(intptr_t value) {
     __atomic_store_n(&qsv_monitor_word, value, __ATOMIC_RELEASE);
 }
 
+/// The running monitor's long-wait threshold in milliseconds (a hand-off compares with it while
+/// the monitor runs).
+extern intptr_t qsv_monitor_long_wait_ms;
+
+static inline intptr_t qsv_monitor_long_wait_load(void) {
+    return __atomic_load_n(&qsv_monitor_long_wait_ms, __ATOMIC_RELAXED);
+}
+
+static inline void qsv_monitor_long_wait_store(intptr_t value) {
+    __atomic_store_n(&qsv_monitor_long_wait_ms, value, __ATOMIC_RELAXED);
+}
+
 /// Replaces `expected` with `desired`; returns whether it did.
 static inline int qsv_monitor_compare_exchange(intptr_t expected, intptr_t desired) {
     return __atomic_compare_exchange_n(

@@ -129,11 +129,13 @@ struct EngineStateMachine {
     /// in them: a larger grant made every release copy its actions. Read once, by the transition's
     /// perform (``takeGrantArrival()``).
     private var grantArrival: UInt32 = 0
+    /// The time of that grant (the transition's `now`), so that the storage needs no clock of its own.
+    private var grantTime: UInt64 = 0
 
-    /// ``grantArrival``, cleared for the next transition.
-    mutating func takeGrantArrival() -> UInt32 {
+    /// ``grantArrival`` and the grant's time, cleared for the next transition.
+    mutating func takeGrantArrival() -> (arrivedAt: UInt32, grantedAt: UInt64) {
         defer { grantArrival = 0 }
-        return grantArrival
+        return (grantArrival, grantTime)
     }
     /// - Parameters:
     ///   - maxOvertakes: `nil` for strict priority (the default), or how many commands that
@@ -338,7 +340,7 @@ struct EngineStateMachine {
         // Decided before the record goes: a helper is found among the records still waiting.
         actions.grant = grant(
             next, kind: kind, urgency: inherited, releaserQueue: releaserQueue, boosted: actions.endBoost)
-        grantArrival = table.lastPoppedArrival
+        (grantArrival, grantTime) = (table.lastPoppedArrival, now)
         if figures != nil { noteHandedOn(now: now) }
         var word = closedBit | kind.wordBits
         if kind == .operation {

@@ -19,8 +19,10 @@ struct Figures {
     /// The longest hold the machine saw end, in nanoseconds (at least that long: see ``Hold/since``).
     var longestHold: UInt64 = 0
     /// Per priority (its raw value), how many waits fell in each bucket: bucket 0 under 1 ms,
-    /// bucket k (1…) from 2^(k-1) ms up to 2^k ms, the last one everything longer.
-    var waits: [UInt8: [Int]] = [:]
+    /// bucket k (1…) from 2^(k-1) ms up to 2^k ms, the last one everything longer. A list searched
+    /// from the front, not a dictionary: a value's commands use a few priorities, and a hand-on
+    /// counts under the engine lock, where hashing cost more than the search.
+    var waits: [(priority: UInt8, counts: [Int])] = []
 
     static let buckets = 24
 
@@ -39,7 +41,14 @@ struct Figures {
     mutating func handedOn(priority: CommandPriority, waited milliseconds: UInt32) {
         handedOn += 1
         longestWait = max(longestWait, milliseconds)
-        waits[priority.rawValue, default: Array(repeating: 0, count: Self.buckets)][Self.bucket(milliseconds)] += 1
+        let bucket = Self.bucket(milliseconds)
+        if let index = waits.firstIndex(where: { $0.priority == priority.rawValue }) {
+            waits[index].counts[bucket] += 1
+        } else {
+            var counts = Array(repeating: 0, count: Self.buckets)
+            counts[bucket] = 1
+            waits.append((priority.rawValue, counts))
+        }
     }
 
     /// A hold the machine saw end had lasted `nanoseconds` (at least).

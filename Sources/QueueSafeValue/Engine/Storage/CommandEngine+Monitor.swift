@@ -37,20 +37,16 @@ extension CommandEngine {
             time: DispatchTime(uptimeNanoseconds: now))
     }
 
-    /// Under the lock, at a grant: the waiter `next` was granted the section after it began to
-    /// wait at `arrivedAt` (milliseconds, ``CommandHeap/Entry/arrivedAt``); `endedSite` is the
-    /// holder that handed it on. The event to report once unlocked, if a monitor runs and the wait
-    /// was long.
-    final func longWait(of next: Waiter, arrivedAt: UInt32, endedSite: KeptCallSite) -> QueueMonitor.Event? {
-        guard arrivedAt != 0, let monitor = QueueMonitor.active else { return nil }
-        let now = machineNow()
-        let waited = UInt64(UInt32(truncatingIfNeeded: now / 1_000_000) &- arrivedAt) * 1_000_000
-        let own = UInt64(UInt(bitPattern: ownLongWaitWord.peekForAssertion())) * 1_000_000
-        guard waited >= (own != 0 ? own : monitor.thresholds.longWaitNanoseconds) else { return nil }
+    /// Under the lock, at a grant: the waiter `next` was granted the section after waiting
+    /// `waited` milliseconds, past its threshold; `endedSite` is the holder that handed it on. The
+    /// event to report once unlocked, if a monitor still runs.
+    @inline(never)
+    final func longWait(of next: Waiter, waited: UInt32, endedSite: KeptCallSite) -> QueueMonitor.Event? {
+        guard QueueMonitor.active != nil else { return nil }
         return QueueMonitor.Event(
-            kind: .longWait, value: displayName, duration: Double(waited) / 1e9, callSite: next.keptSite.shown,
+            kind: .longWait, value: displayName, duration: Double(waited) / 1e3, callSite: next.keptSite.shown,
             priority: next.issuedPriority, heldBy: endedSite.shown, diagnostics: nil, deadlock: nil, omitted: 0,
-            time: DispatchTime(uptimeNanoseconds: now))
+            time: SyncPoints.now())
     }
 
     /// Under the lock: a hold reported as long ended after `nanoseconds`; the words still name it.

@@ -1,3 +1,5 @@
+import QueueSafeValueShims
+
 // Performing the machine's actions: the one place where the storage carries out what a transition
 // decided. Every transition that returns `EngineStateMachine.Actions` runs through `perform(_:)`,
 // in two halves, because a grant's publication belongs to the transition's lock section and
@@ -70,7 +72,8 @@ extension CommandEngine {
     /// - Returns: the nextHolder's thread and task, if the grant inherits an urgency.
     @inline(__always)
     private func prepare(
-        _ actions: inout Machine.Actions, _ deferred: inout [Deferred], endedLongHold: UInt64, grantArrival: UInt32
+        _ actions: inout Machine.Actions, _ deferred: inout [Deferred], endedLongHold: UInt64,
+        grantArrival: (arrivedAt: UInt32, grantedAt: UInt64)
     ) -> NextHolder {
         for other in actions.others {
             switch other {
@@ -104,10 +107,17 @@ extension CommandEngine {
         let next = grant.handle
         next.isGranted = true
         next.isGrantedShared = grant.shared
-        if grantArrival != 0, QueueMonitor.isActive,
-            let event = longWait(of: next, arrivedAt: grantArrival, endedSite: holderSite.site)
-        {
-            deferred.append(.report(event))
+        // Under the lock, with a monitor running: two loads and a comparison (the grant's time came
+        // with the transition); an event is made only for a wait past its threshold.
+        if grantArrival.arrivedAt != 0, qsv_monitor_load() != 0 {
+            let waited = UInt32(truncatingIfNeeded: grantArrival.grantedAt / 1_000_000) &- grantArrival.arrivedAt
+            let own = ownLongWaitWord.peekForAssertion()
+            let threshold = own != 0 ? own : qsv_monitor_long_wait_load()
+            if UInt(waited) >= UInt(bitPattern: threshold),
+                let event = longWait(of: next, waited: waited, endedSite: holderSite.site)
+            {
+                deferred.append(.report(event))
+            }
         }
         // Before it can start: a report that reads the section held reads its holder's call site.
         if !grant.shared { keepHolderSite(next.keptSite, priority: next.issuedPriority) }
