@@ -136,13 +136,22 @@ enum BlockingScenarios {
         }
     }
 
-    static func setContended(threads: Int) -> Scenario {
+    /// - Parameters:
+    ///   - variant: said after the name and summary (`monitor on`), when the row runs with
+    ///     something on: `setUp` turns it on for the value and returns what turns it off.
+    static func setContended(
+        threads: Int, variant: String? = nil,
+        setUp: @escaping @Sendable (QueueSafeValue<Int>) -> @Sendable () -> Void = { _ in {} }
+    ) -> Scenario {
         Scenario(
-            name: "wait.set contended \(threads) threads",
-            summary: "value.wait.priority(p).set { $0 += 1 } from \(threads) threads at once, mixed priorities",
+            name: "wait.set contended \(threads) threads" + (variant.map { ", \($0)" } ?? ""),
+            summary: "value.wait.priority(p).set { $0 += 1 } from \(threads) threads at once, mixed priorities"
+                + (variant.map { ", \($0)" } ?? ""),
             timeWindowed: true
         ) { window in
             let value = QueueSafeValue(value: 0)
+            let tearDown = setUp(value)
+            defer { tearDown() }
             let priorities = mixedPriorities
             let (elapsed, operations) = Concurrency.runThreads(threads, for: UInt64(window)) { index, deadline in
                 var slot = index % priorities.count

@@ -48,27 +48,15 @@ enum MonitorScenarios {
     }
 
     static func setContended(threads: Int, with extra: Extra) -> Scenario {
-        Scenario(
-            name: "wait.set contended \(threads) threads, \(extra.rawValue)",
-            summary: "value.wait.priority(p).set { $0 += 1 } from \(threads) threads at once, mixed priorities,"
-                + " \(extra == .monitor ? "a QueueMonitor running" : "the value's statistics on")",
-            timeWindowed: true
-        ) { window in
-            let monitor = extra == .monitor ? startMonitor() : nil
-            defer { monitor?.stop() }
-            let value = QueueSafeValue(value: 0)
-            if extra == .statistics { value.collectStatistics() }
-            let priorities = BlockingScenarios.mixedPriorities
-            let (elapsed, operations) = Concurrency.runThreads(threads, for: UInt64(window)) { index, deadline in
-                var slot = index % priorities.count
-                return Concurrency.repeatUntil(deadline) {
-                    value.wait.priority(priorities[slot]).set { $0 += 1 }
-                    slot = slot == priorities.count - 1 ? 0 : slot + 1
-                }
+        BlockingScenarios.setContended(threads: threads, variant: extra.rawValue) { value in
+            switch extra {
+            case .monitor:
+                let monitor = startMonitor()
+                return { monitor.stop() }
+            case .statistics:
+                value.collectStatistics()
+                return {}
             }
-            let final = try! value.wait.highestPriority.get().get()
-            check(final == operations, "wait.set contended \(threads) threads, \(extra.rawValue) counted \(final)")
-            return Sample(measured: Double(elapsed), operations: operations)
         }
     }
 }

@@ -116,9 +116,20 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
         /// For `deadlock`: the cycle.
         public let deadlock: DeadlockReport?
         /// How many events of this value the throttle left out since the last one it delivered.
-        public let omitted: Int
+        public internal(set) var omitted = 0
         /// When it happened.
         public let time: DispatchTime
+
+        init(
+            kind: Kind, value: String, duration: Double, callSite: QueueDiagnostics.CallSite?,
+            priority: CommandPriority?, heldBy: QueueDiagnostics.CallSite? = nil, diagnostics: QueueDiagnostics? = nil,
+            deadlock: DeadlockReport? = nil, time: DispatchTime
+        ) {
+            (self.kind, self.value, self.duration, self.callSite, self.priority) = (
+                kind, value, duration, callSite, priority
+            )
+            (self.heldBy, self.diagnostics, self.deadlock, self.time) = (heldBy, diagnostics, deadlock, time)
+        }
 
         /// One line: "longHold 'checkout': 0.50 s, issued at MyApp/Checkout.swift:88 (…)".
         public var description: String {
@@ -185,11 +196,6 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
     }
 
     // MARK: The running monitor
-
-    /// Whether a monitor runs: one load of a C global (`qsv_monitor_word`, the running monitor's
-    /// address, retained in ``started``), on a contended command's path and at a value's creation.
-    @inline(__always)
-    static var isActive: Bool { qsv_monitor_load() != 0 }
 
     /// Every monitor started, so that the address in `qsv_monitor_word` always refers to a live one.
     // Unsafe: the list is touched only inside its own lock.
@@ -270,11 +276,6 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
         }
     }
 
-    /// The thresholds for `engine`: its own, or the monitor's.
-    func thresholds(for engine: CommandEngine) -> Thresholds {
-        state.withLock { $0.watched[ObjectIdentifier(engine)]?.thresholds } ?? thresholds
-    }
-
     // MARK: The watchdog
 
     private func startWatchdog() {
@@ -336,13 +337,11 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
             return omitted
         }
         guard let omitted else { return }
-        let delivered = Event(
-            kind: event.kind, value: event.value, duration: event.duration, callSite: event.callSite,
-            priority: event.priority, heldBy: event.heldBy, diagnostics: event.diagnostics, deadlock: event.deadlock,
-            omitted: omitted, time: event.time)
+        var delivered = event
+        delivered.omitted = omitted
         // Through the controlled scheduler where one runs (its scenarios see every event): a plain
         // `async` in release builds.
-        SyncPoints.async(deliveryQueue) { [self] in
+        SyncPoints.async(deliveryQueue) { [self, delivered] in
             state.withLock { $0.pending -= 1 }
             handler(delivered)
         }

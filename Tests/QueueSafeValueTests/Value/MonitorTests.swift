@@ -41,6 +41,27 @@ import Testing
         }
     }
 
+    /// Starts a thread that holds `value` (a blocking `withLock`) until `letGo` is signalled (at
+    /// most 60 s), and returns once it holds.
+    /// - Returns: a semaphore signalled once the thread has let go.
+    @discardableResult
+    static func holdOnAThread(
+        _ value: QueueSafeValue<Int>, until letGo: DispatchSemaphore,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) -> DispatchSemaphore {
+        let holding = DispatchSemaphore(value: 0)
+        let done = DispatchSemaphore(value: 0)
+        Thread {
+            try? value.wait.withLock { _ in
+                holding.signal()
+                _ = letGo.wait(timeout: .now() + 60)
+            }
+            done.signal()
+        }.start()
+        #expect(holding.wait(timeout: .now() + 30) == .success, sourceLocation: sourceLocation)
+        return done
+    }
+
     static func thresholds(
         longHold: DispatchTimeInterval = .milliseconds(100), longWait: DispatchTimeInterval = .milliseconds(100),
         eventsPerSecond: Int = 1000
@@ -110,16 +131,7 @@ import Testing
         }
         let monitor = QueueSafeValue<Never>.monitor(thresholds: try Self.thresholds(), handler: events.handle)
         defer { monitor.stop() }
-        let holding = DispatchSemaphore(value: 0)
-        let done = DispatchSemaphore(value: 0)
-        Thread {
-            try? value.wait.withLock { _ in
-                holding.signal()
-                _ = reported.wait(timeout: .now() + 30)
-            }
-            done.signal()
-        }.start()
-        #expect(holding.wait(timeout: .now() + 30) == .success)
+        let done = Self.holdOnAThread(value, until: reported)
         value.async(performIn: DispatchQueue(label: "monitor.before.waiter")).set(accessClosure: { $0 += 1 })
         #expect(done.wait(timeout: .now() + 30) == .success, "the long hold was never reported")
     }
@@ -164,15 +176,8 @@ import Testing
         let monitor = QueueSafeValue<Never>.monitor(
             thresholds: try Self.thresholds(longHold: .seconds(60), eventsPerSecond: 2), handler: events.handle)
         let value = QueueSafeValue(value: 0, label: "monitor.hot")
-        let holding = DispatchSemaphore(value: 0)
         let letGo = DispatchSemaphore(value: 0)
-        Thread {
-            try? value.wait.withLock { _ in
-                holding.signal()
-                _ = letGo.wait(timeout: .now() + 60)
-            }
-        }.start()
-        #expect(holding.wait(timeout: .now() + 30) == .success)
+        Self.holdOnAThread(value, until: letGo)
         let started = DispatchTime.now()
         let provoked = 10_000
         var timedOut = 0
@@ -210,15 +215,8 @@ import Testing
         let monitor = QueueSafeValue<Never>.monitor(
             thresholds: try Self.thresholds(longHold: .seconds(60)), handler: events.handle)
         let value = QueueSafeValue(value: 0, label: "monitor.blocked")
-        let holding = DispatchSemaphore(value: 0)
         let letGo = DispatchSemaphore(value: 0)
-        Thread {
-            try? value.wait.withLock { _ in
-                holding.signal()
-                _ = letGo.wait(timeout: .now() + 60)
-            }
-        }.start()
-        #expect(holding.wait(timeout: .now() + 30) == .success)
+        Self.holdOnAThread(value, until: letGo)
         let provoked = 1000
         for _ in 0..<provoked {
             _ = try? value.wait(timeout: .nanoseconds(1)).withLock { _ in }

@@ -67,9 +67,6 @@ struct AtomicWord: @unchecked Sendable {
     // Not sync points: for words only reports read (the holder's call site, the running monitor),
     // so that keeping and checking them does not give the controlled scheduler more places to
     // switch threads.
-    @inlinable @inline(__always) func loadAcquireUnobserved() -> Int {
-        qsv_atomic_load_acquire(words.address(index))
-    }
     @inlinable @inline(__always) func storeUnobserved(_ value: Int) {
         qsv_atomic_store_relaxed(words.address(index), value)
     }

@@ -53,9 +53,6 @@ struct KeptCallSite: Equatable, @unchecked Sendable {
         self.line = UInt32(truncatingIfNeeded: line <= UInt(UInt32.max) ? line : 0)
     }
 
-    /// Nothing known.
-    static let unknown = KeptCallSite(file: nil, line: 0)
-
     /// What reports show, or `nil` when nothing is known.
     var shown: QueueDiagnostics.CallSite? {
         guard let file else { return nil }

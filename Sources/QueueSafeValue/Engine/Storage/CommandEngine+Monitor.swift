@@ -33,8 +33,7 @@ extension CommandEngine {
         let named = diagnostics.namingQueue()
         return QueueMonitor.Event(
             kind: .longHold, value: displayName, duration: Double(held) / 1e9, callSite: named.holder?.callSite,
-            priority: named.holder?.priority, heldBy: nil, diagnostics: named, deadlock: nil, omitted: 0,
-            time: DispatchTime(uptimeNanoseconds: now))
+            priority: named.holder?.priority, diagnostics: named, time: DispatchTime(uptimeNanoseconds: now))
     }
 
     /// Under the lock, at a grant: the waiter `next` was granted the section after waiting
@@ -45,8 +44,7 @@ extension CommandEngine {
         guard QueueMonitor.active != nil else { return nil }
         return QueueMonitor.Event(
             kind: .longWait, value: displayName, duration: Double(waited) / 1e3, callSite: next.keptSite.shown,
-            priority: next.issuedPriority, heldBy: endedSite.shown, diagnostics: nil, deadlock: nil, omitted: 0,
-            time: SyncPoints.now())
+            priority: next.issuedPriority, heldBy: endedSite.shown, time: SyncPoints.now())
     }
 
     /// Under the lock: a hold reported as long ended after `nanoseconds`; the words still name it.
@@ -55,7 +53,7 @@ extension CommandEngine {
         let (site, priority) = holderSite
         return QueueMonitor.Event(
             kind: .longHoldEnded, value: displayName, duration: Double(nanoseconds) / 1e9, callSite: site.shown,
-            priority: priority, heldBy: nil, diagnostics: nil, deadlock: nil, omitted: 0, time: SyncPoints.now())
+            priority: priority, time: SyncPoints.now())
     }
 
     /// After unlocking: hands `event` to the running monitor.
@@ -70,31 +68,19 @@ extension CommandEngine {
     final func reportingRefusal(
         _ error: QueueSafeValueError, site: KeptCallSite, priority: CommandPriority
     ) -> QueueSafeValueError {
-        switch error {
-        case .timedOut: withMachineLocked { $0.noteRefusal(deadlock: false) }
-        case .deadlock: withMachineLocked { $0.noteRefusal(deadlock: true) }
-        default: return error
-        }
-        guard let monitor = QueueMonitor.active else { return error }
         let kind: QueueMonitor.Event.Kind
-        var diagnostics: QueueDiagnostics?
+        let diagnostics: QueueDiagnostics
         var deadlock: DeadlockReport?
         switch error {
-        case .timedOut(let snapshot):
-            kind = .timedOut
-            diagnostics = snapshot
-        case .deadlock(let report):
-            kind = .deadlock
-            deadlock = report
-            diagnostics = report.diagnostics
-        default:
-            return error
+        case .timedOut(let snapshot): (kind, diagnostics) = (.timedOut, snapshot)
+        case .deadlock(let report): (kind, diagnostics, deadlock) = (.deadlock, report.diagnostics, report)
+        default: return error
         }
-        let waited = diagnostics?.holder?.heldFor ?? 0
-        monitor.report(
+        withMachineLocked { $0.noteRefusal(deadlock: kind == .deadlock) }
+        QueueMonitor.active?.report(
             QueueMonitor.Event(
-                kind: kind, value: displayName, duration: waited, callSite: site.shown, priority: priority,
-                heldBy: diagnostics?.holder?.callSite, diagnostics: diagnostics, deadlock: deadlock, omitted: 0,
+                kind: kind, value: displayName, duration: diagnostics.holder?.heldFor ?? 0, callSite: site.shown,
+                priority: priority, heldBy: diagnostics.holder?.callSite, diagnostics: diagnostics, deadlock: deadlock,
                 time: SyncPoints.now()),
             of: self)
         return error

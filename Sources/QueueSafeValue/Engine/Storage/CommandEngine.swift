@@ -139,7 +139,7 @@ class CommandEngine: @unchecked Sendable {
         isEventuallyFair = fairness.bargingBound != nil
         machine = LockedState.make(Machine(maxOvertakes: fairness.maxOvertakes, bargingBound: fairness.bargingBound))
         // Created while a monitor runs: watched from the start (one load otherwise).
-        if QueueMonitor.isActive { QueueMonitor.active?.watch(self) }
+        QueueMonitor.active?.watch(self)
     }
 
     /// The time the machine's transitions are given (``Hold/since``, and the eventually fair mode's
