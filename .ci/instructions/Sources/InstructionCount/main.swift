@@ -68,23 +68,6 @@ func startIdleThread() {
         }, nil)
 }
 
-/// Issues `operations` dispatch sets of `value` on `queue` (`async(performIn:).set`, each adding 1).
-/// - Returns: a semaphore signalled when the last one's completion has run.
-func issueDispatchSets(_ value: QueueSafeValue<Int>, on queue: DispatchQueue, _ operations: Int) -> DispatchSemaphore {
-    let completed = Counter()
-    let allDone = DispatchSemaphore(value: 0)
-    for _ in 0..<operations {
-        value.async(performIn: queue).highestPriority.set(
-            accessClosure: { $0 += 1 },
-            completion: { _ in
-                completed.value += 1
-                if completed.value == operations { allDone.signal() }
-            }
-        )
-    }
-    return allDone
-}
-
 /// Performs `operations` operations of `scenario`. Not isolated to the main actor (top-level code
 /// is): the tasks it starts run on the global executor, as a library user's would, while this
 /// thread waits for them.
@@ -105,7 +88,18 @@ func run(_ scenario: String, _ operations: Int) {
     case "async(performIn:).set":
         let value = QueueSafeValue(value: 0)
         let queue = DispatchQueue(label: "count.dispatch.set")
-        issueDispatchSets(value, on: queue, operations).wait()
+        let completed = Counter()
+        let allDone = DispatchSemaphore(value: 0)
+        for _ in 0..<operations {
+            value.async(performIn: queue).highestPriority.set(
+                accessClosure: { $0 += 1 },
+                completion: { _ in
+                    completed.value += 1
+                    if completed.value == operations { allDone.signal() }
+                }
+            )
+        }
+        allDone.wait()
         check(try! value.wait.highestPriority.get().get() == operations, "async(performIn:).set lost updates")
 
     case "async(performIn:).set handed on", "async(performIn:).set handed on, monitor on":
@@ -130,7 +124,17 @@ func run(_ scenario: String, _ operations: Int) {
             }
         }
         holding.wait()
-        let allDone = issueDispatchSets(value, on: queue, operations)
+        let completed = Counter()
+        let allDone = DispatchSemaphore(value: 0)
+        for _ in 0..<operations {
+            value.async(performIn: queue).highestPriority.set(
+                accessClosure: { $0 += 1 },
+                completion: { _ in
+                    completed.value += 1
+                    if completed.value == operations { allDone.signal() }
+                }
+            )
+        }
         letGo.signal()
         allDone.wait()
         monitor?.stop()
