@@ -54,14 +54,14 @@ enum Baselines {
         ) { window in
             let lock = FairTicketLock()
             let counter = Counter()
-            let (elapsed, operations) = Concurrency.runThreads(threads, for: UInt64(window)) { _, deadline in
-                Concurrency.repeatUntil(deadline) {
+            let (elapsed, operations, performed) = Concurrency.runThreads(threads, for: UInt64(window)) { _, timed in
+                timed.repeatInWindow {
                     lock.lock()
                     counter.value += 1
                     lock.unlock()
                 }
             }
-            check(counter.value == operations, "fair lock counted \(counter.value) of \(operations)")
+            check(counter.value == performed, "fair lock counted \(counter.value) of \(performed)")
             return Sample(measured: Double(elapsed), operations: operations)
         }
     }
@@ -76,11 +76,11 @@ enum Baselines {
             timeWindowed: true
         ) { window in
             let shared = MutexCounter()
-            let (elapsed, operations) = Concurrency.runThreads(threads, for: UInt64(window)) { _, deadline in
-                Concurrency.repeatUntil(deadline) { shared.mutex.withLock { $0 += 1 } }
+            let (elapsed, operations, performed) = Concurrency.runThreads(threads, for: UInt64(window)) { _, timed in
+                timed.repeatInWindow { shared.mutex.withLock { $0 += 1 } }
             }
             let final = shared.mutex.withLock { $0 }
-            check(final == operations, "mutex contended counted \(final) of \(operations)")
+            check(final == performed, "mutex contended counted \(final) of \(performed)")
             return Sample(measured: Double(elapsed), operations: operations)
         }
     }
@@ -113,14 +113,14 @@ enum Baselines {
         ) { window in
             let lock = NSLock()
             let counter = Counter()
-            let (elapsed, operations) = Concurrency.runThreads(threads, for: UInt64(window)) { _, deadline in
-                Concurrency.repeatUntil(deadline) {
+            let (elapsed, operations, performed) = Concurrency.runThreads(threads, for: UInt64(window)) { _, timed in
+                timed.repeatInWindow {
                     lock.lock()
                     counter.value += 1
                     lock.unlock()
                 }
             }
-            check(counter.value == operations, "lock contended counted \(counter.value) of \(operations)")
+            check(counter.value == performed, "lock contended counted \(counter.value) of \(performed)")
             return Sample(measured: Double(elapsed), operations: operations)
         }
     }
@@ -150,12 +150,12 @@ enum Baselines {
         ) { window in
             let queue = DispatchQueue(label: "bench.sync.contended")
             let counter = Counter()
-            let (elapsed, operations) = Concurrency.runThreads(2, for: UInt64(window)) { _, deadline in
-                Concurrency.repeatUntil(deadline) {
+            let (elapsed, operations, performed) = Concurrency.runThreads(2, for: UInt64(window)) { _, timed in
+                timed.repeatInWindow {
                     queue.sync { counter.value += 1 }
                 }
             }
-            check(counter.value == operations, "DispatchQueue.sync contended counted \(counter.value) of \(operations)")
+            check(counter.value == performed, "DispatchQueue.sync contended counted \(counter.value) of \(performed)")
             return Sample(measured: Double(elapsed), operations: operations)
         }
     }

@@ -153,15 +153,15 @@ enum BlockingScenarios {
             let tearDown = setUp(value)
             defer { tearDown() }
             let priorities = mixedPriorities
-            let (elapsed, operations) = Concurrency.runThreads(threads, for: UInt64(window)) { index, deadline in
+            let (elapsed, operations, performed) = Concurrency.runThreads(threads, for: UInt64(window)) { index, timed in
                 var slot = index % priorities.count
-                return Concurrency.repeatUntil(deadline) {
+                return timed.repeatInWindow {
                     value.wait.priority(priorities[slot]).set { $0 += 1 }
                     slot = slot == priorities.count - 1 ? 0 : slot + 1
                 }
             }
             let final = try! value.wait.highestPriority.get().get()
-            check(final == operations, "wait.set contended \(threads) threads counted \(final) of \(operations)")
+            check(final == performed, "wait.set contended \(threads) threads counted \(final) of \(performed)")
             return Sample(measured: Double(elapsed), operations: operations)
         }
     }
@@ -178,11 +178,11 @@ enum BlockingScenarios {
             timeWindowed: true
         ) { window in
             let value = QueueSafeValue(value: 0, fairness: fairness)
-            let (elapsed, operations) = Concurrency.runThreads(threads, for: UInt64(window)) { _, deadline in
-                Concurrency.repeatUntil(deadline) { value.wait.highestPriority.set { $0 += 1 } }
+            let (elapsed, operations, performed) = Concurrency.runThreads(threads, for: UInt64(window)) { _, timed in
+                timed.repeatInWindow { value.wait.highestPriority.set { $0 += 1 } }
             }
             let final = try! value.wait.highestPriority.get().get()
-            check(final == operations, "wait.set contended \(threads) threads one priority counted \(final)")
+            check(final == performed, "wait.set contended \(threads) threads one priority counted \(final)")
             return Sample(measured: Double(elapsed), operations: operations)
         }
     }
@@ -200,9 +200,9 @@ enum BlockingScenarios {
         ) { window in
             let value = QueueSafeValue(value: 0, fairness: fairness)
             let logs = (0..<4).map { _ in WaitLog() }
-            let (_, operations) = Concurrency.runThreads(4, for: UInt64(window)) { index, deadline in
+            let (_, _, performed) = Concurrency.runThreads(4, for: UInt64(window)) { index, timed in
                 let log = logs[index]
-                return Concurrency.repeatUntil(deadline) {
+                return timed.repeatInWindow {
                     let called = Clock.now()
                     value.wait.highestPriority.set { count in
                         log.waits.append(Clock.now() - called)
@@ -211,7 +211,7 @@ enum BlockingScenarios {
                 }
             }
             let final = try! value.wait.highestPriority.get().get()
-            check(final == operations, "the p99 row counted \(final) of \(operations)")
+            check(final == performed, "the p99 row counted \(final) of \(performed)")
             let waits = logs.flatMap(\.waits).sorted()
             return Sample(measured: Double(waits[waits.count * 99 / 100]), operations: 1)
         }

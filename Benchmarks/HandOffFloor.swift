@@ -25,7 +25,7 @@ enum HandOffFloor {
             timeWindowed: true
         ) { window in
             let words = Words()
-            let (elapsed, _) = Concurrency.runThreads(2, for: UInt64(window)) { index, deadline in
+            let (elapsed, _, _) = Concurrency.runThreads(2, for: UInt64(window)) { index, timed in
                 var performed = 0
                 var polls = 0
                 while true {
@@ -33,12 +33,14 @@ enum HandOffFloor {
                     if turn % 2 == index {
                         words.counter.pointee += 1
                         performed += 1
-                        if performed % 64 == 0 && Clock.now() >= deadline {
+                        // Each thread's first turn opens the window (turns 0 and 1 come before it).
+                        if performed == 1 { timed.arrive() }
+                        if performed % 64 == 0 && timed.isOpen && Clock.now() >= timed.closesAt {
                             qsv_atomic_store_release(words.stop, 1)  // the partner stops when it next waits
                         }
                         qsv_atomic_store_release(words.turn, turn + 1)
                     } else if qsv_atomic_load_acquire(words.stop) != 0 {
-                        return performed
+                        return (performed, performed)
                     } else {
                         polls += 1
                         // A descheduled partner cannot take its turn: give it the processor now and then.
@@ -46,10 +48,10 @@ enum HandOffFloor {
                     }
                 }
             }
-            let operations = qsv_atomic_load_acquire(words.turn)
-            check(
-                words.counter.pointee == operations, "hand-off floor counted \(words.counter.pointee) of \(operations)")
-            return Sample(measured: Double(elapsed), operations: operations)
+            let turns = qsv_atomic_load_acquire(words.turn)
+            check(words.counter.pointee == turns, "hand-off floor counted \(words.counter.pointee) of \(turns)")
+            // The window opened after the first two turns.
+            return Sample(measured: Double(elapsed), operations: turns - 2)
         }
     }
 

@@ -207,11 +207,11 @@ enum ReadMostly {
         finish: @escaping @Sendable () -> Void = {}
     ) -> Outcome {
         let tallies = Tallies(threads: threads)
-        let (elapsed, operations) = Concurrency.runThreads(threads, for: UInt64(window)) { index, deadline in
+        let (elapsed, operations, _) = Concurrency.runThreads(threads, for: UInt64(window)) { index, timed in
             var generator = SplitMix64(seed: UInt64(index) &+ 1)
             var sink: UInt64 = 0
             var writes = 0
-            let performed = Concurrency.repeatUntil(deadline) {
+            let performed = timed.repeatInWindow {
                 let draw = generator.next()
                 if draw % 100 < writesPerHundred {
                     write(Int((draw >> 32) % UInt64(elementCount)))
