@@ -153,7 +153,8 @@ enum BlockingScenarios {
             let tearDown = setUp(value)
             defer { tearDown() }
             let priorities = mixedPriorities
-            let (elapsed, operations, performed) = Concurrency.runThreads(threads, for: UInt64(window)) { index, timed in
+            let (elapsed, operations, performed) = Concurrency.runThreads(threads, for: UInt64(window)) {
+                index, timed in
                 var slot = index % priorities.count
                 return timed.repeatInWindow {
                     value.wait.priority(priorities[slot]).set { $0 += 1 }

@@ -273,7 +273,8 @@ final class Mailbox<T>: @unchecked Sendable {
 /// for the scheduler, so a window opened at the release of the threads mixed the two-thread figure
 /// into every row of more threads (issue 44 measured its fair lock 2x faster at 4 threads and 4x at 8 that
 /// way than with every thread contending).
-final class ThreadWindow: @unchecked Sendable {  // @unchecked Sendable: `open` is atomic, the times are written before it is set and read after
+// @unchecked Sendable: `open` is atomic; the times are written before it is set and read after.
+final class ThreadWindow: @unchecked Sendable {
     /// How many threads have completed an operation; then 1 in `open` once the window is open.
     private let words = UnsafeMutablePointer<Int>.allocate(capacity: 2)
     private let threads: Int
