@@ -68,6 +68,30 @@ func startIdleThread() {
         }, nil)
 }
 
+/// `wait.set handed on`: every blocking command waits and is handed the value by a release (the
+/// hand-off whose cost issue 44 traced the oversubscribed rows to). Two threads issue
+/// `operations / 2` sets each; each closure yields its processor, and valgrind, which runs one
+/// thread at a time, then runs the other thread, whose command finds the value held and queues.
+/// Includes the waiting thread's polls before it yields in turn. Out of line, so that the switch's
+/// other rows (`wait.set uncontended`) compile as before.
+@inline(never)
+func blockingHandOn(_ operations: Int) {
+    let value = QueueSafeValue(value: 0)
+    let finished = DispatchGroup()
+    for _ in 0..<2 {
+        DispatchQueue.global().async(group: finished) {
+            for _ in 0..<operations / 2 {
+                value.wait.highestPriority.set {
+                    $0 += 1
+                    sched_yield()
+                }
+            }
+        }
+    }
+    finished.wait()
+    check(try! value.wait.highestPriority.get().get() == operations / 2 * 2, "handed-on blocking sets lost updates")
+}
+
 /// Performs `operations` operations of `scenario`. Not isolated to the main actor (top-level code
 /// is): the tasks it starts run on the global executor, as a library user's would, while this
 /// thread waits for them.
@@ -146,6 +170,9 @@ func run(_ scenario: String, _ operations: Int) {
         for _ in 0..<operations { value.wait.highestPriority.set { $0 += 1 } }
         monitor.stop()
         check(try! value.wait.highestPriority.get().get() == operations, "wait.set with a monitor lost updates")
+
+    case "wait.set handed on":
+        blockingHandOn(operations)
 
     case "mutex uncontended":
         let shared = MutexCounter()
