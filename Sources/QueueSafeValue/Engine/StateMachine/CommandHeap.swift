@@ -88,10 +88,9 @@ struct CommandHeap: Hashable {
         if fromRun {
             let top = run[runStart]
             runStart += 1
-            if runStart == run.count {
-                run.removeAll(keepingCapacity: true)
-                runStart = 0
-            } else if runStart >= 64 && runStart * 2 >= run.count {
+            // The consumed entries stay until they are most of at least 64: emptying the array at
+            // every pop that emptied the run was a quarter of the pop (issue 44's hand-off).
+            if runStart >= 64 && runStart * 2 >= run.count {
                 run.removeFirst(runStart)
                 runStart = 0
             }
