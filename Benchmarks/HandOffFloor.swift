@@ -40,6 +40,7 @@ enum HandOffFloor {
                         }
                         qsv_atomic_store_release(words.turn, turn + 1)
                     } else if qsv_atomic_load_acquire(words.stop) != 0 {
+                        // Counted from the turn word below instead (the window opened after two turns).
                         return (performed, performed)
                     } else {
                         polls += 1

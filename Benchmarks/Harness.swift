@@ -273,10 +273,13 @@ final class Mailbox<T>: @unchecked Sendable {
 /// for the scheduler, so a window opened at the release of the threads mixed the two-thread figure
 /// into every row of more threads (issue 44 measured its fair lock 2x faster at 4 threads and 4x at 8 that
 /// way than with every thread contending).
-// @unchecked Sendable: `open` is atomic; the times are written before it is set and read after.
+// @unchecked Sendable: its words are atomic; the times are written before `open` is set and read after.
 final class ThreadWindow: @unchecked Sendable {
-    /// How many threads have completed an operation; then 1 in `open` once the window is open.
+    /// Two words: how many threads have completed an operation (`arrived`), and 1 once the window
+    /// is open (`open`).
     private let words = UnsafeMutablePointer<Int>.allocate(capacity: 2)
+    private var arrived: UnsafeMutablePointer<Int> { words }
+    private var open: UnsafeMutablePointer<Int> { words + 1 }
     private let threads: Int
     private let length: UInt64
     /// When the window opened and when it closes, written by the thread that opens it.
@@ -294,14 +297,14 @@ final class ThreadWindow: @unchecked Sendable {
     /// Whether the window is open (every thread has completed an operation); its times are
     /// readable once this returns `true`.
     @inline(__always)
-    var isOpen: Bool { qsv_atomic_load_acquire(words + 1) != 0 }
+    var isOpen: Bool { qsv_atomic_load_acquire(open) != 0 }
 
     /// The calling thread has completed its first operation: the last of them opens the window.
     func arrive() {
-        guard qsv_atomic_fetch_add(words, 1) + 1 == threads else { return }
+        guard qsv_atomic_fetch_add(arrived, 1) + 1 == threads else { return }
         opensAt = Clock.now()
         closesAt = opensAt + length
-        qsv_atomic_store_release(words + 1, 1)
+        qsv_atomic_store_release(open, 1)
     }
 
     /// Runs `operation` on the calling thread: once, then until the window opens (not counted),

@@ -38,10 +38,11 @@ void qsv_sanitizer_ignore_accesses_end(void) {
 #endif
 }
 
-// The name every thread starts with (on Linux, the program's name; empty on Apple platforms).
+// The running monitor's address and its long-wait threshold (see the header).
 intptr_t qsv_monitor_word = 0;
 intptr_t qsv_monitor_long_wait_ms = 0;
 
+// The name every thread starts with (on Linux, the program's name; empty on Apple platforms).
 static char qsv_default_name[64];
 
 #if defined(__APPLE__)

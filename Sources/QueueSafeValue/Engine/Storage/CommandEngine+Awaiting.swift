@@ -95,7 +95,7 @@ extension CommandEngine {
             return (waiter, true)
         case .queued(let ticket):
             waiter.ticket = ticket
-            if qsv_monitor_load() != 0 { watchFromNowOn() }
+            noteContention()
             return (waiter, false)
         case .granted(nil), .refused:
             preconditionFailure("a command queue never closes, and tracks its operations")

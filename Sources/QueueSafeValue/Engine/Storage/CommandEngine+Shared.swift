@@ -62,7 +62,7 @@ extension CommandEngine {
                 return admission
             }
         }
-        if case .queued = admission { if qsv_monitor_load() != 0 { watchFromNowOn() } }
+        if case .queued = admission { noteContention() }
         return admission
     }
 

@@ -232,7 +232,15 @@ extension CommandEngine {
     final func keepHolderSite(_ site: CallSite) {
         // Constants where the command is inlined: an address and a line, stored.
         holderFile.storeUnobserved(site.fileAddress)
-        holderLine.storeUnobserved(site.line < 1 << 23 ? Int(truncatingIfNeeded: site.line) : 0)
+        holderLine.storeUnobserved(Self.holderLineWord(site.line))
+    }
+
+    /// The line word of a holder whose priority is not kept (see ``keepHolderSite(_:priority:)``
+    /// for the layout): the line, or 0 (unknown) for one past 8,388,607.
+    @inlinable
+    @inline(__always)
+    static func holderLineWord(_ line: UInt) -> Int {
+        line < 1 << 23 ? Int(truncatingIfNeeded: line) : 0
     }
 
     /// A blocking command issued at `site` took a free section on the calling thread `thread`:
@@ -250,7 +258,7 @@ extension CommandEngine {
             site.fileAddress)
         qsv_atomic_store_relaxed(
             owner + (Word.holderLine.rawValue - Word.ownerThread.rawValue),
-            site.line < 1 << 23 ? Int(truncatingIfNeeded: site.line) : 0)
+            Self.holderLineWord(site.line))
         SyncPoints.atomic()  // the owner's store, as `ownerThread.storeRelease` would be
         qsv_atomic_store_release(owner, thread)
     }

@@ -234,7 +234,7 @@ class CommandEngine: @unchecked Sendable {
                 return admission
             }
         }
-        if qsv_monitor_load() != 0 { watchFromNowOn() }
+        noteContention()
         return admission
     }
 
