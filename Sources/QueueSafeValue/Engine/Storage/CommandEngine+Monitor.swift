@@ -1,21 +1,13 @@
 import Dispatch
-import QueueSafeValueShims
 
 // What the running `QueueMonitor` asks of an engine, and what the engine tells it. Nothing here
 // runs on the idle path: a command that takes a free value never reads the clock. The watchdog
 // samples holders under the engine lock (`sampleHold`); contended commands report long waits,
 // timeouts and deadlocks after unlocking.
 extension CommandEngine {
-    /// A command asked for the section through the lock: if a monitor runs and does not watch this
-    /// engine yet, it does from now on (so that its long holds are sampled). One load of a C global
-    /// (`qsv_monitor_word`) when no monitor runs.
-    @inline(__always)
-    final func noteContention() {
-        if qsv_monitor_load() != 0 { watchFromNowOn() }
-    }
-
+    /// ``noteContention()`` while a monitor runs.
     @inline(never)
-    private func watchFromNowOn() {
+    final func watchFromNowOn() {
         if monitoredWord.peekForAssertion() == 0, let monitor = QueueMonitor.active { monitor.watch(self) }
     }
 

@@ -238,6 +238,14 @@ class CommandEngine: @unchecked Sendable {
         return admission
     }
 
+    /// A command asked for the section through the lock: if a monitor runs and does not watch this
+    /// engine yet, it does from now on (so that its long holds are sampled; see `CommandEngine+Monitor.swift`). One load of a C global
+    /// (`qsv_monitor_word`) when no monitor runs.
+    @inline(__always)
+    final func noteContention() {
+        if qsv_monitor_load() != 0 { watchFromNowOn() }
+    }
+
     /// ``release(_:)`` for a dispatched command's block running on `queue` (its identity).
     /// Clears the dispatched holder's slot first (while the word still says held), so the blocking
     /// release pays nothing for helping.
