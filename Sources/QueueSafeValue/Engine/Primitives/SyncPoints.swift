@@ -181,6 +181,20 @@ enum SyncPoints {
         sched_yield()
     }
 
+    /// One poll of a bounded spin that gives the processor away (`sched_yield`): a waiter that is
+    /// not the next to be served (`BlockingWaiter`). Under a controlled scheduler a plain sync
+    /// point like ``relax()``: the loop ends on its own, and the waiter is not stuck.
+    @inline(__always)
+    static func yieldInBoundedSpin() {
+        #if DEBUG
+            if let scheduler {
+                scheduler.atomicPoint()
+                return
+            }
+        #endif
+        sched_yield()
+    }
+
     /// One turn of a bounded busy-wait on the processor (a pause hint): under a controlled
     /// scheduler, a plain sync point (the loop ends on its own).
     @inline(__always)

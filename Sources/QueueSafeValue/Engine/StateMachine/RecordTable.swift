@@ -287,6 +287,14 @@ struct RecordTable {
         return (entry.slot, false)
     }
 
+    /// The address of the first heap entry's handle (0 if the heap is empty or that command left):
+    /// the command the waiting order serves next, for the spinning waiters' hint (see
+    /// `CommandEngine.Word.head`). Reads only; a left entry is not dropped here.
+    var firstWaitingAddress: Int {
+        guard let entry = heap.first, let handle = records[Int(entry.slot)].handle else { return 0 }
+        return Int(bitPattern: UInt(bitPattern: ObjectIdentifier(handle)))
+    }
+
     /// The heap's first entry of a command that still waits; drops the entries before it of
     /// commands that left.
     mutating func firstWaitingEntry() -> CommandHeap.Entry? {

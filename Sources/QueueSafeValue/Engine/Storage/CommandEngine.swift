@@ -101,6 +101,13 @@ class CommandEngine: @unchecked Sendable {
         case queueCacheAddress
         case queueCacheID
         case queueCacheOwner
+        /// The waiting order's head: the address of the waiter it serves next, or 0. A hint for
+        /// spinning waiters (`BlockingWaiter`), never a decision: written under the lock by the
+        /// enqueue and the release through the lock (a leave does not update it), read relaxed.
+        case head
+        /// The waiter the last release through the lock handed the section to (the head before
+        /// it), or 0: it is still "the head" for its own spin until it sees its grant.
+        case handedTo
     }
 
     /// The state machine behind its lock. Internal only for the engine's own extensions (`CommandEngine+…`).
@@ -231,11 +238,20 @@ class CommandEngine: @unchecked Sendable {
                     waiter, kind: kind, priority: priority, reentrant: reentrant, word: &word, now: machineNow())
                 // Granted at once: it holds the section now, as if it had taken it on the idle path.
                 if case .granted = admission { keepHolderSite(waiter.keptSite, priority: priority) }
+                if case .queued = admission { noteHead(machine) }
                 return admission
             }
         }
         noteContention()
         return admission
+    }
+
+    /// Under the lock, after a transition that may have changed the waiting order's head: stores
+    /// it in the ``Word/head`` hint if it changed (the spinning waiters read that cache line).
+    @inline(__always)
+    final func noteHead(_ machine: borrowing Machine) {
+        let head = machine.table.firstWaitingAddress
+        if word(.head).loadRelaxed() != head { word(.head).storeRelaxed(head) }
     }
 
     /// A command asked for the section through the lock: if a monitor runs and does not watch this
@@ -267,7 +283,10 @@ class CommandEngine: @unchecked Sendable {
     final func releaseSlow(releaserQueue: Int = 0) -> Waiter? {
         perform { machine in
             transitionWhileHeld(&machine) { machine, word in
-                machine.release(word: &word, now: machineNow(), releaserQueue: releaserQueue)
+                self.word(.handedTo).storeRelaxed(machine.table.firstWaitingAddress)
+                let actions = machine.release(word: &word, now: machineNow(), releaserQueue: releaserQueue)
+                noteHead(machine)
+                return actions
             }
         }
     }

@@ -43,13 +43,9 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     /// How many times a waiter polls before it parks: a few microseconds, longer than a typical
     /// short critical section and shorter than a futex sleep and wake-up.
     static let spinLimit = 200
-    /// The spinning waiter first yields its CPU (`sched_yield`) after this many polls: a hand-off
-    /// between two running threads completes within them, and a yield would only cost it.
-    static let firstYield = 16
-    /// From then on it yields every this many polls: the section is being passed among threads that
-    /// wait for a CPU (more threads than cores), and a holder or next holder descheduled on this CPU
-    /// gets to run sooner (Architecture, "More threads than cores", has the measurements).
-    static let yieldEvery = 4
+    /// Whether a holder can run while this thread spins: with one processor online the head
+    /// yields at every poll too (its spin would only delay the holder it waits for).
+    private static let otherProcessors = sysconf(Int32(_SC_NPROCESSORS_ONLN)) > 1
 
     private let word = AtomicWord(0)
     private let parker = Parker()
@@ -143,11 +139,19 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
         }
     }
 
-    /// Polls the word for a while (``spinLimit`` turns, yielding from ``firstYield`` on every
-    /// ``yieldEvery``), running the jobs handed over meanwhile and, in the eventually fair mode,
-    /// claiming a section that was freed for this thread.
+    /// Polls the word for a while (``spinLimit`` turns), running the jobs handed over meanwhile and,
+    /// in the eventually fair mode, claiming a section that was freed for this thread.
+    ///
+    /// Only the waiter the next grant goes to keeps its CPU: the engine's `head` or `handedTo` hint
+    /// names it. It polls without yielding (the holder is running on another CPU, or is about to),
+    /// except on its first poll while the holder has not started yet (whoever was handed the
+    /// section may be waiting for this CPU). Every other waiter yields at every poll: it cannot be
+    /// granted before the head is, and its CPU is better spent on the holder or the head. With one
+    /// processor online every waiter yields at every poll.
     /// - Returns: whether the section was granted.
     private func spin(engine: CommandEngine, ticket: CommandEngine.Ticket, claiming: inout Bool) -> Bool {
+        let me = Int(bitPattern: UInt(bitPattern: ObjectIdentifier(self)))
+        let mayKeepProcessor = Self.otherProcessors
         for round in 1...SyncPoints.spinLimit(Self.spinLimit) {
             let current = word.loadAcquire()
             if current & Self.granted != 0 { return true }
@@ -166,9 +170,11 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
                 case .wait: break
                 }
             }
-            if round >= Self.firstYield && round % Self.yieldEvery == 0 {
-                // The holder may be waiting for this CPU: let it run rather than burn the slice.
-                SyncPoints.yield()
+            // Architecture, "More threads than cores": the head spins, the others yield.
+            let isHead = engine.word(.head).loadRelaxed() == me || engine.word(.handedTo).loadRelaxed() == me
+            if !isHead || !mayKeepProcessor || (round == 1 && engine.ownerThread.loadRelaxed() == 0) {
+                // The holder or the head may be waiting for this CPU: let it run.
+                SyncPoints.yieldInBoundedSpin()
             } else {
                 SyncPoints.relax()
             }
