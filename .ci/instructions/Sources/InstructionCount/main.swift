@@ -72,8 +72,9 @@ func startIdleThread() {
 /// hand-off whose cost issue 44 traced the oversubscribed rows to). Two threads issue
 /// `operations / 2` sets each; each closure yields its processor, and valgrind, which runs one
 /// thread at a time, then runs the other thread, whose command finds the value held and queues.
-/// Includes the waiting thread's polls: the head of the waiting order does not yield (Architecture,
-/// "More threads than cores"), so with one thread running at a time it spins out its limit and parks. Out of line, so that the switch's
+/// Includes the waiting thread's polls: the head of the waiting order spins 32 polls before it
+/// yields (Architecture, "More threads than cores"), which with one thread running at a time is
+/// the holder's turn. Out of line, so that the switch's
 /// other rows (`wait.set uncontended`) compile as before.
 @inline(never)
 func blockingHandOn(_ operations: Int) {

@@ -43,6 +43,11 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     /// How many times a waiter polls before it parks: a few microseconds, longer than a typical
     /// short critical section and shorter than a futex sleep and wake-up.
     static let spinLimit = 200
+    /// How many polls the head spins without yielding: about a microsecond on a 2-core machine,
+    /// which a hand-off between running threads completes within. Past them it yields every
+    /// ``headYieldEvery`` polls: the holder it waits for may be waiting for this CPU.
+    static let headPatience = 32
+    static let headYieldEvery = 4
     /// Whether a holder can run while this thread spins: with one processor online the head
     /// yields at every poll too (its spin would only delay the holder it waits for).
     private static let otherProcessors = sysconf(Int32(_SC_NPROCESSORS_ONLN)) > 1
@@ -143,9 +148,10 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     /// in the eventually fair mode, claiming a section that was freed for this thread.
     ///
     /// Only the waiter the next grant goes to keeps its CPU: the engine's `head` or `handedTo` hint
-    /// names it. It polls without yielding (the holder is running on another CPU, or is about to),
-    /// except on its first poll while the holder has not started yet (whoever was handed the
-    /// section may be waiting for this CPU). Every other waiter yields at every poll: it cannot be
+    /// names it. It polls without yielding for ``headPatience`` polls (the holder is running on
+    /// another CPU, or is about to), except on its first poll while the holder has not started yet
+    /// (whoever was handed the section may be waiting for this CPU), and then yields every
+    /// ``headYieldEvery``. Every other waiter yields at every poll: it cannot be
     /// granted before the head is, and its CPU is better spent on the holder or the head. With one
     /// processor online every waiter yields at every poll.
     /// - Returns: whether the section was granted.
@@ -172,7 +178,9 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
             }
             // Architecture, "More threads than cores": the head spins, the others yield.
             let isHead = engine.word(.head).loadRelaxed() == me || engine.word(.handedTo).loadRelaxed() == me
-            if !isHead || !mayKeepProcessor || (round == 1 && engine.ownerThread.loadRelaxed() == 0) {
+            if !isHead || !mayKeepProcessor || (round == 1 && engine.ownerThread.loadRelaxed() == 0)
+                || (round > Self.headPatience && round % Self.headYieldEvery == 0)
+            {
                 // The holder or the head may be waiting for this CPU: let it run.
                 SyncPoints.yieldInBoundedSpin()
             } else {
