@@ -74,8 +74,8 @@ func startIdleThread() {
 /// thread at a time, then runs the other thread, whose command finds the value held and queues.
 /// Includes the waiting thread's polls: the head of the waiting order spins 32 polls before it
 /// yields (Architecture, "More threads than cores"), which with one thread running at a time is
-/// the holder's turn. Out of line, so that the switch's
-/// other rows (`wait.set uncontended`) compile as before.
+/// the holder's turn. Out of line, so that the switch's other rows (`wait.set uncontended`) compile
+/// as before.
 @inline(never)
 func blockingHandOn(_ operations: Int) {
     let value = QueueSafeValue(value: 0)

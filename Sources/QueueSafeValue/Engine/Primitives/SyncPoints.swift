@@ -181,31 +181,18 @@ enum SyncPoints {
         sched_yield()
     }
 
-    /// One poll of a bounded spin that gives the processor away (`sched_yield`): a waiter that is
-    /// not the next to be served (`BlockingWaiter`). Under a controlled scheduler a plain sync
-    /// point like ``relax()``: the loop ends on its own, and the waiter is not stuck.
+    /// One turn of a bounded busy-wait: a pause hint on the processor, or with `givingProcessorAway`
+    /// a `sched_yield` (a `BlockingWaiter` that is not the next to be served). Under a controlled
+    /// scheduler either is a plain sync point (the loop ends on its own, the waiter is not stuck).
     @inline(__always)
-    static func yieldInBoundedSpin() {
+    static func relax(givingProcessorAway: Bool = false) {
         #if DEBUG
             if let scheduler {
                 scheduler.atomicPoint()
                 return
             }
         #endif
-        sched_yield()
-    }
-
-    /// One turn of a bounded busy-wait on the processor (a pause hint): under a controlled
-    /// scheduler, a plain sync point (the loop ends on its own).
-    @inline(__always)
-    static func relax() {
-        #if DEBUG
-            if let scheduler {
-                scheduler.atomicPoint()
-                return
-            }
-        #endif
-        cpuRelax()
+        if givingProcessorAway { sched_yield() } else { cpuRelax() }
     }
 
     /// How many times a waiter polls before it parks: `polls`, or a couple under a controlled

@@ -47,6 +47,7 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     /// which a hand-off between running threads completes within. Past them it yields every
     /// ``headYieldEvery`` polls: the holder it waits for may be waiting for this CPU.
     static let headPatience = 32
+    /// After ``headPatience`` polls the head yields every this many.
     static let headYieldEvery = 4
     /// Whether a holder can run while this thread spins: with one processor online the head
     /// yields at every poll too (its spin would only delay the holder it waits for).
@@ -176,16 +177,13 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
                 case .wait: break
                 }
             }
-            // Architecture, "More threads than cores": the head spins, the others yield.
+            // Architecture, "More threads than cores": the head spins, the others yield (the holder
+            // or the head may be waiting for this CPU).
             let isHead = engine.word(.head).loadRelaxed() == me || engine.word(.handedTo).loadRelaxed() == me
-            if !isHead || !mayKeepProcessor || (round == 1 && engine.ownerThread.loadRelaxed() == 0)
-                || (round > Self.headPatience && round % Self.headYieldEvery == 0)
-            {
-                // The holder or the head may be waiting for this CPU: let it run.
-                SyncPoints.yieldInBoundedSpin()
-            } else {
-                SyncPoints.relax()
-            }
+            SyncPoints.relax(
+                givingProcessorAway: !isHead || !mayKeepProcessor
+                    || (round == 1 && engine.ownerThread.loadRelaxed() == 0)
+                    || (round > Self.headPatience && round % Self.headYieldEvery == 0))
         }
         return false
     }
