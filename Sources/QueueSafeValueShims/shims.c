@@ -65,6 +65,14 @@ int qsv_is_main_thread(void) {
 }
 #endif
 
+int qsv_current_processor(void) {
+#if defined(__linux__)
+    return sched_getcpu();
+#else
+    return -1;
+#endif
+}
+
 int qsv_thread_name(uintptr_t thread, char *buffer, size_t size) {
     if (size == 0) return 0;
     buffer[0] = 0;

@@ -181,6 +181,17 @@ enum SyncPoints {
         sched_yield()
     }
 
+    /// The processor the calling thread runs on, or -1 if unknown: always under a controlled
+    /// scheduler (a hint that differs from run to run must not steer a schedule being replayed),
+    /// and on platforms without a cheap way to tell (see `qsv_current_processor`).
+    @inline(__always)
+    static func currentProcessor() -> Int {
+        #if DEBUG
+            if scheduler != nil { return -1 }
+        #endif
+        return Int(qsv_current_processor())
+    }
+
     /// One turn of a bounded busy-wait: a pause hint on the processor, or with `givingProcessorAway`
     /// a `sched_yield` (a `BlockingWaiter` that is not the next to be served). Under a controlled
     /// scheduler either is a plain sync point (the loop ends on its own, the waiter is not stuck).

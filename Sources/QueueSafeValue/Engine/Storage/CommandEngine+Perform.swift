@@ -146,11 +146,14 @@ extension CommandEngine {
         // A boosted holder hands the section on while still boosted, and only then goes back to
         // its own priority (below): at its own priority it might not get the processor to hand it on.
         var inline: Waiter?
+        var givesProcessorAway = false
         if let grant = actions.grant.take() {
             // The new holder inherits the urgency of the waiters still parked before it starts.
             if !grant.urgency.isNone { raiseNextHolder(nextHolder, grant.urgency) }
             switch grant.starter {
             case .itself:
+                // Read before the start: once granted, the thread may run elsewhere.
+                givesProcessorAway = grant.handle.waitsOnCallersProcessor
                 grant.handle.start()
             // mutant(helper-job-after-unlock): case .helper(let helper): helper.assignJob(grant.handle)
             case .helper(let helper):
@@ -174,6 +177,9 @@ extension CommandEngine {
             case .report(let event): report(event)
             }
         }
+        // Architecture, "More threads than cores": the new holder waits on this processor, and
+        // cannot start until this thread gives it away.
+        if givesProcessorAway { SyncPoints.yield() }
         return inline
     }
 }

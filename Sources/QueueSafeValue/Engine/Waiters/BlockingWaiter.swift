@@ -54,6 +54,10 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     private static let otherProcessors = sysconf(Int32(_SC_NPROCESSORS_ONLN)) > 1
 
     private let word = AtomicWord(0)
+    /// The processor this thread last polled its word on (-1: unknown), for the granting thread's
+    /// ``waitsOnCallersProcessor``. Written only by this thread, read relaxed: a hint (a parked
+    /// thread may wake up elsewhere).
+    private let processor = AtomicWord(-1)
     private let parker = Parker()
     /// The thread this waiter belongs to (each thread has its own).
     private let thread = currentThreadID()
@@ -83,6 +87,13 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     }
 
     override var threadToBoost: Int { thread }
+
+    override var waitsOnCallersProcessor: Bool {
+        // The caller's processor first: unknown under a controlled scheduler, where the word is
+        // then not read (no extra sync point to explore).
+        let caller = SyncPoints.currentProcessor()
+        return caller >= 0 && processor.loadRelaxed() == caller
+    }
 
     override func assignJob(_ command: Waiter) {
         jobs.withLock { $0.append(command) }
@@ -150,16 +161,28 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     ///
     /// Only the waiter the next grant goes to keeps its CPU: the engine's `head` or `handedTo` hint
     /// names it. It polls without yielding for ``headPatience`` polls (the holder is running on
-    /// another CPU, or is about to), except on its first poll while the holder has not started yet
-    /// (whoever was handed the section may be waiting for this CPU), and then yields every
-    /// ``headYieldEvery``. Every other waiter yields at every poll: it cannot be
-    /// granted before the head is, and its CPU is better spent on the holder or the head. With one
+    /// another CPU, or is about to), and then yields every ``headYieldEvery``. Where the processor
+    /// it runs on is unknown (Apple platforms), it also yields on its first poll while the holder
+    /// has not started (whoever was handed the section may be waiting for this CPU); where it is
+    /// known, the releasing thread gave that CPU away already if the new holder waited on it (see
+    /// ``waitsOnCallersProcessor``). Every other waiter yields at every poll: it cannot be granted
+    /// before the head is, and its CPU is better spent on the holder or the head. With one
     /// processor online every waiter yields at every poll.
     /// - Returns: whether the section was granted.
     private func spin(engine: CommandEngine, ticket: CommandEngine.Ticket, claiming: inout Bool) -> Bool {
         let me = Int(bitPattern: UInt(bitPattern: ObjectIdentifier(self)))
         let mayKeepProcessor = Self.otherProcessors
+        // Where it waits, for the thread that grants it: read again after each yield (which may
+        // have moved it), not at every poll (a system call where the C library cannot read it from
+        // the thread's restartable-sequence area).
+        var here = -1
+        var placed = false
         for round in 1...SyncPoints.spinLimit(Self.spinLimit) {
+            if !placed {
+                here = SyncPoints.currentProcessor()
+                if here >= 0 && processor.loadRelaxed() != here { processor.storeRelaxed(here) }
+                placed = true
+            }
             let current = word.loadAcquire()
             if current & Self.granted != 0 { return true }
             if current & Self.jobBit != 0 { runJob() }
@@ -180,10 +203,12 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
             // Architecture, "More threads than cores": the head spins, the others yield (the holder
             // or the head may be waiting for this CPU).
             let isHead = engine.word(.head).loadRelaxed() == me || engine.word(.handedTo).loadRelaxed() == me
-            SyncPoints.relax(
-                givingProcessorAway: !isHead || !mayKeepProcessor
-                    || (round == 1 && engine.ownerThread.loadRelaxed() == 0)
-                    || (round > Self.headPatience && round % Self.headYieldEvery == 0))
+            let yields =
+                !isHead || !mayKeepProcessor
+                || (round == 1 && here < 0 && engine.ownerThread.loadRelaxed() == 0)
+                || (round > Self.headPatience && round % Self.headYieldEvery == 0)
+            SyncPoints.relax(givingProcessorAway: yields)
+            if yields { placed = false }
         }
         return false
     }

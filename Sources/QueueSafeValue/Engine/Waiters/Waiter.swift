@@ -76,6 +76,11 @@ class Waiter: @unchecked Sendable {
     /// (a blocking waiter's own thread); 0 otherwise. Priority inheritance raises it.
     var threadToBoost: Int { 0 }
 
+    /// Whether the thread that runs this command once granted was last seen waiting on the
+    /// processor the caller runs on (a blocking waiter's own thread): it cannot start while the
+    /// caller keeps that processor. A hint, `false` when unknown.
+    var waitsOnCallersProcessor: Bool { false }
+
     /// The task that runs this command once it is granted, if it is known and alive until then (a
     /// suspended task); 0 otherwise. Priority inheritance escalates it.
     var taskToEscalate: Int { 0 }
