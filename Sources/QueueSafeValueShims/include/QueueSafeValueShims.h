@@ -116,10 +116,10 @@ static inline void *qsv_current_task(void) {
 /// when the library loads; `Thread.isMainThread` costs hundreds of nanoseconds on Linux).
 int qsv_is_main_thread(void);
 
-/// The processor the calling thread runs on (Linux: `sched_getcpu`, which glibc answers from the
-/// thread's restartable-sequence area without a system call), or -1 where the platform has no
-/// cheap way to tell (Apple platforms below macOS 11 / iOS 14 have none). A hint: the thread may
-/// have moved by the time the caller reads it.
+/// The processor the calling thread runs on (Linux: `sched_getcpu`, which glibc 2.35 and later
+/// answer from the thread's restartable-sequence area without a system call), or -1 elsewhere
+/// (Apple platforms: `pthread_cpu_number_np` needs macOS 11 / iOS 14.2, above the deployment
+/// floor, and is not used). A hint: the thread may have moved by the time the caller reads it.
 int qsv_current_processor(void);
 
 /// Under ThreadSanitizer, makes it ignore the calling thread's memory accesses until the matching
