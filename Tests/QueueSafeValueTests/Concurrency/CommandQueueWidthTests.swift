@@ -204,7 +204,9 @@ final class SlotProbe<Name: Sendable>: Sendable {
         try await Task.sleep(nanoseconds: 20_000_000)
         #expect(operations[4].state == .waiting)
         gates[2].open()
-        try await waitUntil("the next one") { operations[4].state == .running }
+        // Its body has started (a start seen in `startOrder` is counted in `runningNow`): the state
+        // says `running` from the grant on, a moment before the body enters the probe.
+        try await waitUntil("the next one") { operations[4].state == .running && probe.startOrder.count == 5 }
         #expect(probe.runningNow == 2)
         #expect(operations[5].state == .waiting)
         for gate in gates { gate.open() }
