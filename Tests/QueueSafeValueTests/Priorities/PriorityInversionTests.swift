@@ -174,17 +174,13 @@
             let latency = Locked(0.0)
             let priorityAfter = Locked<Int32>(-1)
             let priorityAtEnd = Locked<Int32>(-1)
-            let failures = Locked<[String]>([])
+            let setUp = Realtime.SetUpLog()
             let stop = Locked(false)
-            /// Notes a set-up call that failed.
-            let setUp: @Sendable (String, Int32) -> Void = { call, status in
-                if status != 0 { failures.withLock { $0.append("\(call): \(status)") } }
-            }
             // The holder: a normal thread, or a dispatch queue's thread, on processor 0.
             switch holder {
             case .blocking:
                 Thread {
-                    setUp("holder pin", qsvrt_pin_to_cpu(0))
+                    setUp.note("holder pin", qsvrt_pin_to_cpu(0))
                     value.wait.highestPriority.set { _ in
                         holding.signal()
                         qsvrt_burn_cpu(0.020)
@@ -197,7 +193,7 @@
             case .dispatch:
                 value.async(performIn: DispatchQueue(label: "PriorityInversionTests.holder")).highestPriority.set(
                     accessClosure: { _ in
-                        setUp("holder pin", qsvrt_pin_to_cpu(0))
+                        setUp.note("holder pin", qsvrt_pin_to_cpu(0))
                         holding.signal()
                         qsvrt_burn_cpu(0.020)
                         priorityAtEnd.set(qsvrt_realtime_priority())
@@ -213,8 +209,8 @@
             // The urgent waiter: real-time priority 20, waits for its cue.
             Thread {
                 // Real-time first, then onto the holder's processor: it preempts the holder at once.
-                setUp("waiter real-time 20", qsvrt_set_realtime(20))
-                setUp("waiter pin", qsvrt_pin_to_cpu(0))
+                setUp.note("waiter real-time 20", qsvrt_set_realtime(20))
+                setUp.note("waiter pin", qsvrt_pin_to_cpu(0))
                 urgentReady.signal()
                 goUrgent.wait()
                 let start = qsvrt_now()
@@ -231,8 +227,8 @@
             // The spinner: real-time priority 10, between the two; it cues the urgent waiter, which
             // preempts it at once, then spins until the waiter is done (at most 1.5 s).
             Thread {
-                setUp("spinner real-time 10", qsvrt_set_realtime(10))
-                setUp("spinner pin", qsvrt_pin_to_cpu(0))
+                setUp.note("spinner real-time 10", qsvrt_set_realtime(10))
+                setUp.note("spinner pin", qsvrt_pin_to_cpu(0))
                 goUrgent.signal()
                 let end = qsvrt_now() + 1.5
                 while qsvrt_now() < end && !stop.value {}
@@ -244,7 +240,7 @@
             holderDone.wait()
             return Outcome(
                 latency: latency.value, holderPriorityAfter: priorityAfter.value,
-                holderPriorityAtEnd: priorityAtEnd.value, setUpFailures: failures.value)
+                holderPriorityAtEnd: priorityAtEnd.value, setUpFailures: setUp.failures)
         }
     }
 
@@ -270,6 +266,19 @@
 
         static var skipReason: Comment {
             "real-time scheduling is not permitted here (needs root, CAP_SYS_NICE or an RLIMIT_RTPRIO)"
+        }
+
+        /// The set-up calls of a scheduling shape that failed (pinning, real-time policies), with
+        /// their error codes: a failed one makes the shape meaningless, so a test names it.
+        struct SetUpLog: Sendable {
+            private let calls = Locked<[String]>([])
+
+            /// Notes `call` if its `status` is not 0.
+            func note(_ call: String, _ status: Int32) {
+                if status != 0 { calls.withLock { $0.append("\(call): \(status)") } }
+            }
+
+            var failures: [String] { calls.value }
         }
 
         /// Fails the test when real-time scheduling is required but not permitted.

@@ -26,16 +26,13 @@
             let holderDone = DispatchSemaphore(value: 0)
             let waiterStarted = Locked(false)
             let startedWhenHolderWentOn = Locked<Bool?>(nil)
-            let failures = Locked<[String]>([])
-            let setUp: @Sendable (String, Int32) -> Void = { call, status in
-                if status != 0 { failures.withLock { $0.append("\(call): \(status)") } }
-            }
+            let setUp = Realtime.SetUpLog()
             // The waiter: blocks until the holder holds the value and yields to it; its command
             // then finds the value held, queues and spins (yielding to the holder after its head
             // polls).
             Thread {
-                setUp("waiter real-time 10", qsvrt_set_realtime(10))
-                setUp("waiter pin", qsvrt_pin_to_cpu(0))
+                setUp.note("waiter real-time 10", qsvrt_set_realtime(10))
+                setUp.note("waiter pin", qsvrt_pin_to_cpu(0))
                 waiterReady.signal()
                 goWaiter.wait()
                 value.wait.set { current in
@@ -52,8 +49,8 @@
             // queues. Its release grants the waiter; what it sees once its command returns is the
             // test.
             Thread {
-                setUp("holder real-time 10", qsvrt_set_realtime(10))
-                setUp("holder pin", qsvrt_pin_to_cpu(0))
+                setUp.note("holder real-time 10", qsvrt_set_realtime(10))
+                setUp.note("holder pin", qsvrt_pin_to_cpu(0))
                 value.wait.set { current in
                     current += 1
                     goWaiter.signal()
@@ -66,7 +63,7 @@
             }.start()
             waitOrFail(holderDone, "the holder")
             waitOrFail(waiterDone, "the waiter")
-            #expect(failures.value.isEmpty, "set-up failed: \(failures.value)")
+            #expect(setUp.failures.isEmpty, "set-up failed: \(setUp.failures)")
             #expect(
                 startedWhenHolderWentOn.value == true,
                 "the holder's command returned before the waiter it handed the value to had started")

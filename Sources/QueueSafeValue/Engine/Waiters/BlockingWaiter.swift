@@ -172,17 +172,8 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     private func spin(engine: CommandEngine, ticket: CommandEngine.Ticket, claiming: inout Bool) -> Bool {
         let me = Int(bitPattern: UInt(bitPattern: ObjectIdentifier(self)))
         let mayKeepProcessor = Self.otherProcessors
-        // Where it waits, for the thread that grants it: read again after each yield (which may
-        // have moved it), not at every poll (slower where the C library cannot read it from the
-        // thread's restartable-sequence area: 35 instructions under valgrind).
-        var here = -1
-        var placed = false
+        var here = noteProcessor()
         for round in 1...SyncPoints.spinLimit(Self.spinLimit) {
-            if !placed {
-                here = SyncPoints.currentProcessor()
-                if here >= 0 && processor.loadRelaxed() != here { processor.storeRelaxed(here) }
-                placed = true
-            }
             let current = word.loadAcquire()
             if current & Self.granted != 0 { return true }
             if current & Self.jobBit != 0 { runJob() }
@@ -208,9 +199,19 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
                 || (round == 1 && here < 0 && engine.ownerThread.loadRelaxed() == 0)
                 || (round > Self.headPatience && round % Self.headYieldEvery == 0)
             SyncPoints.relax(givingProcessorAway: yields)
-            if yields { placed = false }
+            if yields { here = noteProcessor() }
         }
         return false
+    }
+
+    /// Stores where this thread waits, for the thread that grants it (``waitsOnCallersProcessor``),
+    /// and returns it (-1: unknown, and nothing is stored). Called as the spin starts and after each
+    /// yield (which may have moved the thread), not at every poll: slower where the C library
+    /// cannot read it from the thread's restartable-sequence area (35 instructions under valgrind).
+    private func noteProcessor() -> Int {
+        let here = SyncPoints.currentProcessor()
+        if here >= 0 && processor.loadRelaxed() != here { processor.storeRelaxed(here) }
+        return here
     }
 
     /// How a park ended.
