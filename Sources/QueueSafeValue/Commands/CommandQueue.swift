@@ -406,11 +406,12 @@ public final class CommandQueue: Sendable {
     /// Takes the operation's place now, synchronously.
     @inlinable
     func place(
-        priority: CommandPriority, policy: Policy, site: CallSite, awaiters: [Int], progress: OperationProgress? = nil
+        priority: CommandPriority, policy: Policy, site: CallSite, deadline: DispatchTime? = nil, awaiters: [Int],
+        progress: OperationProgress? = nil
     ) -> Placement {
         let discardable = policy == .discardable
         let (waiter, grantedAtOnce) = engine.enqueueOperation(
-            priority: priority, site: site, discardable: discardable)
+            priority: priority, site: site, discardable: discardable, handled: progress != nil, deadline: deadline)
         return Placement(
             engine: engine, waiter: waiter, grantedAtOnce: grantedAtOnce, discardable: discardable,
             startsInOrder: ordering == .startsInOrder, awaiters: awaiters, progress: progress)
@@ -458,7 +459,8 @@ public final class CommandQueue: Sendable {
         // Unsafe: `operation` is the caller's `sending` closure; only this one task ever calls it,
         // once, which the compiler cannot see through the closure that captures it.
         nonisolated(unsafe) let operation = operation
-        let placement = place(priority: priority, policy: policy, site: site, awaiters: awaiters, progress: progress)
+        let placement = place(
+            priority: priority, policy: policy, site: site, deadline: deadline, awaiters: awaiters, progress: progress)
         let task = Self.makeTask {
             try await Self.takeTurn(placement, deadline: deadline, isolation: isolation) { try await operation() }
         }
@@ -541,23 +543,21 @@ public final class CommandQueue: Sendable {
     ) async throws -> T {
         let engine = placement.engine
         if !placement.grantedAtOnce {
-            do {
-                // This task has run nothing of its own yet: see `waitForTurn`.
-                try await engine.waitForTurn(
-                    placement.waiter, deadline: deadline, holdsNothing: placement.awaiters.isEmpty, startedLater: true)
-            } catch {
-                placement.progress?.ended(ran: false)
-                throw error
-            }
+            // This task has run nothing of its own yet: see `waitForTurn`.
+            try await engine.waitForTurn(
+                placement.waiter, deadline: deadline, holdsNothing: placement.awaiters.isEmpty, startedLater: true)
         }
-        if Task.isCancelled || (placement.discardable && !engine.beginDiscardable(placement.waiter)) {
+        if let progress = placement.progress {
+            // With a handle, it begins through the lock: a `cancel()` may have given its turn back.
+            guard engine.beginOperation(placement.waiter, progress: progress) else {
+                throw QueueSafeValueError.cancelled
+            }
+        } else if Task.isCancelled || (placement.discardable && !engine.beginDiscardable(placement.waiter)) {
             // Granted, but cancelled or discarded before the operation began: it never starts.
             engine.releaseOperation(placement.waiter)
-            placement.progress?.ended(ran: false)
             throw QueueSafeValueError.cancelled
         }
-        placement.progress?.started()
-        defer { placement.progress?.ended(ran: true) }
+        defer { if let progress = placement.progress { engine.operationFinished(progress) } }
         if placement.startsInOrder {
             engine.releaseOperation(placement.waiter)
             return try await body()

@@ -36,53 +36,80 @@ public final class QueuedOperation<Success: Sendable>: Sendable {
     /// ``QueueSafeValueError/cancelled`` if it never ran (see ``QueuedOperationState/cancelled``; a timeout throws
     /// ``QueueSafeValueError/timedOut(_:)``). Cancelling the task that awaits this does not cancel
     /// the operation (as for `Task.value`): call ``cancel()``.
+    ///
+    /// Throws ``QueueSafeValueError/deadlock(_:)`` at once, without waiting, where the wait could
+    /// never end: awaited from inside an operation that holds the turn of the same one-at-a-time
+    /// queue of width 1 while this operation has not begun (it can begin only once the awaiting
+    /// one ends), or from inside this operation itself. (On a wider queue a slot may still free
+    /// up, so the wait is allowed; awaiting ``task``'s `value` directly is not checked.)
     public var value: Success {
-        get async throws { try await task.value }
+        get async throws {
+            if let refusal = engine.refusalToAwait(waiter, progress: progress, task: Self.address(of: task)) {
+                throw refusal
+            }
+            return try await task.value
+        }
     }
 
-    /// Where the operation stands now. It may have moved on by the time you read it.
-    public var state: State { progress.state }
+    /// Where the operation stands now. It may have moved on by the time you read it (unless you
+    /// cancelled it: then it stays ``QueuedOperationState/cancelled``).
+    public var state: State { engine.operationState(waiter, progress: progress, task: task) }
 
     /// The operation's priority in its queue: the one it was submitted with, or the last one
-    /// ``setPriority(_:)`` set while it waited (or raised while it ran).
-    public var priority: CommandPriority { progress.priority }
+    /// ``setPriority(_:)`` set while it waited (or raised while it held its turn).
+    public var priority: CommandPriority { engine.withMachineLocked { _ in progress.priority } }
 
     /// Changes the operation's priority.
     ///
     /// - While it **waits**, it takes its new place at once: the place an operation of `priority`
     ///   submitted now would take, behind every operation already waiting at that priority (even
     ///   when the priority is the same as before). If a slot is free for it there, it starts.
-    /// - While it **runs**, a higher priority escalates its task, as awaiting a task of higher
-    ///   priority does (`.high` and `.highest` to `TaskPriority.high`, `.medium` to `.medium`,
-    ///   `.low` to `.utility`, below that `.background`); a lower one changes nothing (a task's
-    ///   priority is never lowered).
+    /// - Once its turn has come (it **runs**, or it was granted its slot and its task has not begun
+    ///   it yet), a higher priority escalates its task, as awaiting a task of higher priority does
+    ///   (`.high` and `.highest` to `TaskPriority.high`, `.medium` to `.medium`, `.low` to
+    ///   `.utility`, below that `.background`); a lower one changes nothing (a task's priority is
+    ///   never lowered).
     /// - Once it has **finished** or been **cancelled**, nothing changes.
     ///
-    /// - Returns: where the operation stood when the change was made (``QueuedOperationState/waiting``: it moved;
-    ///   ``QueuedOperationState/running``: at most its task was escalated; otherwise: nothing changed).
+    /// - Returns: where the operation stands (see ``state``): ``QueuedOperationState/waiting`` if
+    ///   it moved, or its turn has come and its body has not begun; ``QueuedOperationState/running``
+    ///   if it runs (at most its task was escalated); otherwise nothing changed.
     @discardableResult
     public func setPriority(_ priority: CommandPriority) -> State {
-        let found = engine.reprioritize(waiter, to: priority)
-        if found == .moved {
-            progress.waitingPriorityChanged(to: priority)
+        switch engine.reprioritize(waiter, to: priority, progress: progress) {
+        case .moved:
             return .waiting
+        case .holding:
+            withExtendedLifetime(task) { CommandEngine.escalate(task: Self.address(of: task), to: priority) }
+            return state
+        default:
+            return state
         }
-        // Granted (or started) already: at most an escalation, now or as its task starts.
-        let (state, escalate) = progress.raiseRunning(to: priority, granted: found == .holding)
-        if let escalate { withExtendedLifetime(task) { CommandEngine.escalate(task: escalate, to: priority) } }
-        return state
     }
 
-    /// Cancels the operation: while it waits, it leaves its queue at once and never runs (its task
-    /// throws ``QueueSafeValueError/cancelled``), and frees no slot, since it held none; while it
-    /// runs, its task is cancelled (it sees `Task.isCancelled`, decides when to end, and its slot is
-    /// given back when it does); once it has finished, nothing happens.
-    /// - Returns: where the operation stood when it was cancelled.
+    /// Cancels the operation, in one step with its queue: while it **waits**, it leaves its queue
+    /// before this returns, and never runs; if its turn has come but its body has not begun, it
+    /// gives its slot back before this returns (the next operation may start), and never runs.
+    /// Either way its task is cancelled and throws ``QueueSafeValueError/cancelled``, and from now
+    /// on ``state`` is ``QueuedOperationState/cancelled`` and ``setPriority(_:)`` changes nothing.
+    /// This holds whether or not its task has started. While it **runs**, its task is cancelled (it
+    /// sees `Task.isCancelled`, decides when to end, and its slot is given back when it does); once
+    /// it has finished, nothing happens.
+    /// - Returns: where the operation stood when it was cancelled (``QueuedOperationState/waiting``
+    ///   for one that had not begun).
     @discardableResult
     public func cancel() -> State {
-        let state = progress.state
-        task.cancel()
-        return state
+        switch engine.cancelOperation(waiter) {
+        case .left, .gaveBack: return .waiting
+        case .holding: return .running
+        default: return state
+        }
+    }
+
+    /// The address of `task`, as the concurrency runtime knows it (to escalate it).
+    // Unsafe: a `Task` is one reference to the runtime's task object, kept alive by the caller.
+    private static func address(of task: Task<Success, any Error>) -> Int {
+        unsafeBitCast(task, to: Int.self)
     }
 }
 
@@ -90,10 +117,11 @@ public final class QueuedOperation<Success: Sendable>: Sendable {
 
 /// Where an operation of a ``CommandQueue`` stands (see ``QueuedOperation``).
 public enum QueuedOperationState: Sendable, Hashable {
-    /// It waits for a slot of its queue.
+    /// It has not begun: it waits for a slot of its queue, or its slot was granted and its task
+    /// has not begun its body yet (``QueuedOperation/cancel()`` still stops it from running).
     case waiting
-    /// It runs (it holds a slot of its queue, or, on a ``CommandQueue/Ordering/startsInOrder``
-    /// queue, it has started).
+    /// Its body runs (holding a slot of its queue, or, on a
+    /// ``CommandQueue/Ordering/startsInOrder`` queue, having started).
     case running
     /// It ran to its end: it returned or threw.
     case finished
@@ -105,73 +133,29 @@ public enum QueuedOperationState: Sendable, Hashable {
 
 // MARK: - OperationProgress
 
-/// Where a submitted operation stands, for its ``QueuedOperation``: written by the operation's task
-/// as it starts and ends, and by ``QueuedOperation/setPriority(_:)``.
-// @unchecked Sendable: every field is behind the lock
+/// Where a submitted operation stands, for its ``QueuedOperation``, beside what the queue's machine
+/// knows of it (whether it still waits or holds its turn).
+// @unchecked Sendable: every field is guarded by the operation's queue's engine lock
 @usableFromInline
 final class OperationProgress: @unchecked Sendable {
-    struct Fields {
-        var state = QueuedOperationState.waiting
-        var priority: CommandPriority
-        /// The running operation's task (its address), while it runs: for an escalation.
-        var task = 0
-        /// A raise asked for between the operation's grant and its start: made as it starts.
-        var raiseAtStart = false
-    }
-
-    private let fields: LockedState<Fields>
+    /// Its body has begun (decided with its machine record, under the engine lock).
+    var hasBegun = false
+    /// Its body has ended.
+    var hasFinished = false
+    /// Its priority: as submitted, moved, or raised while it held its turn.
+    var priority: CommandPriority
 
     @usableFromInline
     init(priority: CommandPriority) {
-        fields = .make(Fields(priority: priority))
+        self.priority = priority
     }
 
-    var state: QueuedOperationState { fields.withLock { $0.state } }
-    var priority: CommandPriority { fields.withLock { $0.priority } }
-
-    /// The operation starts running, in the current task.
-    @usableFromInline
-    func started() {
-        let task = currentTaskID()
-        let raise: CommandPriority? = fields.withLock { fields in
-            fields.state = .running
-            fields.task = task
-            defer { fields.raiseAtStart = false }
-            return fields.raiseAtStart ? fields.priority : nil
-        }
-        // The current task, raised by a `setPriority` that came between its grant and now.
-        if let raise { CommandEngine.escalate(task: task, to: raise) }
-    }
-
-    /// The operation ended: it ran (`ran`), or it will never run.
-    @usableFromInline
-    func ended(ran: Bool) {
-        fields.withLock { fields in
-            fields.state = ran ? .finished : .cancelled
-            fields.task = 0
-        }
-    }
-
-    func waitingPriorityChanged(to priority: CommandPriority) {
-        fields.withLock { $0.priority = priority }
-    }
-
-    /// The priority of an operation that no longer waits changes: it rises if it runs (or was
-    /// `granted` and has not started yet: then it rises as it starts) and `priority` is higher.
-    /// - Returns: the state (``QueuedOperationState/running`` for a granted one), and the running
-    ///   task to escalate now, if any.
-    func raiseRunning(to priority: CommandPriority, granted: Bool) -> (QueuedOperationState, escalate: Int?) {
-        fields.withLock { fields in
-            if granted && fields.state == .waiting {
-                if priority > fields.priority {
-                    fields.priority = priority
-                    fields.raiseAtStart = true
-                }
-                return (.running, nil)
-            }
-            guard fields.state == .running, priority > fields.priority else { return (fields.state, nil) }
-            fields.priority = priority
-            return (fields.state, fields.task == 0 ? nil : fields.task)
-        }
+    /// Its state, given whether the machine still has it waiting or holding (`live`) and whether
+    /// its task was cancelled: one that has not begun and is no longer live, or whose task was
+    /// cancelled, never runs.
+    func state(live: Bool, taskCancelled: Bool) -> QueuedOperationState {
+        if hasFinished { return .finished }
+        if hasBegun { return .running }
+        return live && !taskCancelled ? .waiting : .cancelled
     }
 }

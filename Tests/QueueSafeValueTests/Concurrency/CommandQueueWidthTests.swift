@@ -341,7 +341,8 @@ final class SlotProbe<Name: Sendable>: Sendable {
         // The second is granted, but its actor is busy: it has not started.
         try await waitUntil("the second is granted") { queue.diagnostics.waitingCount == 0 && first.state == .finished }
         #expect(second.state == .waiting)
-        #expect(second.setPriority(.high) == .running)
+        // It has not begun: it says so, as `state` does, and its task is escalated now.
+        #expect(second.setPriority(.high) == .waiting)
         #expect(second.priority == .high)
         release.signal()
         await blocker.value

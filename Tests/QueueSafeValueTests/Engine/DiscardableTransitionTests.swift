@@ -26,6 +26,9 @@ import Testing
         case .refused(let error):
             Issue.record("an operation was refused: \(error)")
             return (nil, false, discarded)
+        case .expired:
+            Issue.record("an operation without a deadline expired")
+            return (nil, false, discarded)
         }
     }
 

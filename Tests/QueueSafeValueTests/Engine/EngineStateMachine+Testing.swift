@@ -6,9 +6,20 @@
 // only under the engine lock)
 final class NumberedHandle: Waiter, @unchecked Sendable {
     let id: Int
+    /// When it gives up waiting (the machine's clock), or 0: never.
+    let deadline: UInt64
+    /// Whether it gives up as an operation whose task was cancelled before it started (set by a
+    /// test, under no lock: the transition tests run on one thread).
+    var taskCancelled = false
 
-    init(_ id: Int) {
+    init(_ id: Int, deadline: UInt64 = 0) {
         self.id = id
+        self.deadline = deadline
+    }
+
+    override func givesUp(at now: UInt64) -> EngineStateMachine.GiveUp {
+        if deadline != 0 && deadline <= now { return .timedOut }
+        return taskCancelled ? .cancelled : .stays
     }
 }
 
@@ -22,12 +33,12 @@ extension Waiter {
 extension EngineStateMachine {
     mutating func enqueue(
         _ number: Int, kind: CommandKind, priority: CommandPriority, reentrant: Bool, observed: Int,
-        now: UInt64 = 0, shared: Bool = false
+        now: UInt64 = 0, shared: Bool = false, deadline: UInt64 = 0
     ) -> (Admission, word: Int) {
         var word = observed
         let admission = enqueue(
-            NumberedHandle(number), kind: kind, priority: priority, reentrant: reentrant, word: &word, now: now,
-            shared: shared)
+            NumberedHandle(number, deadline: deadline), kind: kind, priority: priority, reentrant: reentrant,
+            word: &word, now: now, shared: shared, deadline: deadline)
         return (admission, word)
     }
 
@@ -88,6 +99,11 @@ extension EngineStateMachine.Actions {
     /// The commands that left the queue, in order.
     var left: [Int] {
         others.compactMap { if case .left(let handle) = $0 { handle.number } else { nil } }
+    }
+
+    /// The commands that expired (their deadline had passed when a grant came to them), in order.
+    var expired: [Int] {
+        others.compactMap { if case .expired(let handle) = $0 { handle.number } else { nil } }
     }
 
     /// The commands whose tasks are cancelled, in order.

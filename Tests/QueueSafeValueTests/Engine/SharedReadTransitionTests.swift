@@ -26,7 +26,7 @@ import Testing
             for other in actions.others {
                 switch other {
                 case .startReader(let handle), .helpReader(let handle, _): granted.append(handle.number)
-                case .left, .cancel, .finish, .claim, .longHoldEnded: break
+                case .left, .expired, .cancel, .finish, .claim, .longHoldEnded: break
                 }
             }
             return granted
@@ -58,6 +58,9 @@ import Testing
                 return false
             case .refused(let error):
                 Issue.record("refused: \(error)")
+                return false
+            case .expired:
+                Issue.record("expired without a deadline")
                 return false
             }
         }

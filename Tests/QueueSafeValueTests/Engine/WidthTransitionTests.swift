@@ -48,7 +48,7 @@ import Testing
             case .queued(let ticket):
                 tickets[id] = ticket
                 return false
-            case .granted(nil), .refused:
+            case .granted(nil), .refused, .expired:
                 Issue.record("an operation was not given a record")
                 return false
             }
@@ -71,9 +71,9 @@ import Testing
             apply(machine.setWidth(width))
         }
 
-        func reprioritize(_ id: Int, _ priority: CommandPriority) -> (Machine.Reprioritized, [Int]) {
-            let (found, actions) = machine.reprioritize(tickets[id]!, to: priority)
-            return (found, apply(actions))
+        func reprioritize(_ id: Int, _ priority: CommandPriority) -> (Machine.Found, [Int]) {
+            let actions = machine.reprioritize(tickets[id]!, to: priority)
+            return (actions.found, apply(actions))
         }
     }
 

@@ -257,6 +257,8 @@ struct CycleWorld: ExplorableWorld {
                 threads[me].phase = .enqueueStore(word: word, queued: true)
             case .refused(let error):
                 fail("thread \(me) was refused: \(error)")
+            case .expired:
+                fail("thread \(me) expired without a deadline")
             }
         case .enqueueStore(let word, let queued):
             engines[e].word = word

@@ -29,6 +29,7 @@ import Testing
         case .queued(let ticket): return ticket
         case .granted: return nil
         case .refused(let error): preconditionFailure("refused: \(error)")
+        case .expired: preconditionFailure("expired without a deadline")
         }
     }
 

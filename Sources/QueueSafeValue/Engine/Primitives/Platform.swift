@@ -25,10 +25,3 @@ func cpuRelax() {
 func currentTaskID() -> Int {
     Int(bitPattern: qsv_current_task())
 }
-
-/// A cheap monotonic clock on the base of `DispatchTime.uptimeNanoseconds`, good to a few
-/// milliseconds: for the "since when" of diagnostics.
-@inline(__always)
-func coarseNow() -> UInt64 {
-    qsv_coarse_now_ns()
-}

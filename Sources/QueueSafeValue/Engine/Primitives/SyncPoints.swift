@@ -91,6 +91,16 @@ enum SyncPoints {
         return DispatchTime.now().uptimeNanoseconds
     }
 
+    /// The engine's coarse clock (``coarseNow()``), on the scheduler's clock under a controlled
+    /// scheduler (as ``fairnessNow()``), so that deadlines computed with ``now()`` compare with it.
+    @inline(__always)
+    static func coarseNow() -> UInt64 {
+        #if DEBUG
+            if let scheduler { return scheduler.fairnessNow }
+        #endif
+        return qsv_coarse_now_ns()
+    }
+
     #if DEBUG
         @usableFromInline
         static func virtualNow() -> DispatchTime? {

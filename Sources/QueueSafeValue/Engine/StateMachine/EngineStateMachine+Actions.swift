@@ -57,6 +57,10 @@ extension EngineStateMachine {
         /// section a release freed (``claim(_:parking:word:now:)``); a command that arrives
         /// meanwhile may take it first.
         case claim(Handle)
+        /// A waiting command's deadline had passed when a grant came to it (``dropGivenUp(_:now:)``):
+        /// it left the queue and fails with `.timedOut` (its suspended task is resumed, its parked
+        /// thread woken).
+        case expired(Handle)
         /// A hold the monitor reported as long (``Hold/isReportedLong``) ended, after at least
         /// ``EngineStateMachine/endedLongHold`` nanoseconds: the storage reports its end, naming the
         /// holder from the words that still name it. (No payload: a case with a number would make
@@ -79,10 +83,29 @@ extension EngineStateMachine {
         var freeValue = false
         /// A tracked holder (an operation, a manual completion) ended: its task reference goes.
         var ended: Handle?
+        /// What the transition found, for the caller that asked (most answer nothing).
+        var found = Found.nothing
         /// The rarer actions, in order.
         var others: [Other] = []
 
         init() {}
+    }
+
+    /// What a transition that answers its caller found (``Actions/found``).
+    enum Found: UInt8 {
+        /// Nothing to answer.
+        case nothing
+        /// The command waits, in the place it was moved to (``reprioritize(_:to:now:)``).
+        case moved
+        /// The command waited and left the queue: it never runs.
+        case left
+        /// The command held the section without having begun: it gave it back and never runs.
+        case gaveBack
+        /// The command holds the section and has begun (or, for ``reprioritize(_:to:now:)``, holds
+        /// it at all): its place no longer matters.
+        case holding
+        /// The command is gone: it ended, or left the queue earlier.
+        case gone
     }
 }
 

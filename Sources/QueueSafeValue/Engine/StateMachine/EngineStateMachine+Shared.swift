@@ -90,7 +90,7 @@ extension EngineStateMachine {
         // Readers never run inline in a releasing block: their releases go by ticket.
         let starter = starter(of: handle, kind: kind)
         if case .helper = starter { table[slot].role = .startedReader(table[slot].manual) }
-        admitWaitingReaders(&actions)
+        admitWaitingReaders(&actions, now: now)
         var inherited = Urgency.none
         if inheritance.hasParked {
             // The waiters still parked now wait for these readers: the first inherits their
@@ -107,7 +107,8 @@ extension EngineStateMachine {
     /// While readers hold: grants every shared read that now stands first in the waiting order, up
     /// to the first exclusive command (or the oldest command, once a bounded-overtaking policy
     /// says it is next), as actions beside the first grant.
-    mutating func admitWaitingReaders(_ actions: inout Actions) {
+    mutating func admitWaitingReaders(_ actions: inout Actions, now: UInt64 = 0) {
+        if table.waitingMayGiveUp > 0 { dropGivenUp(&actions, now: now) }
         // mutant(batch-stops-early): while hold.readersHold, hold.readers.count < 1, let slot = peekNext(), table[slot].isShared {
         while hold.readersHold, hold.hasFreeShare, let slot = peekNext(), table[slot].isShared {
             guard let (popped, kind) = popNext() else { break }
@@ -118,6 +119,7 @@ extension EngineStateMachine {
             }
             _ = grantReader(popped)
             startReader(&actions, popped, kind: kind)
+            if table.waitingMayGiveUp > 0 { dropGivenUp(&actions, now: now) }
         }
     }
 
@@ -143,7 +145,7 @@ extension EngineStateMachine {
             // A queue's operation gave its slot back: the most urgent waiting one takes it. (Without
             // a limit, the first waiting command is exclusive while readers hold: nothing to admit.)
             // mutant(freed-slot-unused): _ = ()
-            if hold.isLimited && table.waitingCount > 0 { admitWaitingReaders(&actions) }
+            if hold.isLimited && table.waitingCount > 0 { admitWaitingReaders(&actions, now: now) }
             word = wordWhileReadersHold(observed)
             return actions
         }

@@ -31,43 +31,46 @@ extension EngineStateMachine {
     /// A ``CommandQueue``'s width changes to `width` (at least 1). Waiting operations are converted
     /// when it crosses between 1 and more, and the first waiting ones take the slots it frees.
     /// - Returns: the actions: the operations granted now are started.
-    mutating func setWidth(_ width: Int) -> Actions {
+    mutating func setWidth(_ width: Int, now: UInt64 = 0) -> Actions {
         precondition(width >= 1, "a width below 1")
         let sharedBefore = operationsShare
         // A width of 1 is kept as "no sharing" (exclusive operations), not as a limit of one.
         hold.setShareLimit(width == 1 ? .max : width)
         if operationsShare != sharedBefore { table.convertWaitingOperations(shared: operationsShare) }
         var actions = Actions()
-        if hold.hasListedReaders && table.waitingCount > 0 { admitWaitingReaders(&actions) }
+        if hold.hasListedReaders && table.waitingCount > 0 { admitWaitingReaders(&actions, now: now) }
         return actions
-    }
-
-    /// What ``reprioritize(_:to:)`` found.
-    enum Reprioritized: Equatable {
-        /// The operation waits, in its new place now.
-        case moved
-        /// The operation holds the section (it runs): its place no longer matters.
-        case holding
-        /// The operation is gone: it ended, or left the queue (cancelled, timed out, discarded).
-        case gone
     }
 
     /// The waiting command `ticket` changes its priority to `priority`: it takes the place a
     /// command of that priority arriving now would take. If readers or a queue's operations hold,
-    /// and it stands first now, it is granted at once when a share is free.
+    /// and it stands first now, it is granted at once when a share is free. An operation whose
+    /// task was cancelled before it started leaves instead (``dropGivenUp(_:now:)``).
+    /// - Returns: the actions; ``Actions/found`` says whether it ``Found/moved``, holds the section
+    ///   (``Found/holding``: its place no longer matters) or is ``Found/gone``.
     /// - Complexity: O(n) in the number of waiting commands.
-    mutating func reprioritize(_ ticket: Ticket, to priority: CommandPriority) -> (Reprioritized, Actions) {
+    mutating func reprioritize(_ ticket: Ticket, to priority: CommandPriority, now: UInt64 = 0) -> Actions {
         var actions = Actions()
-        guard table.isCurrent(ticket) else { return (.gone, actions) }
+        guard table.isCurrent(ticket) else {
+            actions.found = .gone
+            return actions
+        }
         switch table[ticket.slot].state {
         case .waiting:
+            if let handle = table[ticket.slot].handle, handle.givesUp(at: now) == .cancelled {
+                _ = markLeft(ticket.slot)
+                actions.others.append(.left(handle))
+                actions.found = .gone
+                return actions
+            }
             table.requeue(ticket.slot, priority: priority)
-            if hold.hasListedReaders { admitWaitingReaders(&actions) }
-            return (.moved, actions)
+            if hold.hasListedReaders { admitWaitingReaders(&actions, now: now) }
+            actions.found = .moved
         case .holding:
-            return (.holding, actions)
+            actions.found = .holding
         case .left, .ended, .free:
-            return (.gone, actions)
+            actions.found = .gone
         }
+        return actions
     }
 }

@@ -53,6 +53,22 @@ struct EngineStateMachine {
         case queued(Ticket)
         /// The command never runs.
         case refused(QueueSafeValueError)
+        /// The section is held and the command's deadline had passed when it arrived: it never
+        /// runs, and the storage refuses it with `.timedOut` (a zero timeout only takes a free
+        /// section).
+        case expired
+    }
+
+    /// What a waiting command that may give up before its turn says when a grant comes to it
+    /// (``Waiter/givesUp(at:)``).
+    enum GiveUp {
+        /// It still wants its turn.
+        case stays
+        /// Its deadline has passed: it leaves, and fails with `.timedOut`.
+        case timedOut
+        /// Its task was cancelled before it could ask for its turn (an operation whose task has not
+        /// started): it leaves, and its task throws `.cancelled` when it runs.
+        case cancelled
     }
 
     /// What ``attach(_:)`` decided about the task of an operation.
@@ -163,7 +179,8 @@ struct EngineStateMachine {
         reentrant: Bool,
         word: inout Int,
         now: UInt64 = 0,
-        shared: Bool = false
+        shared: Bool = false,
+        deadline: UInt64 = 0
     ) -> Admission {
         let observed = word
         if life.isClosed { return .refused(.valueContainerDeinited) }
@@ -176,7 +193,8 @@ struct EngineStateMachine {
             let waiting = table.waitingCount > 0
             assert(!waiting || barging.isActive, "a free section with waiters")
             guard !waiting || mayBarge(priority: priority, now: now) else {
-                return wait(waiter, kind: kind, priority: priority, shared: shared, word: &word, now: now)
+                return wait(
+                    waiter, kind: kind, priority: priority, shared: shared, word: &word, now: now, deadline: deadline)
             }
             barging.granted(at: now, priority: priority)
             // With commands waiting, the holder hands the section on through the lock.
@@ -208,17 +226,23 @@ struct EngineStateMachine {
             word = observed | EngineWord.shared | EngineWord.slowRelease
             return .granted(grantReader(allocateReader(waiter, kind: kind)))
         }
-        return wait(waiter, kind: kind, priority: priority, shared: shared, word: &word, now: now)
+        return wait(waiter, kind: kind, priority: priority, shared: shared, word: &word, now: now, deadline: deadline)
     }
 
-    /// The command takes its place in the waiting order.
+    /// The command takes its place in the waiting order, unless its `deadline` (0: none) has passed.
+    /// A command with a deadline, and every operation (its task may be cancelled before it
+    /// starts), may give up before its turn: a grant asks it first (``dropGivenUp(_:now:)``).
     private mutating func wait(
-        _ waiter: Handle, kind: CommandKind, priority: CommandPriority, shared: Bool, word: inout Int, now: UInt64
+        _ waiter: Handle, kind: CommandKind, priority: CommandPriority, shared: Bool, word: inout Int, now: UInt64,
+        deadline: UInt64
     ) -> Admission {
+        // mutant(zero-timeout-waits): if false {
+        if deadline != 0 && deadline <= now { return .expired }
         let role: Role =
             shared ? Self.sharedRole(of: kind) : kind == .operation ? .operation(.unattached) : .exclusive(.notManual)
         let ticket = table.allocate(waiter, kind: kind, state: .waiting, role: role)
-        let arrival = table.enqueue(ticket.slot, priority: priority, now: now)
+        let arrival = table.enqueue(
+            ticket.slot, priority: priority, now: now, mayGiveUp: deadline != 0 || kind == .operation)
         bound.arrived(ticket, sequence: arrival)
         barging.arrived(ticket.slot, at: now)
         figures?.contended += 1
@@ -270,6 +294,7 @@ struct EngineStateMachine {
         if reportedLong || figures != nil { noteHoldEnded(&actions, reportedLong: reportedLong, now: now) }
         hold.stamp(0, exact: false)
         actions.endBoost = inheritance.endHold()
+        if table.waitingMayGiveUp > 0 { dropGivenUp(&actions, now: now) }
         if barging.isActive, let first = table.firstWaitingEntry() {
             if mayFreeForBarging(first, now: now) {
                 // Eventually fair mode: the section goes free, and the first waiting command is
@@ -393,12 +418,12 @@ struct EngineStateMachine {
     ///   resumed).
     /// - Complexity: O(1) amortized: the heap entry is dropped when it surfaces, or in one O(n)
     ///   sweep once such entries outnumber the live ones.
-    mutating func leave(_ ticket: Ticket) -> Actions? {
+    mutating func leave(_ ticket: Ticket, now: UInt64 = 0) -> Actions? {
         guard table.isWaiting(ticket) else { return nil }
         var actions = Actions()
         if let waiter = markLeft(ticket.slot) { actions.others.append(.left(waiter)) }
         // An exclusive command that left may have been all that kept shared reads behind it waiting.
-        if hold.readersHold { admitWaitingReaders(&actions) }
+        if hold.readersHold { admitWaitingReaders(&actions, now: now) }
         table.sweepIfMostlyDead()
         return actions
     }
@@ -412,7 +437,7 @@ struct EngineStateMachine {
         let held = hold.observeHolder(observed)
         // A free section that nobody waits for goes back to the idle path.
         defer { if !EngineWord.isHeld(word) && table.waitingCount == 0 { word &= ~EngineWord.slowRelease } }
-        guard var actions = leave(ticket) else { return nil }
+        guard var actions = leave(ticket, now: now) else { return nil }
         barging.clearWoken(ticket)
         if !held && !barging.isClaimOnItsWay(table) {
             if let granted = settleFree(&actions, closedBit: observed & EngineWord.closed, now: now) { word = granted }
@@ -470,6 +495,15 @@ struct EngineStateMachine {
             return (.wait, actions)
         }
         let closedBit = word & EngineWord.closed
+        if table.waitingMayGiveUp > 0 { dropGivenUp(&actions, now: now) }
+        guard table.isWaiting(ticket) else {
+            // It gave up itself (its deadline passed): the next waiting command takes its place.
+            barging.clearWoken(ticket)
+            if !barging.isClaimOnItsWay(table), let granted = settleFree(&actions, closedBit: closedBit, now: now) {
+                word = granted
+            }
+            return (.done, actions)
+        }
         guard let first = table.firstWaitingEntry(), first.slot == ticket.slot else {
             // Another command is first now: it is woken to claim the section, or granted it.
             barging.clearWoken(ticket)
@@ -486,6 +520,7 @@ struct EngineStateMachine {
     /// first waiting command is woken to claim it, or granted it.
     /// - Returns: the word to store after a grant; `nil` if the word stays.
     private mutating func settleFree(_ actions: inout Actions, closedBit: Int, now: UInt64) -> Int? {
+        if table.waitingMayGiveUp > 0 { dropGivenUp(&actions, now: now) }
         guard let first = table.firstWaitingEntry() else { return nil }
         if mayFreeForBarging(first, now: now) {
             wakeToClaim(&actions, first.slot)
@@ -505,6 +540,20 @@ struct EngineStateMachine {
         return grantPopped(
             &actions, slot: first.slot, kind: table[first.slot].kind, closedBit: closedBit, now: now,
             releaserQueue: 0)
+    }
+
+    /// Before a grant: the commands first in line that gave up (their deadline passed by `now`, or
+    /// the task of an operation was cancelled before it started) leave instead, each failing as it
+    /// says, and the grant goes to the next. Only the first in line is asked: one further back
+    /// leaves by its own timer, or is asked when it comes first.
+    mutating func dropGivenUp(_ actions: inout Actions, now: UInt64) {
+        while let slot = peekNext(), table[slot].flags.contains(.mayGiveUp), let handle = table[slot].handle {
+            let verdict = handle.givesUp(at: now)
+            // mutant(grant-past-deadline): if verdict != .cancelled { return }
+            if verdict == .stays { return }
+            _ = markLeft(slot)
+            actions.others.append(verdict == .timedOut ? .expired(handle) : .left(handle))
+        }
     }
 
     /// Whether the command is still waiting for its turn.

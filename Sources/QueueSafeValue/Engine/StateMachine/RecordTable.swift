@@ -42,10 +42,31 @@ extension EngineStateMachine {
         var generation: UInt32 = 0
         var state: RecordState = .free
         var kind: CommandKind = .blocking
-        /// Its entry is (still) in the heap.
-        var inHeap = false
+        /// Its entry is (still) in the heap; it may give up before its turn; it has not begun. One
+        /// byte for the three (see ``Flags``).
+        var flags: Flags = []
         var role = Role.exclusive(.notManual)
         var handle: Handle?
+
+        /// A record's yes-or-no facts, in the one byte a record has for them.
+        struct Flags: OptionSet, Hashable {
+            let rawValue: UInt8
+            /// Its entry is (still) in the heap.
+            static let inHeap = Flags(rawValue: 1)
+            /// While it waits, it may give up before its turn (a deadline, or the cancelled task of
+            /// an operation): a grant asks its waiter first (``Waiter/givesUp(at:)``).
+            static let mayGiveUp = Flags(rawValue: 2)
+            /// An operation with a handle, granted or waiting, whose body has not begun: until it
+            /// begins (``EngineStateMachine/beginOperation(_:)``), a cancellation gives its turn
+            /// back (``EngineStateMachine/cancelOperation(_:word:now:)``).
+            static let unbegun = Flags(rawValue: 4)
+        }
+
+        /// Its entry is (still) in the heap.
+        var inHeap: Bool {
+            get { flags.contains(.inHeap) }
+            set { if newValue { flags.insert(.inHeap) } else { flags.remove(.inHeap) } }
+        }
 
         init() {}
 
@@ -143,6 +164,9 @@ struct RecordTable {
     /// on after issuing them, so that the issuer's next command must not pass them (the
     /// eventually fair mode asks, see ``EngineStateMachine/mayBarge(priority:now:)``).
     private(set) var waitingDetachedCount = 0
+    /// Of those, the commands that may give up before their turn (``Record/Flags/mayGiveUp``): while
+    /// there are none, a grant asks no waiter whether it gave up.
+    private(set) var waitingMayGiveUp = 0
     /// Heap entries whose command left the queue (or was granted ahead of the waiting order).
     private var deadEntries = 0
     /// Waiting blocking commands whose threads run on dispatch queues, by slot: the identities of
@@ -217,9 +241,16 @@ struct RecordTable {
     /// The record `slot`, just allocated as waiting, takes its place in the waiting order.
     /// - Returns: its arrival number.
     /// - Parameter now: the machine's clock, in nanoseconds (kept to the millisecond, for diagnostics).
-    mutating func enqueue(_ slot: UInt32, priority: CommandPriority, now: UInt64 = 0) -> UInt64 {
+    /// - Parameter mayGiveUp: it may give up before its turn (see ``Record/Flags/mayGiveUp``).
+    mutating func enqueue(_ slot: UInt32, priority: CommandPriority, now: UInt64 = 0, mayGiveUp: Bool = false)
+        -> UInt64
+    {
         let arrival = sequence
         records[Int(slot)].inHeap = true
+        if mayGiveUp {
+            records[Int(slot)].flags.insert(.mayGiveUp)
+            waitingMayGiveUp += 1
+        }
         heap.insert(
             .init(
                 key: CommandHeap.key(priority: priority, sequence: arrival), slot: slot,
@@ -340,6 +371,10 @@ struct RecordTable {
     private mutating func stopsWaiting(_ slot: UInt32) {
         waitingCount -= 1
         if records[Int(slot)].kind.isDetached { waitingDetachedCount -= 1 }
+        if records[Int(slot)].flags.contains(.mayGiveUp) {
+            records[Int(slot)].flags.remove(.mayGiveUp)
+            waitingMayGiveUp -= 1
+        }
     }
 
     /// Drops the dead entries in one O(n) sweep once they outnumber the live ones.
@@ -413,6 +448,11 @@ struct RecordTable {
         }
         if waiting != waitingCount { return "a waiting command outside the heap" }
         let detached = records.filter { $0.state == .waiting && $0.kind.isDetached }.count
+        let mayGiveUp = records.filter { $0.state == .waiting && $0.flags.contains(.mayGiveUp) }.count
+        if mayGiveUp != waitingMayGiveUp { return "\(waitingMayGiveUp) waiting commands may give up, \(mayGiveUp) do" }
+        if records.contains(where: { $0.state != .waiting && $0.flags.contains(.mayGiveUp) }) {
+            return "a command that no longer waits may still give up"
+        }
         if detached != waitingDetachedCount {
             return "\(waitingDetachedCount) waiting dispatch commands and operations counted, \(detached) wait"
         }

@@ -39,12 +39,15 @@ extension CommandEngine {
     ) async throws(QueueSafeValueError) {
         let waiter = AwaitingWaiter()
         waiter.keptSite = site.kept
+        waiter.deadline = deadline?.uptimeNanoseconds ?? 0
         let reentrant = isInsideRunningSection() || isInsideSharedRead(thread: 0)
-        switch enqueue(waiter, kind: .awaiting, priority: priority, reentrant: reentrant) {
+        switch enqueue(waiter, kind: .awaiting, priority: priority, reentrant: reentrant, deadline: waiter.deadline) {
         case .granted:
             return
         case .refused(let error):
-            throw error
+            throw reportingRefusal(error.namingQueue(), site: site.kept, priority: priority)
+        case .expired:
+            preconditionFailure("enqueue refuses an expired command")
         case .queued(let ticket):
             waiter.ticket = ticket
             try await waitForTurn(waiter, deadline: deadline, cancellable: cancellable)
@@ -63,24 +66,34 @@ extension CommandEngine {
     /// waiting, its task is resumed here, after unlocking, and throws `.cancelled`.
     /// - Returns: the operation's waiter, and whether it holds the section already. When it does
     ///   not, the task calls ``waitForTurn(_:deadline:holdsNothing:startedLater:cancellable:)``.
+    /// - Parameters:
+    ///   - handled: the operation has a handle that may cancel it (``QueuedOperation``): it begins
+    ///     through ``beginOperation(_:progress:)``.
+    ///   - deadline: when it gives up waiting, if ever. If it has passed and the queue is busy, the
+    ///     operation is refused: its task throws `.timedOut` without waiting.
     @usableFromInline
     final func enqueueOperation(
         priority: CommandPriority,
         site: CallSite,
-        discardable: Bool = false
+        discardable: Bool = false,
+        handled: Bool = false,
+        deadline: DispatchTime? = nil
     ) -> (waiter: AwaitingWaiter, granted: Bool) {
         SyncPoints.commandPoint("operation arrives at", self)
         let waiter = AwaitingWaiter()
         waiter.keptSite = site.kept
         waiter.issuedPriority = priority
+        waiter.deadline = deadline?.uptimeNanoseconds ?? 0
         var admitted: Machine.Admission?
         // A discarded operation that was parked may have been a reason for a boost: `perform`
         // lowers it.
         perform { machine in
             let actions = machine.discardPending()
             admitted = transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
-                machine.enqueueOperation(
-                    waiter, priority: priority, discardable: discardable, word: &word, now: machineNow())
+                let admission = machine.enqueueOperation(
+                    waiter, priority: priority, discardable: discardable, handled: handled, word: &word,
+                    now: machineNow(precise: waiter.deadline != 0), deadline: waiter.deadline)
+                return refusingExpired(admission, machine, word: word)
             }
             // Granted at once, to a queue of width above 1: it holds one slot, as a shared holder.
             if case .granted = admitted, machine.operationsShare { waiter.isGrantedShared = true }
@@ -97,9 +110,92 @@ extension CommandEngine {
             waiter.ticket = ticket
             noteContention()
             return (waiter, false)
-        case .granted(nil), .refused:
-            preconditionFailure("a command queue never closes, and tracks its operations")
+        case .refused(let error):
+            // Its deadline had passed: its task finds the refusal as it waits (its ticket matches
+            // nothing, so it never suspends).
+            waiter.refusal = error.namingQueue()
+            return (waiter, false)
+        case .granted(nil), .expired:
+            preconditionFailure("a command queue tracks its operations, and refuses an expired one")
         }
+    }
+
+    /// The granted operation `waiter`, which has a handle, is about to begin its body, in its own
+    /// task: it begins unless it was cancelled (its task, or ``QueuedOperation/cancel()``, which
+    /// gave its turn back already) or discarded; then it gives its turn back, if it still held it.
+    /// - Returns: whether it begins (`false`: it never runs, and must not release).
+    @usableFromInline
+    final func beginOperation(_ waiter: AwaitingWaiter, progress: OperationProgress) -> Bool {
+        perform { machine in
+            transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
+                let actions = machine.beginOperation(
+                    waiter.ticket, taskCancelled: Task.isCancelled, word: &word, now: machineNow())
+                // In the same lock section, so that a handle never sees it begin and not run.
+                if actions.found == .holding { progress.hasBegun = true }
+                SyncPoints.note("an operation with a handle asks to begin")
+                return actions
+            }
+        }.found == .holding
+    }
+
+    /// ``QueuedOperation/cancel()``: the operation `waiter` leaves the queue or gives its turn back
+    /// if it has not begun, and its task is cancelled (see
+    /// ``EngineStateMachine/cancelOperation(_:word:now:)``).
+    /// - Returns: what the machine found.
+    final func cancelOperation(_ waiter: AwaitingWaiter) -> Machine.Found {
+        perform { machine in
+            transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
+                let actions = machine.cancelOperation(waiter.ticket, word: &word, now: machineNow())
+                SyncPoints.note("an operation is cancelled")
+                return actions
+            }
+        }.found
+    }
+
+    /// Where the operation `waiter` of `progress`, whose task is `task`, stands now (see
+    /// ``QueuedOperationState``): read under the lock, with the machine's record of it.
+    final func operationState(
+        _ waiter: AwaitingWaiter, progress: OperationProgress, task: some CancellableTask
+    ) -> QueuedOperationState {
+        machine.withLock { machine in
+            progress.state(live: machine.isLive(waiter.ticket), taskCancelled: task.isCancelled)
+        }
+    }
+
+    /// Why the current task must not await the result of the operation `waiter` (issued at
+    /// `site`), if it must not: it would wait forever. Either the current task runs an operation
+    /// that holds this queue's only turn (a one-at-a-time queue of width 1) and `waiter` has not
+    /// begun, so it can begin only once the current one ends; or the current task is that
+    /// operation's own task (`task`, its address), which would wait for its own end.
+    /// - Returns: `.deadlock`, naming both operations; `nil` if the wait can end.
+    final func refusalToAwait(_ waiter: AwaitingWaiter, progress: OperationProgress, task: Int) -> QueueSafeValueError?
+    {
+        let current = currentTaskID()
+        guard current != 0 else { return nil }
+        let (live, begun, finished) = machine.withLock { machine in
+            (machine.isLive(waiter.ticket), progress.hasBegun, progress.hasFinished)
+        }
+        let awaited = "the operation issued at \(waiter.keptSite.shown.map { "\($0)" } ?? "an unknown site")"
+        let me = DeadlockDetector.describe(.task(current), name: DeadlockDetector.currentTaskName(), queue: nil)
+        let cycle: [DeadlockReport.Link]
+        if begun && !finished && task == current {
+            cycle = [DeadlockReport.Link(waiter: "\(me) (\(awaited))", value: "its own result", holder: me)]
+        } else if live && !begun && isInsideRunningSection() {
+            cycle = [
+                DeadlockReport.Link(waiter: me, value: "the result of \(awaited)", holder: awaited),
+                DeadlockReport.Link(waiter: awaited, value: "its turn on \(displayName)", holder: me),
+            ]
+        } else {
+            return nil
+        }
+        let report = DeadlockReport(kind: .waitCycle, cycle: cycle, diagnostics: diagnostics, parkedPoolThreads: nil)
+        return reportingRefusal(.deadlock(report), site: waiter.keptSite, priority: waiter.issuedPriority ?? .medium)
+    }
+
+    /// The operation of `progress` ran to its end.
+    @usableFromInline
+    final func operationFinished(_ progress: OperationProgress) {
+        machine.withLock { _ in progress.hasFinished = true }
     }
 
     /// An operation that holds the section (alone, or one slot of a queue of width above 1) gives
@@ -124,7 +220,7 @@ extension CommandEngine {
 
     /// A ``CommandQueue``'s width changes; the operations it lets start now are started.
     final func setWidth(_ width: Int) {
-        perform { $0.setWidth(width) }
+        perform { $0.setWidth(width, now: machineNow()) }
     }
 
     /// The queue's width.
@@ -132,17 +228,24 @@ extension CommandEngine {
         machine.withLock { $0.width }
     }
 
-    /// The waiting operation `waiter` moves to the place of a `priority` operation arriving now.
-    /// - Returns: what the machine found: moved, running (`holding`), or gone.
-    final func reprioritize(_ waiter: AwaitingWaiter, to priority: CommandPriority) -> Machine.Reprioritized {
-        var outcome = Machine.Reprioritized.gone
+    /// The waiting operation `waiter` moves to the place of a `priority` operation arriving now;
+    /// its handle's `progress` keeps the new priority (if it moved, or is raised while it holds).
+    /// - Returns: what the machine found: ``EngineStateMachine/Found/moved``,
+    ///   ``EngineStateMachine/Found/holding`` (it holds the section, begun or not) or
+    ///   ``EngineStateMachine/Found/gone``.
+    final func reprioritize(
+        _ waiter: AwaitingWaiter, to priority: CommandPriority, progress: OperationProgress
+    ) -> Machine.Found {
         perform { machine in
-            let (found, actions) = machine.reprioritize(waiter.ticket, to: priority)
-            outcome = found
+            let actions = machine.reprioritize(waiter.ticket, to: priority, now: machineNow())
+            switch actions.found {
+            case .moved: progress.priority = priority
+            case .holding: progress.priority = max(progress.priority, priority)
+            default: break
+            }
             SyncPoints.note("an operation is re-prioritized")
             return actions
-        }
-        return outcome
+        }.found
     }
 
     /// Escalates a running operation's task (kept alive by the caller) for its new `priority`:

@@ -48,13 +48,16 @@ extension CommandEngine {
     ) -> QueueSafeValueError? {
         let waiter = BlockingWaiter.forCurrentThread()
         waiter.keptSite = site.kept
+        waiter.deadline = deadline?.uptimeNanoseconds ?? 0
         let reentrant =
             ownerThread.loadRelaxed() == thread || isInsideRunningSection() || isInsideSharedRead(thread: thread)
-        switch enqueue(waiter, kind: .blocking, priority: priority, reentrant: reentrant) {
+        switch enqueue(waiter, kind: .blocking, priority: priority, reentrant: reentrant, deadline: waiter.deadline) {
         case .granted:
             break
         case .refused(let error):
-            return error
+            return reportingRefusal(error.namingQueue(), site: site.kept, priority: priority)
+        case .expired:
+            preconditionFailure("enqueue refuses an expired command")
         case .queued(let ticket):
             if let error = waiter.waitForGrant(engine: self, ticket: ticket, deadline: deadline) {
                 return reportingRefusal(error, site: site.kept, priority: priority)

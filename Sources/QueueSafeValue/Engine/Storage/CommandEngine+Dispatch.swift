@@ -34,6 +34,7 @@ extension CommandEngine {
             case .granted: holds = true
             case .queued: holds = false
             case .refused(let error): throw error
+            case .expired: preconditionFailure("a dispatch command has no deadline")
             }
         }
         // mutant(dispatch-before-publish): if holds { command.start(); publishGrantedDispatch(command, helper: nil); return false }

@@ -5,7 +5,7 @@ import QueueSafeValueShims
 // in two halves, because a grant's publication belongs to the transition's lock section and
 // everything else must wait until the lock is released:
 //
-// - `prepare(_:_:endedLongHold:grantArrival:)`, under the engine lock, right after the transition: marks the granted waiter,
+// - `prepare(_:_:_:endedLongHold:grantArrival:)`, under the engine lock, right after the transition: marks the granted waiter,
 //   publishes a granted dispatched command (in the dispatched holder's slot, or as a helper's job),
 //   and reads from the waiters what the rest needs (their continuations and tasks are guarded by
 //   this lock). It runs no user code, signals nothing and releases no reference.
@@ -15,7 +15,7 @@ import QueueSafeValueShims
 //   completion, starts shared reads.
 extension CommandEngine {
     /// A rarer action (``EngineStateMachine/Other``) with what it needs from its waiter, read under
-    /// the engine lock by ``prepare(_:_:endedLongHold:grantArrival:)``.
+    /// the engine lock by ``prepare(_:_:_:endedLongHold:grantArrival:)``.
     enum Deferred {
         /// The task of a command that left: resume it.
         case resume(TurnContinuation)
@@ -29,6 +29,8 @@ extension CommandEngine {
         case postJob(Waiter)
         /// A waiting thread is woken to claim a free section (eventually fair mode).
         case postClaim(Waiter)
+        /// A waiting thread is woken: its command left the queue (it expired).
+        case postLeft(Waiter)
         /// Tell the running monitor.
         case report(QueueMonitor.Event)
     }
@@ -37,14 +39,22 @@ extension CommandEngine {
     /// ``raiseNextHolder(_:_:)``), read under the lock.
     typealias NextHolder = (thread: Int, task: Int)
 
+    /// What ``perform(_:)`` hands back: what the transition found for its caller
+    /// (``EngineStateMachine/Actions/found``), and the granted command the machine chose the
+    /// releasing block to run (``EngineStateMachine/Starter/releasingBlock``): the caller claims
+    /// and runs it inline.
+    struct Performed {
+        var found: Machine.Found
+        var inline: Waiter?
+    }
+
     /// Runs one transition under the engine lock and carries out its actions after unlocking.
     /// - Parameter transition: the machine's transition (with the state word's handling, where it
     ///   changes the word).
-    /// - Returns: the granted command when the machine chose the releasing block to run it
-    ///   (``EngineStateMachine/Starter/releasingBlock``): the caller claims and runs it inline.
+    /// - Returns: what the transition found, and a command to run inline, if any.
     @inline(__always)
     @discardableResult
-    final func perform(_ transition: (inout Machine) -> Machine.Actions) -> Waiter? {
+    final func perform(_ transition: (inout Machine) -> Machine.Actions) -> Performed {
         // The actions may hand a raise on to the nextHolder, or end the releaser's own.
         SyncPoints.inheritance(true)
         defer { SyncPoints.inheritance(false) }
@@ -56,13 +66,15 @@ extension CommandEngine {
         var actions = machine.withLock { machine in
             var actions = transition(&machine)
             nextHolder = prepare(
-                &actions, &deferred, endedLongHold: machine.endedLongHold, grantArrival: machine.takeGrantArrival())
+                &actions, &deferred, machine, endedLongHold: machine.endedLongHold,
+                grantArrival: machine.takeGrantArrival())
             lowersBoost = machine.takeBoostSync()
             return actions
         }
         // A waiter left: the boost it asked for ends with it (see `PriorityInheritance.swift`).
         defer { if lowersBoost { lowerBoost() } }
-        return carryOut(&actions, nextHolder: nextHolder, deferred)
+        let found = actions.found
+        return Performed(found: found, inline: carryOut(&actions, nextHolder: nextHolder, deferred))
     }
 
     /// Under the engine lock, in the lock section of the transition that returned `actions`:
@@ -72,14 +84,22 @@ extension CommandEngine {
     /// - Returns: the nextHolder's thread and task, if the grant inherits an urgency.
     @inline(__always)
     private func prepare(
-        _ actions: inout Machine.Actions, _ deferred: inout [Deferred], endedLongHold: UInt64,
-        grantArrival: (arrivedAt: UInt32, grantedAt: UInt64)
+        _ actions: inout Machine.Actions, _ deferred: inout [Deferred], _ machine: borrowing Machine,
+        endedLongHold: UInt64, grantArrival: (arrivedAt: UInt32, grantedAt: UInt64)
     ) -> NextHolder {
         for other in actions.others {
             switch other {
             case .left(let waiter):
                 // mutant(prepare-drops-left): break
                 if let continuation = waiter.continuationToResume { deferred.append(.resume(continuation)) }
+            case .expired(let waiter):
+                // Its error shows the queue as the release that passed it over left it.
+                waiter.expired(snapshot(machine, word: state.loadAcquire()))
+                if let continuation = waiter.continuationToResume {
+                    deferred.append(.resume(continuation))
+                } else {
+                    deferred.append(.postLeft(waiter))
+                }
             case .cancel(let waiter):
                 // Read here: a holder's task is dropped by its release, after that release unlocks.
                 if let task = waiter.taskToCancel { deferred.append(.cancel(task)) }
@@ -138,7 +158,7 @@ extension CommandEngine {
         return grant.urgency.isNone ? (0, 0) : (next.threadToBoost, next.taskToEscalate)
     }
 
-    /// After unlocking: carries out the actions ``prepare(_:_:endedLongHold:grantArrival:)`` prepared, in the order
+    /// After unlocking: carries out the actions ``prepare(_:_:_:endedLongHold:grantArrival:)`` prepared, in the order
     /// ``EngineStateMachine/Actions`` gives.
     /// - Returns: the granted command when the machine chose the releasing block to run it.
     @inline(__always)
@@ -174,6 +194,7 @@ extension CommandEngine {
             case .start(let reader): reader.start()
             case .postJob(let helper): helper.postJob()
             case .postClaim(let waiter): waiter.postClaim()
+            case .postLeft(let waiter): waiter.postLeft()
             case .report(let event): report(event)
             }
         }

@@ -42,24 +42,26 @@ extension CommandEngine {
 
     /// Asks the machine for a shared read on behalf of `waiter` (its ticket is stored in the
     /// waiter under the lock, before any release can grant it).
+    /// - Parameter deadline: as for ``enqueue(_:kind:priority:reentrant:deadline:)``.
     final func enqueueReader(
         _ waiter: Waiter,
         kind: CommandKind,
         priority: CommandPriority,
-        reentrant: Bool
+        reentrant: Bool,
+        deadline: UInt64 = 0
     ) -> Machine.Admission {
         SyncPoints.commandPoint("read arrives at", self, kind)
         waiter.issuedPriority = priority
         let admission = machine.withLock { machine in
             transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
                 let admission = machine.enqueue(
-                    waiter, kind: kind, priority: priority, reentrant: reentrant, word: &word, now: machineNow(),
-                    shared: true)
+                    waiter, kind: kind, priority: priority, reentrant: reentrant, word: &word,
+                    now: machineNow(precise: deadline != 0), shared: true, deadline: deadline)
                 switch admission {
                 case .granted(let ticket?), .queued(let ticket): waiter.readerTicket = ticket
-                case .granted(nil), .refused: break
+                case .granted(nil), .refused, .expired: break
                 }
-                return admission
+                return refusingExpired(admission, machine, word: word)
             }
         }
         if case .queued = admission { noteContention() }
@@ -198,16 +200,19 @@ extension CommandEngine {
         let thread = currentThreadID()
         let waiter = BlockingWaiter.forCurrentThread()
         waiter.keptSite = site.kept
+        waiter.deadline = deadline?.uptimeNanoseconds ?? 0
         let reentrant =
             ownerThread.loadRelaxed() == thread || isInsideRunningSection() || isInsideSharedRead(thread: thread)
         let ticket: Ticket
-        switch enqueueReader(waiter, kind: .blocking, priority: priority, reentrant: reentrant) {
+        switch enqueueReader(
+            waiter, kind: .blocking, priority: priority, reentrant: reentrant, deadline: waiter.deadline)
+        {
         case .granted(let granted?):
             ticket = granted
-        case .granted(nil):
-            preconditionFailure("a shared read is granted with a ticket")
+        case .granted(nil), .expired:
+            preconditionFailure("a shared read is granted with a ticket, and an expired one refused")
         case .refused(let error):
-            return .failure(error)
+            return .failure(reportingRefusal(error.namingQueue(), site: site.kept, priority: priority))
         case .queued(let queued):
             if let error = waiter.waitForGrant(engine: self, ticket: queued, deadline: deadline) {
                 return .failure(reportingRefusal(error, site: site.kept, priority: priority))
@@ -261,14 +266,17 @@ extension CommandEngine {
     ) async throws(QueueSafeValueError) -> UInt64 {
         let waiter = AwaitingWaiter()
         waiter.keptSite = site.kept
+        waiter.deadline = deadline?.uptimeNanoseconds ?? 0
         let reentrant = isInsideRunningSection() || isInsideSharedRead(thread: 0)
-        switch enqueueReader(waiter, kind: .awaiting, priority: priority, reentrant: reentrant) {
+        switch enqueueReader(
+            waiter, kind: .awaiting, priority: priority, reentrant: reentrant, deadline: waiter.deadline)
+        {
         case .granted(let ticket?):
             return Self.readerToken(ticket)
-        case .granted(nil):
-            preconditionFailure("a shared read is granted with a ticket")
+        case .granted(nil), .expired:
+            preconditionFailure("a shared read is granted with a ticket, and an expired one refused")
         case .refused(let error):
-            throw error
+            throw reportingRefusal(error.namingQueue(), site: site.kept, priority: priority)
         case .queued(let ticket):
             waiter.ticket = ticket
             try await waitForTurn(waiter, deadline: deadline, cancellable: cancellable)

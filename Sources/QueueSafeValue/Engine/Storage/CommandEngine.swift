@@ -152,9 +152,14 @@ class CommandEngine: @unchecked Sendable {
     /// The time the machine's transitions are given (``Hold/since``, and the eventually fair mode's
     /// bound): the coarse clock, or in the eventually fair mode the precise one (on a controlled
     /// scheduler's clock under the testing library).
+    ///
+    /// A timed command's arrival reads the precise clock (`precise`), so that a deadline that has
+    /// just passed (a zero timeout) is seen as passed; every other transition reads the coarse one,
+    /// and may see a deadline as passed up to one tick of it late (1 to 4 ms on Linux,
+    /// `clock_getres(CLOCK_MONOTONIC_COARSE)`; about a millisecond on Apple platforms).
     @inline(__always)
-    final func machineNow() -> UInt64 {
-        isEventuallyFair ? SyncPoints.fairnessNow() : coarseNow()
+    final func machineNow(precise: Bool = false) -> UInt64 {
+        isEventuallyFair || precise ? SyncPoints.fairnessNow() : SyncPoints.coarseNow()
     }
 
     deinit {
@@ -225,25 +230,39 @@ class CommandEngine: @unchecked Sendable {
     // MARK: Transitions
 
     /// Asks the machine for the section on behalf of `waiter`.
+    /// - Parameter deadline: when a timed command gives up (`uptimeNanoseconds`; 0: never).
+    /// - Returns: the machine's admission, an expired one refused with `.timedOut` (see
+    ///   ``refusingExpired(_:_:word:)``).
     final func enqueue(
         _ waiter: Waiter,
         kind: CommandKind,
         priority: CommandPriority,
-        reentrant: Bool = false
+        reentrant: Bool = false,
+        deadline: UInt64 = 0
     ) -> Machine.Admission {
         waiter.issuedPriority = priority
         let admission = machine.withLock { machine in
             transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
                 let admission = machine.enqueue(
-                    waiter, kind: kind, priority: priority, reentrant: reentrant, word: &word, now: machineNow())
+                    waiter, kind: kind, priority: priority, reentrant: reentrant, word: &word,
+                    now: machineNow(precise: deadline != 0), deadline: deadline)
                 // Granted at once: it holds the section now, as if it had taken it on the idle path.
                 if case .granted = admission { keepHolderSite(waiter.keptSite, priority: priority) }
                 if case .queued = admission { noteHead(machine) }
-                return admission
+                return refusingExpired(admission, machine, word: word)
             }
         }
         noteContention()
         return admission
+    }
+
+    /// Under the lock: an admission the machine found ``EngineStateMachine/Admission/expired`` (the
+    /// command's deadline had passed and the section is held) becomes a `.timedOut` refusal with a
+    /// snapshot of the queue; any other is returned as it is.
+    @inline(__always)
+    final func refusingExpired(_ admission: Machine.Admission, _ machine: Machine, word: Int) -> Machine.Admission {
+        guard case .expired = admission else { return admission }
+        return .refused(.timedOut(snapshot(machine, word: word)))
     }
 
     /// Under the lock, after a transition that may have changed the waiting order's head: stores
@@ -288,7 +307,7 @@ class CommandEngine: @unchecked Sendable {
                 noteHead(machine)
                 return actions
             }
-        }
+        }.inline
     }
 
     /// Takes a waiting command out of the queue (a cancellation), if it still waits: it never runs
@@ -304,7 +323,7 @@ class CommandEngine: @unchecked Sendable {
     /// section is free (the one woken to claim it): the transition then decides on the word.
     @inline(__always)
     final func leave(_ ticket: Ticket, _ machine: inout Machine) -> Machine.Actions? {
-        guard isEventuallyFair else { return machine.leave(ticket) }
+        guard isEventuallyFair else { return machine.leave(ticket, now: machineNow()) }
         return transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
             machine.leave(ticket, word: &word, now: machineNow())
         }

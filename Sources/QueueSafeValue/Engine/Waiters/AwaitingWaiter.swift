@@ -36,6 +36,21 @@ final class AwaitingWaiter: Waiter, @unchecked Sendable {
     /// The task that waits, while it waits (written before it suspends, read by the releaser under
     /// the engine's boost lock): priority inheritance escalates it when it is granted.
     var waitingTask = 0
+    /// When the command gives up waiting (`uptimeNanoseconds`), or 0: set by its issuer before it
+    /// is enqueued.
+    var deadline: UInt64 = 0
+
+    override func givesUp(at now: UInt64) -> EngineStateMachine.GiveUp {
+        if deadline != 0 && deadline <= now { return .timedOut }
+        // An operation whose task was cancelled before it could take its turn (`task` is attached
+        // under the engine lock, and only operations have one).
+        if let task, task.isCancelled { return .cancelled }
+        return .stays
+    }
+
+    override func expired(_ diagnostics: QueueDiagnostics) {
+        refusal = .timedOut(diagnostics)
+    }
 
     override var taskToEscalate: Int { waitingTask }
 
@@ -111,6 +126,7 @@ private func ignoringSanitizerAccesses(_ body: () -> Void) {
 @usableFromInline
 protocol CancellableTask: Sendable {
     func cancel()
+    var isCancelled: Bool { get }
 }
 
 extension Task: CancellableTask {}

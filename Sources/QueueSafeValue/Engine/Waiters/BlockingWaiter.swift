@@ -39,6 +39,8 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     private static let recheckBit = 8
     /// Eventually fair mode: a release freed the section and woke this thread to claim it.
     private static let claimBit = 16
+    /// The command left the queue on the machine's decision: a grant found its deadline passed.
+    private static let leftBit = 32
 
     /// How many times a waiter polls before it parks: a few microseconds, longer than a typical
     /// short critical section and shorter than a futex sleep and wake-up.
@@ -66,6 +68,12 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     /// Several may be handed over at once (shared reads for its queue), and more may come while it
     /// runs the first: so a lock of their own.
     private let jobs = LockedState.make([Waiter]())
+    /// When the current command gives up waiting (`uptimeNanoseconds`), or 0: set by this thread
+    /// before it enqueues, read by a grant under the engine lock.
+    var deadline: UInt64 = 0
+    /// Why the machine took the current command out of the queue (it expired): written under the
+    /// engine lock before ``leftBit`` is posted, read by this thread after it saw the bit.
+    private var refusal: QueueSafeValueError?
 
     private override init() {}
 
@@ -74,6 +82,7 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
         if let raw = pthread_getspecific(waiterKey) {
             let waiter = Unmanaged<BlockingWaiter>.fromOpaque(raw).takeUnretainedValue()
             waiter.word.storeRelaxed(0)
+            waiter.deadline = 0
             return waiter
         }
         let waiter = BlockingWaiter()
@@ -87,6 +96,18 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     }
 
     override var threadToBoost: Int { thread }
+
+    override func givesUp(at now: UInt64) -> EngineStateMachine.GiveUp {
+        deadline != 0 && deadline <= now ? .timedOut : .stays
+    }
+
+    override func expired(_ diagnostics: QueueDiagnostics) {
+        refusal = .timedOut(diagnostics)
+    }
+
+    override func postLeft() {
+        post(Self.leftBit)
+    }
 
     override var waitsOnCallersProcessor: Bool {
         // The caller's processor first: unknown under a controlled scheduler, where the word is
@@ -139,14 +160,15 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
         // Eventually fair mode: this thread was woken to claim a free section and is on its way.
         var claiming = false
         while true {
-            if spin(engine: engine, ticket: ticket, claiming: &claiming) { return nil }
+            switch spin(engine: engine, ticket: ticket, deadline: deadline, claiming: &claiming) {
+            case .granted: return nil
+            case .gaveUp(let error): return error
+            case .spun: break
+            }
             if claiming {
                 // No longer on its way: the next release wakes it again.
                 claiming = false
-                if case .done = engine.claim(ticket, parking: true) {
-                    awaitGrantWithoutParking()
-                    return nil
-                }
+                if case .done = engine.claim(ticket, parking: true) { return awaitVerdict() }
             }
             switch park(engine: engine, ticket: ticket, deadline: deadline) {
             case .granted: return nil
@@ -154,6 +176,14 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
             case .claim: claiming = true
             }
         }
+    }
+
+    /// How a spin ended.
+    private enum SpinResult {
+        case granted
+        case gaveUp(QueueSafeValueError)
+        /// It spun out its polls: it parks next.
+        case spun
     }
 
     /// Polls the word for a while (``spinLimit`` turns), running the jobs handed over meanwhile and,
@@ -169,14 +199,24 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     /// before the head is, and its CPU is better spent on the holder or the head. With one
     /// processor online every waiter yields at every poll.
     /// - Returns: whether the section was granted.
-    private func spin(engine: CommandEngine, ticket: CommandEngine.Ticket, claiming: inout Bool) -> Bool {
+    ///
+    /// With a `deadline`, it looks at the clock every ``deadlineCheckEvery`` polls, and gives up once
+    /// the deadline has passed (unless the grant came first).
+    private func spin(
+        engine: CommandEngine, ticket: CommandEngine.Ticket, deadline: DispatchTime?, claiming: inout Bool
+    ) -> SpinResult {
         let me = Int(bitPattern: UInt(bitPattern: ObjectIdentifier(self)))
         let mayKeepProcessor = Self.otherProcessors
         var here = noteProcessor()
         for round in 1...SyncPoints.spinLimit(Self.spinLimit) {
             let current = word.loadAcquire()
-            if current & Self.granted != 0 { return true }
+            if current & Self.granted != 0 { return .granted }
+            if current & Self.leftBit != 0 { return .gaveUp(tookLeave()) }
             if current & Self.jobBit != 0 { runJob() }
+            // mutant(spin-ignores-deadline): if false, let deadline, round % Self.deadlineCheckEvery == 1, SyncPoints.now() >= deadline {
+            if let deadline, round % Self.deadlineCheckEvery == 1, SyncPoints.now() >= deadline {
+                return giveUp(engine: engine, ticket: ticket).map { .gaveUp($0) } ?? .granted
+            }
             if current & Self.claimBit != 0 {
                 _ = word.fetchAnd(~Self.claimBit)
                 claiming = true
@@ -185,8 +225,7 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
             if claiming && !EngineWord.isHeld(engine.state.loadAcquire()) {
                 switch engine.claim(ticket, parking: false) {
                 case .done:
-                    awaitGrantWithoutParking()
-                    return true
+                    return awaitVerdict().map { .gaveUp($0) } ?? .granted
                 case .passedOn: claiming = false
                 case .wait: break
                 }
@@ -201,7 +240,31 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
             SyncPoints.relax(givingProcessorAway: yields)
             if yields { here = noteProcessor() }
         }
-        return false
+        return .spun
+    }
+
+    /// A spinning waiter with a deadline reads the clock once every this many polls (the first
+    /// poll included).
+    static let deadlineCheckEvery = 8
+
+    /// The deadline passed while this thread did not park: it leaves the queue, unless the machine
+    /// decided first (granted it, or found it expired).
+    /// - Returns: `.timedOut`, or the machine's earlier verdict (`nil`: granted).
+    private func giveUp(engine: CommandEngine, ticket: CommandEngine.Ticket) -> QueueSafeValueError? {
+        if let diagnostics = engine.leaveWithSnapshot(ticket) {
+            runJobHandedBeforeLeaving()
+            return .timedOut(diagnostics)
+        }
+        return awaitVerdict()
+    }
+
+    /// The machine took the command out of the queue (``leftBit``): its error, once any job handed
+    /// to this thread before is run.
+    private func tookLeave() -> QueueSafeValueError {
+        runJobHandedBeforeLeaving()
+        guard let refusal else { preconditionFailure("a waiter left the queue without a reason") }
+        self.refusal = nil
+        return refusal.namingQueue()
     }
 
     /// Stores where this thread waits, for the thread that grants it (``waitsOnCallersProcessor``),
@@ -266,14 +329,12 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
                 tagEpoch = engine.becomeHelper(ticket)
             case .claim:
                 return .claim
+            case .left:
+                return .gaveUp(tookLeave())
             case .deadlinePassed:
-                if let diagnostics = engine.leaveWithSnapshot(ticket) {
-                    runJobHandedBeforeLeaving()
-                    return .gaveUp(.timedOut(diagnostics))
-                }
-                // Granted at the same instant: its start() sets `granted` without a signal (not parked).
-                awaitGrantWithoutParking()
-                return .granted
+                // Unless granted (or found expired) at the same instant: then its start() (or its
+                // leave) sets a bit without a signal (not parked).
+                return giveUp(engine: engine, ticket: ticket).map { .gaveUp($0) } ?? .granted
             }
         }
     }
@@ -283,6 +344,7 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
         case job
         case recheck
         case claim
+        case left
         case deadlinePassed
     }
 
@@ -291,6 +353,7 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
         while true {
             let current = word.loadAcquire()
             if current & Self.granted != 0 { return .granted }
+            if current & Self.leftBit != 0 { return .left }
             if current & Self.jobBit != 0 { return .job }
             if current & Self.recheckBit != 0 {
                 _ = word.fetchAnd(~Self.recheckBit)
@@ -329,8 +392,7 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
                 DeadlockDetector.report(
                     registration, diagnostics: diagnostics, waiterDescription: DeadlockDetector.describeCurrent()))
         }
-        awaitGrantWithoutParking()
-        return nil
+        return awaitVerdict()
     }
 
     /// A waiter that left the queue may have been handed a job just before: the granting thread
@@ -343,10 +405,17 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
         runJob()
     }
 
-    /// The machine granted this waiter; its start() is on its way (briefly: the granting thread is
-    /// between unlocking and starting it).
-    private func awaitGrantWithoutParking() {
-        while word.loadAcquire() & Self.granted == 0 { SyncPoints.yield() }
+    /// The machine no longer has this waiter waiting: it granted it, or took it out of the queue
+    /// (it expired). The start() or the leave is on its way (briefly: the deciding thread is
+    /// between unlocking and posting it).
+    /// - Returns: `nil` once granted, or the error it left with.
+    private func awaitVerdict() -> QueueSafeValueError? {
+        while true {
+            let current = word.loadAcquire()
+            if current & Self.granted != 0 { return nil }
+            if current & Self.leftBit != 0 { return tookLeave() }
+            SyncPoints.yield()
+        }
     }
 
     /// Runs the dispatch commands handed to this thread, with a waiter of its own for their own

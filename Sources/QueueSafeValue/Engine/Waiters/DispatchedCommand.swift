@@ -109,6 +109,8 @@ class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
             break
         case .refused(let error):
             SyncPoints.async(queue) { command.deliverFailure(error) }
+        case .expired:
+            preconditionFailure("a dispatch command has no deadline")
         }
     }
 

@@ -133,6 +133,20 @@ class Waiter: @unchecked Sendable {
     /// and a dispatched command has no one waiting).
     var continuationToResume: TurnContinuation? { nil }
 
+    /// Under the engine lock, when a grant comes to this waiting command that may give up (see
+    /// ``EngineStateMachine/dropGivenUp(_:now:)``): whether it still wants its turn at `now`
+    /// (`uptimeNanoseconds`, the engine's clock).
+    func givesUp(at now: UInt64) -> EngineStateMachine.GiveUp { .stays }
+
+    /// Under the engine lock: the machine found this command's deadline passed before its turn
+    /// (``EngineStateMachine/Other/expired(_:)``); `diagnostics` is the queue as it was. The
+    /// command keeps them for its error.
+    func expired(_ diagnostics: QueueDiagnostics) {}
+
+    /// After unlocking: this waiting command left the queue on the machine's decision (it expired):
+    /// a thread that waits for it is woken to find out. (A suspended task is resumed instead.)
+    func postLeft() {}
+
     /// Under the engine lock: the task that runs the command, to cancel after unlocking, if it has
     /// one (a ``CommandQueue`` operation).
     var taskToCancel: (any CancellableTask)? { nil }
