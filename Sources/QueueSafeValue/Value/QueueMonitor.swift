@@ -74,6 +74,32 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
             longWaitNanoseconds = QueueMonitor.nanoseconds(longWait) ?? .max
         }
 
+        /// ``init(longHold:longWait:samplingPeriod:eventsPerSecond:)-(DispatchTimeInterval,_,_,_)``
+        /// with `Duration`s (`try .init(longHold: budget)` for a `Duration` you hold;
+        /// `.milliseconds(200)` keeps meaning a `DispatchTimeInterval`), kept to the nanosecond as
+        /// every `Duration` timeout of the library is. The same defaults.
+        /// - Throws: `.invalidArgument` for a duration of zero, below zero or below a nanosecond, or
+        ///   fewer than one event per second.
+        @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
+        @_disfavoredOverload  // `.milliseconds(200)` names both types: it keeps meaning a DispatchTimeInterval
+        public init(
+            longHold: Duration = .milliseconds(250),
+            longWait: Duration = .milliseconds(100),
+            samplingPeriod: Duration = .milliseconds(50),
+            eventsPerSecond: Int = 5
+        ) throws(QueueSafeValueError) {
+            // Checked here, to name the duration given: a fraction of a nanosecond converts to zero.
+            for (name, duration) in [
+                ("longHold", longHold), ("longWait", longWait), ("samplingPeriod", samplingPeriod),
+            ]
+            where QueueMonitor.nanoseconds(DispatchTimeInterval(timeout: duration)) == nil {
+                throw .invalidArgument("the monitor's \(name) must be at least one nanosecond, got \(duration)")
+            }
+            try self.init(
+                longHold: DispatchTimeInterval(timeout: longHold), longWait: DispatchTimeInterval(timeout: longWait),
+                samplingPeriod: DispatchTimeInterval(timeout: samplingPeriod), eventsPerSecond: eventsPerSecond)
+        }
+
         /// Thresholds a public initializer refuses, for the controlled scheduler's scenarios: a long
         /// hold of `longHoldNanoseconds` (0: every sample of a held value reports), waits never.
         init(checkingLongHold longHoldNanoseconds: UInt64) {

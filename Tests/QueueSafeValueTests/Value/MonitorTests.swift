@@ -376,6 +376,42 @@ import Testing
         }
     }
 
+    /// Issue 55: the thresholds take `Duration`s too, kept as the same intervals, refused as they
+    /// are (zero, below zero, below a nanosecond), naming the threshold and the duration given.
+    @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
+    @Test func durationThresholds_matchTheirIntervals_andBadOnesAreRefused() throws {
+        let (hold, wait, period) = (Duration.milliseconds(200), Duration.microseconds(1500), Duration.seconds(3))
+        let fromDurations = try QueueMonitor.Thresholds(
+            longHold: hold, longWait: wait, samplingPeriod: period, eventsPerSecond: 7)
+        let fromIntervals = try QueueMonitor.Thresholds(
+            longHold: .milliseconds(200), longWait: .microseconds(1500), samplingPeriod: .seconds(3), eventsPerSecond: 7
+        )
+        #expect(fromDurations == fromIntervals)
+        #expect(fromDurations.longHoldNanoseconds == 200_000_000 && fromDurations.longWaitNanoseconds == 1_500_000)
+        let defaults: Duration = .milliseconds(250)
+        #expect(try QueueMonitor.Thresholds(longHold: defaults) == QueueMonitor.Thresholds())
+        let tooShort = Duration(secondsComponent: 0, attosecondsComponent: 1)
+        for duration in [Duration.zero, .milliseconds(-5), tooShort] {
+            for name in ["longHold", "longWait", "samplingPeriod"] {
+                let result = Result { () throws(QueueSafeValueError) in
+                    switch name {
+                    case "longHold": try QueueMonitor.Thresholds(longHold: duration)
+                    case "longWait": try QueueMonitor.Thresholds(longWait: duration)
+                    default: try QueueMonitor.Thresholds(samplingPeriod: duration)
+                    }
+                }
+                guard case .failure(.invalidArgument(let message)) = result else {
+                    Issue.record("\(name) \(duration): expected .invalidArgument, got \(result)")
+                    continue
+                }
+                #expect(message.contains(name) && message.contains("\(duration)"), "\(message)")
+            }
+        }
+        #expect(throws: QueueSafeValueError.self) { try QueueMonitor.Thresholds(longHold: hold, eventsPerSecond: 0) }
+        // Beyond what an interval holds: the largest one.
+        #expect(throws: Never.self) { try QueueMonitor.Thresholds(longHold: Duration.seconds(Int64.max)) }
+    }
+
     /// Starting a monitor stops the one before; a stopped monitor reports nothing.
     @Test func startingAnother_stopsTheOneBefore() throws {
         let first = QueueSafeValue<Never>.monitor(thresholds: try Self.thresholds()) { _ in }
