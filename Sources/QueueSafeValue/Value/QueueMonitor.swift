@@ -103,7 +103,7 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
         /// Thresholds a public initializer refuses, for the controlled scheduler's scenarios: a long
         /// hold of `longHoldNanoseconds` (0: every sample of a held value reports), waits never.
         init(checkingLongHold longHoldNanoseconds: UInt64) {
-            longHold = .nanoseconds(Int(clamping: longHoldNanoseconds))
+            longHold = .nanoseconds(Int(clamping: longHoldNanoseconds))  // 32-bit: shown only, compared as UInt64
             longWait = .seconds(3600)
             samplingPeriod = .seconds(3600)
             eventsPerSecond = .max
@@ -114,6 +114,12 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
         /// The thresholds in nanoseconds, worked out once (a hand-off compares with them).
         let longHoldNanoseconds: UInt64
         let longWaitNanoseconds: UInt64
+
+        /// The long-wait threshold as a hand-off reads it from a word: whole milliseconds, at least 1.
+        var longWaitWord: Int {
+            let milliseconds = max(1, longWaitNanoseconds / 1_000_000)
+            return Int(clamping: milliseconds)  // 32-bit: past Int32.max ms (24.8 days) it acts as 24.8 days
+        }
     }
 
     /// One report: what happened to which value, where it was issued, and what held it.
@@ -262,7 +268,7 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
             started.append(monitor)
             let previous = active
             // The threshold first: a hand-off that sees the monitor reads it after.
-            qsv_monitor_long_wait_store(Int(clamping: max(1, thresholds.longWaitNanoseconds / 1_000_000)))
+            qsv_monitor_long_wait_store(thresholds.longWaitWord)
             qsv_monitor_store(Int(bitPattern: Unmanaged.passUnretained(monitor).toOpaque()))
             return previous
         }
@@ -315,18 +321,19 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
         engine.monitoredWord.storeUnobserved(1)
         // Its own long-wait threshold, in milliseconds, where a hand-off reads it without this lock.
         if let thresholds {
-            engine.ownLongWaitWord.storeUnobserved(Int(clamping: max(1, thresholds.longWaitNanoseconds / 1_000_000)))
+            engine.ownLongWaitWord.storeUnobserved(thresholds.longWaitWord)
         }
     }
 
     // MARK: The watchdog
 
     private func startWatchdog() {
-        let period = Self.nanoseconds(thresholds.samplingPeriod) ?? 50_000_000
+        // The period as it was given: its unit holds it in an `Int`, on 32 bits too, and Dispatch
+        // works with it in 64 bits (a period in nanoseconds would stop at 2.1 s there).
+        let period = thresholds.samplingPeriod
         watchdogQueue.sync {
             let timer = DispatchSource.makeTimerSource(queue: watchdogQueue)
-            timer.schedule(
-                deadline: .now() + .nanoseconds(Int(clamping: period)), repeating: .nanoseconds(Int(clamping: period)))
+            timer.schedule(deadline: .now() + period, repeating: period)
             // Strong: a monitor lives as long as the process (``started``), and `stop()` lets go of
             // the timer and this closure. (A weak capture's side table, reachable only through
             // the object's encoded reference count, reads as a leak to LeakSanitizer.)
