@@ -13,9 +13,11 @@ import QueueSafeValueShims
 ///   ``Thresholds/samplingPeriod``: a command that takes a free value never reads the clock. A hold
 ///   is reported within its threshold plus one sampling period, and named from where it was
 ///   issued (the file and line of its `withLock`, `set`, `perform`…).
-/// - Events of one value are throttled: at most ``Thresholds/eventsPerSecond`` per value per second.
-///   The next event delivered for that value counts those left out (``Event/omitted``), so nothing
-///   is lost silently; ``stop()`` returns what was left out since.
+/// - Events of one value are throttled: at most ``Thresholds/eventsPerSecond`` of each kind per
+///   value per second (5 by default), except the end of a reported hold (`longHoldEnded`), which
+///   the throttle never leaves out. The next event delivered for that value counts those left out
+///   (``Event/omitted``), so nothing is lost silently; ``stop()`` returns how many were left out
+///   since.
 /// - The handler runs on the queue you give (a serial queue of its own by default), one event at a
 ///   time, outside every engine lock: it may use other values. A handler that blocks holds up only
 ///   later events: at most 256 wait for it, and events beyond that are counted as left out.
@@ -31,17 +33,29 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
         public let longWait: DispatchTimeInterval
         /// How often the watchdog looks at the contended values' holders.
         public let samplingPeriod: DispatchTimeInterval
-        /// How many events one value may report per second; the rest are counted, not delivered.
+        /// How many events of each kind one value may report per second (`longHold`, `longWait`,
+        /// `timedOut` and `deadlock` each have this many); the rest are counted, not delivered. The
+        /// end of a reported hold (`longHoldEnded`) is never left out by it.
+        ///
+        /// A second is a window of the monitor's clock, opened by the first event of the value
+        /// after the previous window ended: a window never delivers more than this many of a kind.
         public let eventsPerSecond: Int
 
         /// Thresholds for holds and waits, the watchdog's period and the throttle.
+        ///
+        /// The default throttle, 5 events of each kind per value per second, lets a stall's events
+        /// through: its long hold, the hold's end (never throttled), and the long waits and
+        /// timeouts of the few commands it held up. A kind has its own budget, so that the
+        /// refusals a stall causes cannot crowd out the long hold that names its culprit. A hot
+        /// loop of refusals still delivers at most 5 lines a second for that value, each counting
+        /// those left out before it.
         /// - Throws: `.invalidArgument` for an interval of zero, below zero or `.never`, or fewer
         ///   than one event per second.
         public init(
             longHold: DispatchTimeInterval = .milliseconds(250),
             longWait: DispatchTimeInterval = .milliseconds(100),
             samplingPeriod: DispatchTimeInterval = .milliseconds(50),
-            eventsPerSecond: Int = 1
+            eventsPerSecond: Int = 5
         ) throws(QueueSafeValueError) {
             for (name, interval) in [
                 ("longHold", longHold), ("longWait", longWait), ("samplingPeriod", samplingPeriod),
@@ -60,10 +74,36 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
             longWaitNanoseconds = QueueMonitor.nanoseconds(longWait) ?? .max
         }
 
+        /// ``init(longHold:longWait:samplingPeriod:eventsPerSecond:)-(DispatchTimeInterval,_,_,_)``
+        /// with `Duration`s (`try .init(longHold: budget)` for a `Duration` you hold;
+        /// `.milliseconds(200)` keeps meaning a `DispatchTimeInterval`), kept to the nanosecond as
+        /// every `Duration` timeout of the library is. The same defaults.
+        /// - Throws: `.invalidArgument` for a duration of zero, below zero or below a nanosecond, or
+        ///   fewer than one event per second.
+        @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
+        @_disfavoredOverload  // `.milliseconds(200)` names both types: it keeps meaning a DispatchTimeInterval
+        public init(
+            longHold: Duration = .milliseconds(250),
+            longWait: Duration = .milliseconds(100),
+            samplingPeriod: Duration = .milliseconds(50),
+            eventsPerSecond: Int = 5
+        ) throws(QueueSafeValueError) {
+            // Checked here, to name the duration given: a fraction of a nanosecond converts to zero.
+            for (name, duration) in [
+                ("longHold", longHold), ("longWait", longWait), ("samplingPeriod", samplingPeriod),
+            ]
+            where QueueMonitor.nanoseconds(DispatchTimeInterval(timeout: duration)) == nil {
+                throw .invalidArgument("the monitor's \(name) must be at least one nanosecond, got \(duration)")
+            }
+            try self.init(
+                longHold: DispatchTimeInterval(timeout: longHold), longWait: DispatchTimeInterval(timeout: longWait),
+                samplingPeriod: DispatchTimeInterval(timeout: samplingPeriod), eventsPerSecond: eventsPerSecond)
+        }
+
         /// Thresholds a public initializer refuses, for the controlled scheduler's scenarios: a long
         /// hold of `longHoldNanoseconds` (0: every sample of a held value reports), waits never.
         init(checkingLongHold longHoldNanoseconds: UInt64) {
-            longHold = .nanoseconds(Int(clamping: longHoldNanoseconds))
+            longHold = .nanoseconds(Int(clamping: longHoldNanoseconds))  // 32-bit: shown only, compared as UInt64
             longWait = .seconds(3600)
             samplingPeriod = .seconds(3600)
             eventsPerSecond = .max
@@ -74,6 +114,12 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
         /// The thresholds in nanoseconds, worked out once (a hand-off compares with them).
         let longHoldNanoseconds: UInt64
         let longWaitNanoseconds: UInt64
+
+        /// The long-wait threshold as a hand-off reads it from a word: whole milliseconds, at least 1.
+        var longWaitWord: Int {
+            let milliseconds = max(1, longWaitNanoseconds / 1_000_000)
+            return Int(clamping: milliseconds)  // 32-bit: past Int32.max ms (24.8 days) it acts as 24.8 days
+        }
     }
 
     /// One report: what happened to which value, where it was issued, and what held it.
@@ -84,6 +130,7 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
             /// long it has held (at least), ``Event/diagnostics`` names it and its waiters.
             case longHold
             /// A hold reported as ``longHold`` ended: ``Event/duration`` is its length (at least).
+            /// The throttle never leaves it out.
             case longHoldEnded
             /// A command waited ``Thresholds/longWait`` or longer and has just been granted the value:
             /// ``Event/duration`` is how long it waited, ``Event/heldBy`` the holder that handed it on.
@@ -115,7 +162,8 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
         public let diagnostics: QueueDiagnostics?
         /// For `deadlock`: the cycle.
         public let deadlock: DeadlockReport?
-        /// How many events of this value the throttle left out since the last one it delivered.
+        /// How many events of this value were left out (by the throttle, or because the handler
+        /// fell behind) since the last one delivered.
         public internal(set) var omitted = 0
         /// When it happened.
         public let time: DispatchTime
@@ -173,9 +221,10 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
     /// A value the monitor watches, with its throttle.
     private struct Watched {
         weak var engine: CommandEngine?
-        /// The start of the current one-second window, and the events delivered in it.
-        var windowStart: UInt64 = 0
-        var delivered = 0
+        /// The start of the current one-second window (`nil` before the first event), and the
+        /// events of each throttled kind delivered in it.
+        var windowStart: UInt64?
+        var delivered: [Event.Kind: Int] = [:]
         /// Events left out since the last one delivered.
         var omitted = 0
         /// The per-value thresholds, if set (``QueueSafeValue/monitorThresholds``).
@@ -219,7 +268,7 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
             started.append(monitor)
             let previous = active
             // The threshold first: a hand-off that sees the monitor reads it after.
-            qsv_monitor_long_wait_store(Int(clamping: max(1, thresholds.longWaitNanoseconds / 1_000_000)))
+            qsv_monitor_long_wait_store(thresholds.longWaitWord)
             qsv_monitor_store(Int(bitPattern: Unmanaged.passUnretained(monitor).toOpaque()))
             return previous
         }
@@ -272,18 +321,19 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
         engine.monitoredWord.storeUnobserved(1)
         // Its own long-wait threshold, in milliseconds, where a hand-off reads it without this lock.
         if let thresholds {
-            engine.ownLongWaitWord.storeUnobserved(Int(clamping: max(1, thresholds.longWaitNanoseconds / 1_000_000)))
+            engine.ownLongWaitWord.storeUnobserved(thresholds.longWaitWord)
         }
     }
 
     // MARK: The watchdog
 
     private func startWatchdog() {
-        let period = Self.nanoseconds(thresholds.samplingPeriod) ?? 50_000_000
+        // The period as it was given: its unit holds it in an `Int`, on 32 bits too, and Dispatch
+        // works with it in 64 bits (a period in nanoseconds would stop at 2.1 s there).
+        let period = thresholds.samplingPeriod
         watchdogQueue.sync {
             let timer = DispatchSource.makeTimerSource(queue: watchdogQueue)
-            timer.schedule(
-                deadline: .now() + .nanoseconds(Int(clamping: period)), repeating: .nanoseconds(Int(clamping: period)))
+            timer.schedule(deadline: .now() + period, repeating: period)
             // Strong: a monitor lives as long as the process (``started``), and `stop()` lets go of
             // the timer and this closure. (A weak capture's side table, reachable only through
             // the object's encoded reference count, reads as a leak to LeakSanitizer.)
@@ -311,25 +361,37 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
     /// Throttles `event` of `engine` and hands it to the handler's queue, or counts it as left out.
     /// Called outside every engine lock.
     func report(_ event: Event, of engine: CommandEngine) {
+        report(event, of: engine, now: nil)
+    }
+
+    /// ``report(_:of:)`` at `now` (uptime nanoseconds; `nil`: the clock, read under the monitor's
+    /// lock, so that the times the throttle sees never go back). A time older than the current
+    /// window's start counts in that window: only a time a second or more past its start opens
+    /// the next one, so no window delivers more than its rate whatever the order of the times.
+    func report(_ event: Event, of engine: CommandEngine, now: UInt64?) {
         // Every event, before the throttle: a long hold's interval always gets its end.
         if let signposts { MonitorSignposts.emit(event, of: engine, to: signposts) }
-        let now = SyncPoints.now().uptimeNanoseconds
         let omitted = state.withLock { state -> Int? in
             guard !state.isStopped else { return nil }
+            let now = now ?? SyncPoints.now().uptimeNanoseconds
             let key = ObjectIdentifier(engine)
             var watched = state.watched[key] ?? Watched(engine: engine)
             if watched.engine !== engine { watched = Watched(engine: engine) }
             let limit = (watched.thresholds ?? thresholds).eventsPerSecond
-            if now &- watched.windowStart >= 1_000_000_000 {
+            // Only a time a second or more past the window's start opens the next window: an older
+            // time, which wrapping arithmetic would take for a late one, counts in the current one.
+            if watched.windowStart.map({ now >= $0 && now - $0 >= 1_000_000_000 }) ?? true {
                 watched.windowStart = now
-                watched.delivered = 0
+                watched.delivered = [:]
             }
-            guard watched.delivered < limit, state.pending < Self.pendingLimit else {
+            // The end of a reported hold is never throttled; every other kind has its budget.
+            let throttled = event.kind != .longHoldEnded && watched.delivered[event.kind, default: 0] >= limit
+            guard !throttled, state.pending < Self.pendingLimit else {
                 watched.omitted += 1
                 state.watched[key] = watched
                 return nil
             }
-            watched.delivered += 1
+            if event.kind != .longHoldEnded { watched.delivered[event.kind, default: 0] += 1 }
             let omitted = watched.omitted
             watched.omitted = 0
             state.watched[key] = watched

@@ -169,12 +169,14 @@ import Testing
         #expect(event.duration >= 0.02, "\(event)")
     }
 
-    /// Ten thousand timeouts in a hot loop: the handler sees at most the configured events per
-    /// second, and every event left out is counted, in the next event delivered or by `stop()`.
+    /// Ten thousand timeouts in a hot loop, under the default throttle: the handler sees at most
+    /// its events per second, and every event left out is counted, in the next event delivered or
+    /// by `stop()`. (Holds are not reported here: only the refusals are counted.)
     @Test func throttling_holdsUnderAHotLoop_andCountsWhatItLeavesOut() throws {
         let events = Events(value: "'monitor.hot'")
-        let monitor = QueueSafeValue<Never>.monitor(
-            thresholds: try Self.thresholds(longHold: .seconds(60), eventsPerSecond: 2), handler: events.handle)
+        let thresholds = try QueueMonitor.Thresholds(longHold: .seconds(60))
+        let rate = thresholds.eventsPerSecond
+        let monitor = QueueSafeValue<Never>.monitor(thresholds: thresholds, handler: events.handle)
         let value = QueueSafeValue(value: 0, label: "monitor.hot")
         let letGo = DispatchSemaphore(value: 0)
         Self.holdOnAThread(value, until: letGo)
@@ -200,11 +202,134 @@ import Testing
         }
         let delivered = events.all
         #expect(delivered.allSatisfy { $0.kind == .timedOut })
-        // Two per one-second window, and the windows the loop spanned.
+        // The default's rate per one-second window, and the windows the loop spanned.
         let windows = Int(seconds.rounded(.up)) + 1
-        #expect(!delivered.isEmpty && delivered.count <= 2 * windows, "\(delivered.count) events in \(seconds) s")
+        #expect(!delivered.isEmpty && delivered.count <= rate * windows, "\(delivered.count) events in \(seconds) s")
         let counted = delivered.count + delivered.reduce(0) { $0 + $1.omitted } + leftAtStop
         #expect(counted == provoked, "\(delivered.count) delivered + omitted + \(leftAtStop) at stop = \(counted)")
+    }
+
+    /// Issue 55: under the default thresholds a 0.8 s hold delivers, in order, its `longHold`
+    /// (while it holds) and its `longHoldEnded` with the hold's length, which the throttle never
+    /// leaves out.
+    @Test func defaultThresholds_deliverAHold_andItsEnd_inOrder() throws {
+        let events = Events(value: "'monitor.default'")
+        let monitor = QueueSafeValue<Never>.monitor(handler: events.handle)
+        defer { monitor.stop() }
+        let value = QueueSafeValue(value: 0, label: "monitor.default")
+        let holding = DispatchSemaphore(value: 0)
+        let seen = DispatchSemaphore(value: 0)
+        let released = Locked(DispatchTime.distantFuture)
+        let done = DispatchSemaphore(value: 0)
+        Thread {
+            try? value.wait.withLock { _ in
+                holding.signal()
+                _ = seen.wait(timeout: .now() + 30)
+                usleep(800_000)  // the hold: 0.8 s from the moment it was seen on
+            }
+            released.withLock { $0 = .now() }
+            done.signal()
+        }.start()
+        #expect(holding.wait(timeout: .now() + 30) == .success)
+        let before = DispatchTime.now()
+        // A snapshot sees the hold: it is held at least since now (the hold's length counts from here).
+        #expect(value.diagnostics.holder != nil)
+        seen.signal()
+        #expect(done.wait(timeout: .now() + 30) == .success)
+        #expect(waitUntil("the hold's end is delivered") { events.all.contains { $0.kind == .longHoldEnded } })
+        let held = Double(released.value.uptimeNanoseconds - before.uptimeNanoseconds) / 1e9
+        let delivered = events.all
+        #expect(delivered.map(\.kind) == [.longHold, .longHoldEnded], "\(delivered)")
+        // The engine's clock is coarse: a few milliseconds either way.
+        let ended = try #require(delivered.last)
+        #expect(ended.duration >= 0.78 && ended.duration <= held + 0.02, "\(ended), held \(held) s")
+        #expect(ended.omitted == 0, "\(ended)")
+    }
+
+    /// The default throttle, fed at one moment: each kind has its own budget, so refusals cannot
+    /// crowd out a stall's long hold, and the end of a hold is never left out; the first event
+    /// delivered after some were left out counts them.
+    @Test func defaultThrottle_budgetsEachKind_andNeverLeavesOutAHoldsEnd() throws {
+        let events = Events(value: "'monitor.kinds'")
+        let monitor = QueueMonitor(thresholds: try QueueMonitor.Thresholds(), queue: nil, handler: events.handle)
+        let value = QueueSafeValue(value: 0, label: "monitor.kinds")
+        let rate = monitor.thresholds.eventsPerSecond
+        #expect(rate == 5, "the default the documentation states")
+        let now: UInt64 = 5_000_000_000
+        func report(_ kind: QueueMonitor.Event.Kind, _ count: Int) {
+            for _ in 0..<count {
+                let event = QueueMonitor.Event(
+                    kind: kind, value: value.engine.displayName, duration: 0, callSite: nil, priority: nil,
+                    time: DispatchTime(uptimeNanoseconds: now))
+                monitor.report(event, of: value.engine, now: now)
+            }
+        }
+        report(.timedOut, 100)
+        report(.longHold, 1)
+        report(.longWait, 10)
+        report(.longHoldEnded, rate + 3)  // more than a budget: none is left out
+        let leftAtStop = monitor.stop()
+        let reported = 100 + 1 + 10 + rate + 3
+        #expect(
+            waitUntil("the handler's queue drains") {
+                events.all.count + events.all.reduce(0) { $0 + $1.omitted } + leftAtStop == reported
+            })
+        let delivered = events.all
+        let kinds = delivered.map(\.kind)
+        let expected: [QueueMonitor.Event.Kind] =
+            Array(repeating: .timedOut, count: rate) + [.longHold] + Array(repeating: .longWait, count: rate)
+            + Array(repeating: .longHoldEnded, count: rate + 3)
+        try #require(kinds == expected, "\(kinds)")
+        #expect(delivered[rate].omitted == 100 - rate, "the long hold counts the refusals left out: \(delivered[rate])")
+        #expect(delivered[2 * rate + 1].omitted == 10 - rate, "\(delivered[2 * rate + 1])")
+        #expect(leftAtStop == 0)
+    }
+
+    /// Issue 55: the throttle's window never moves back. Ten thousand refusals through the
+    /// report's seam, with the times late callers would bring: a clock that advances a millisecond
+    /// a report, one report in three with a time read up to 1.5 s earlier. No window delivers more
+    /// than the rate, and every report is delivered or counted.
+    @Test func throttle_neverDeliversMoreThanItsRate_withStaleTimes() throws {
+        let rate = 2
+        let events = Events(value: "'monitor.stale'")
+        let monitor = QueueMonitor(
+            thresholds: try Self.thresholds(longHold: .seconds(60), eventsPerSecond: rate), queue: nil,
+            handler: events.handle)
+        let value = QueueSafeValue(value: 0, label: "monitor.stale")
+        let provoked = 10_000
+        var times: [UInt64] = []
+        for index in 0..<provoked {
+            let clock = 10_000_000_000 + UInt64(index) * 1_000_000
+            let late = index % 3 == 2 ? UInt64(index * 7919 % 1500) * 1_000_000 : 0
+            times.append(clock - late)
+            // The event's duration carries its index, to find its time below.
+            let event = QueueMonitor.Event(
+                kind: .timedOut, value: value.engine.displayName, duration: Double(index), callSite: nil,
+                priority: nil, time: DispatchTime(uptimeNanoseconds: times[index]))
+            monitor.report(event, of: value.engine, now: times[index])
+        }
+        let leftAtStop = monitor.stop()
+        #expect(
+            waitUntil("the handler's queue drains") {
+                events.all.count + events.all.reduce(0) { $0 + $1.omitted } + leftAtStop == provoked
+            }, "\(events.all.count) delivered, \(leftAtStop) at stop: some reports are neither delivered nor counted")
+        // The windows the documented rule makes of these times: each opened by the first time a
+        // second or more past the start of the one before; an older time counts in the current one.
+        var window = -1
+        var start: UInt64?
+        var windowOf: [Int] = []
+        for time in times {
+            if start.map({ time >= $0 && time - $0 >= 1_000_000_000 }) ?? true {
+                start = time
+                window += 1
+            }
+            windowOf.append(window)
+        }
+        let perWindow = Dictionary(grouping: events.all) { windowOf[Int($0.duration)] }
+        let crowded = perWindow.filter { $0.value.count > rate }.keys.sorted()
+        #expect(crowded.isEmpty, "windows \(crowded) of \(window + 1) delivered more than \(rate)")
+        // Each window had more reports than its rate: each delivered the rate, no fewer.
+        #expect(perWindow.count == window + 1 && perWindow.values.allSatisfy { $0.count == rate })
     }
 
     /// A handler that blocks never blocks a command: events past the limit wait nowhere, and are
@@ -249,6 +374,42 @@ import Testing
             }
             #expect(message.contains("longHold"), "\(message)")
         }
+    }
+
+    /// Issue 55: the thresholds take `Duration`s too, kept as the same intervals, refused as they
+    /// are (zero, below zero, below a nanosecond), naming the threshold and the duration given.
+    @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
+    @Test func durationThresholds_matchTheirIntervals_andBadOnesAreRefused() throws {
+        let (hold, wait, period) = (Duration.milliseconds(200), Duration.microseconds(1500), Duration.seconds(3))
+        let fromDurations = try QueueMonitor.Thresholds(
+            longHold: hold, longWait: wait, samplingPeriod: period, eventsPerSecond: 7)
+        let fromIntervals = try QueueMonitor.Thresholds(
+            longHold: .milliseconds(200), longWait: .microseconds(1500), samplingPeriod: .seconds(3), eventsPerSecond: 7
+        )
+        #expect(fromDurations == fromIntervals)
+        #expect(fromDurations.longHoldNanoseconds == 200_000_000 && fromDurations.longWaitNanoseconds == 1_500_000)
+        let defaults: Duration = .milliseconds(250)
+        #expect(try QueueMonitor.Thresholds(longHold: defaults) == QueueMonitor.Thresholds())
+        let tooShort = Duration(secondsComponent: 0, attosecondsComponent: 1)
+        for duration in [Duration.zero, .milliseconds(-5), tooShort] {
+            for name in ["longHold", "longWait", "samplingPeriod"] {
+                let result = Result { () throws(QueueSafeValueError) in
+                    switch name {
+                    case "longHold": try QueueMonitor.Thresholds(longHold: duration)
+                    case "longWait": try QueueMonitor.Thresholds(longWait: duration)
+                    default: try QueueMonitor.Thresholds(samplingPeriod: duration)
+                    }
+                }
+                guard case .failure(.invalidArgument(let message)) = result else {
+                    Issue.record("\(name) \(duration): expected .invalidArgument, got \(result)")
+                    continue
+                }
+                #expect(message.contains(name) && message.contains("\(duration)"), "\(message)")
+            }
+        }
+        #expect(throws: QueueSafeValueError.self) { try QueueMonitor.Thresholds(longHold: hold, eventsPerSecond: 0) }
+        // Beyond what an interval holds: the largest one.
+        #expect(throws: Never.self) { try QueueMonitor.Thresholds(longHold: Duration.seconds(Int64.max)) }
     }
 
     /// Starting a monitor stops the one before; a stopped monitor reports nothing.
