@@ -279,11 +279,18 @@ public enum Exploration {
     /// Fails the schedule unless `condition` holds: throws an error that carries `message`. Use it,
     /// or `try #require(…)`, or `XCTUnwrap`, in parties and checks (an `#expect` that does not throw
     /// is recorded by the test, but the scheduler does not see it).
+    ///
+    /// `message` is evaluated only when `condition` is false, and may throw
+    /// (`"\(try balance.wait.read { $0 }) left"`): the requirement still fails with its own error,
+    /// whose message then says what the message threw instead.
     public static func require(
-        _ condition: Bool, _ message: @autoclosure () -> String = "a requirement failed",
+        _ condition: Bool, _ message: @autoclosure () throws -> String = "a requirement failed",
         file: StaticString = #fileID, line: UInt = #line
     ) throws {
-        guard condition else { throw RequirementFailed(message: "\(message()) (\(file):\(line))") }
+        guard !condition else { return }
+        let text: String
+        do { text = try message() } catch { text = "a requirement failed (its message threw \(error))" }
+        throw RequirementFailed(message: "\(text) (\(file):\(line))")
     }
 
     struct RequirementFailed: Error, CustomStringConvertible {
