@@ -54,6 +54,18 @@
         func isPreemption(_ option: Int) -> Bool { option != 0 }
     }
 
+    /// A step of a run under `commands`: a thread went on at a command point, or after a wait, or
+    /// as it started, whether the schedule chose it among others (a decision) or it was the only
+    /// one that could go on (a forced move). A failure's trace shows them all.
+    struct Step {
+        var thread: Int
+        /// What it did as it went on ("a blocking read arrives at 'balance'").
+        var what: String
+        var timeout: Bool
+        /// Its index in the run's decisions, or `nil` for a forced move.
+        var decision: Int?
+    }
+
     // @unchecked Sendable: its state is touched under `lock`
     final class ControlledWorld: ControlledScheduler, @unchecked Sendable {
         // MARK: Threads
@@ -78,6 +90,9 @@
         final class VirtualThread: @unchecked Sendable {
             let index: Int
             let name: String
+            /// The party it works for, as the names of the tasks it starts say: its own name, or for
+            /// a job or a timer, the party of its task or of the thread that armed it.
+            var origin = ""
             let baton = DispatchSemaphore(value: 0)
             var state = ThreadState.runnable
             /// What its last park returned (set by whoever ended the park).
@@ -92,8 +107,12 @@
             /// It runs code the concurrency runtime called under a lock of its own.
             var insideRuntimeLock = 0
             /// The command point it reached last ("a blocking command arrives at 'A'"), under
-            /// `commands`: what it does when it goes on.
-            var reached: String?
+            /// `commands`: what it does when it goes on; before its first, how it begins ("starts",
+            /// "resumes" for a task's later job, "fires" for a timer).
+            var reached: String
+            /// A step of the trace went on from `reached` already: if the thread is chosen again
+            /// before its next command point, it waited in between (for its turn, a lock).
+            var reachedIsShown = false
             /// The progress count at its last sync point (not a busy-wait turn): what it saw was read
             /// then.
             var lastStep = 0
@@ -103,9 +122,10 @@
             /// It holds a lock of the storage (not counting the runtime's).
             var holdsALock: Bool { held.contains { $0.held.role != .taskRuntime } }
 
-            init(index: Int, name: String) {
+            init(index: Int, name: String, reached: String) {
                 self.index = index
                 self.name = name
+                self.reached = reached
             }
         }
 
@@ -135,6 +155,8 @@
         private let clockOrigin = DispatchTime.now().uptimeNanoseconds
         /// Failures the run's own code reported (see ``failRun(_:)``) end it as a violation does.
         private(set) var decisions: [Decision] = []
+        /// Every step under `commands`, decisions and forced moves alike (see ``Step``).
+        private(set) var steps: [Step] = []
         private(set) var outcome = RunOutcome()
         /// Checked at every step where no thread holds a lock (the storage is between transitions).
         var quiescentCheck: (() -> String?)?
@@ -191,12 +213,16 @@
         ///   virtual, like every raise of it.
         /// - Parameter sleepingUntil: a timer of the virtual clock: the thread's first turn comes once the
         ///   clock reaches this deadline.
+        /// - Parameter begins: what its first step does, in a trace.
+        /// - Parameter origin: the party it works for, in a trace (see ``VirtualThread/origin``).
         func spawn(
             _ name: String, queue: QueueTag? = nil, isTask: Bool = false, urgency: Int32 = 0,
-            sleepingUntil: UInt64? = nil, _ body: @escaping @Sendable () -> Void
+            sleepingUntil: UInt64? = nil, begins: String = "starts", origin: String? = nil,
+            _ body: @escaping @Sendable () -> Void
         ) -> VirtualThread {
             let thread = lock.withLock { () -> VirtualThread in
-                let thread = VirtualThread(index: threads.count, name: name)
+                let thread = VirtualThread(index: threads.count, name: name, reached: begins)
+                thread.origin = origin ?? name
                 thread.queue = queue
                 thread.isTask = isTask
                 if let sleepingUntil { thread.state = .sleeping(until: sleepingUntil) }
@@ -367,6 +393,7 @@
                 options = Array(options[next...] + options[..<next])
             }
             var chosen = 0
+            var decision: Int?
             if options.count > 1 {
                 if decisions.count < prefix.count {
                     // mutant(replay-ignores-schedule): chosen = 0
@@ -379,14 +406,21 @@
                 } else if let chooser {
                     chosen = min(max(chooser(decisions.count, options), 0), options.count - 1)
                 }
-                let party = threads[options[chosen].thread]
+                decision = decisions.count
                 decisions.append(
                     Decision(
                         options: options, chosen: chosen, continues: continues,
-                        reached: party.reached ?? (party.isTask ? "its task starts or resumes" : "starts")))
+                        reached: stepDescription(threads[options[chosen].thread])))
             }
             let option = options[chosen]
             let thread = threads[option.thread]
+            if granularity == .commands {
+                // A forced move too: the trace of a failure shows every step (the checker, which
+                // decides at every sync point, keeps only its decisions).
+                let what = decision.map { decisions[$0].reached ?? "" } ?? stepDescription(thread)
+                steps.append(Step(thread: thread.index, what: what, timeout: option.timeout, decision: decision))
+                thread.reachedIsShown = true
+            }
             if option.timeout {
                 thread.parkResult = false
             } else if case .parked = thread.state {
@@ -395,6 +429,12 @@
             thread.state = .runnable
             running = thread
             return thread
+        }
+
+        /// Under `lock`: what `thread` does as it goes on now: the point it reached, or, if a step
+        /// went on from that point already, that it goes on after a wait.
+        private func stepDescription(_ thread: VirtualThread) -> String {
+            thread.reachedIsShown ? "goes on (it waited since: \(thread.reached))" : thread.reached
         }
 
         /// The running thread `current` gives the turn to whoever the schedule picks, and waits until
@@ -519,6 +559,7 @@
             let reached = describe()
             let holds = lock.withLock { () -> Bool in
                 thread.reached = reached
+                thread.reachedIsShown = false
                 return thread.holdsALock
             }
             reschedule(thread, branch: !holds)
@@ -527,7 +568,10 @@
         /// A user's own point (`Exploration.point()`).
         func userPoint() {
             let thread = current
-            lock.withLock { thread.reached = "Exploration.point()" }
+            lock.withLock {
+                thread.reached = "Exploration.point()"
+                thread.reachedIsShown = false
+            }
             reschedule(thread, branch: true)
         }
 
@@ -553,17 +597,36 @@
         /// A sleep on the virtual clock: a timer thread resumes the task when the clock reaches the
         /// deadline, or the task's cancellation does first (throwing `CancellationError`).
         func sleep(nanoseconds: UInt64) async throws {
-            let deadline = lock.withLock { virtualNow &+ nanoseconds }
+            let sleeper = current
+            let deadline = lock.withLock { () -> UInt64 in
+                // Not a point where another party may go first, but the reason the next step is
+                // another party's: a trace says so.
+                steps.append(
+                    Step(thread: sleeper.index, what: "sleeps for \(Self.describe(nanoseconds))", timeout: false))
+                return virtualNow &+ nanoseconds
+            }
             let wake = SleepWake()
             try await withTaskCancellationHandler {
                 try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                     if wake.attach(continuation) {
-                        spawn("timer", sleepingUntil: deadline) { wake.resume(nil) }
+                        // Named after the sleeper: "task 'A': its sleep ends", "task 'A' sleeps".
+                        spawn(
+                            sleeper.name, sleepingUntil: deadline, begins: "its sleep ends", origin: sleeper.origin
+                        ) { wake.resume(nil) }
                     }
                 }
             } onCancel: {
                 wake.resume(CancellationError())
             }
+        }
+
+        /// A length of virtual time, in the largest unit that divides it ("1 s", "250 ms", "3 ns").
+        private static func describe(_ nanoseconds: UInt64) -> String {
+            let units: [(UInt64, String)] = [(1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "µs")]
+            for (size, unit) in units where nanoseconds >= size && nanoseconds % size == 0 {
+                return "\(nanoseconds / size) \(unit)"
+            }
+            return "\(nanoseconds) ns"
         }
 
         func willLock(_ id: ObjectIdentifier, role: Any.Type, site: LockSite) {
@@ -707,7 +770,9 @@
             let item = SendableBox(item)  // performed once, on the timer's thread
             // The checker's timer may fire at any point; the virtual clock's, at its deadline.
             let until = granularity == .commands ? deadline.uptimeNanoseconds : nil
-            spawn("timer", sleepingUntil: until) { if !item.value.isCancelled { item.value.perform() } }
+            spawn("timer of \(thread.name)", sleepingUntil: until, begins: "fires", origin: thread.origin) {
+                if !item.value.isCancelled { item.value.perform() }
+            }
             reschedule(thread, branch: false)
         }
 
@@ -798,41 +863,95 @@
 
         // MARK: Task jobs
 
-        /// The name of the next task job's thread, once (a party's first job).
-        private var nextJobName: String?
+        /// The executors of this world's tasks (see ``TaskJobs``), kept as long as the world: a task
+        /// does not keep the executor it prefers alive on every runtime.
+        private var taskJobs: [AnyObject] = []
+        /// How many tasks the library started in this world, to number their names.
+        private var libraryTasks = 0
 
-        /// Names the thread of the next task job (a party's first).
-        func nameNextJob(_ name: String) {
-            lock.withLock { nextJobName = name }
+        /// The executor for a task called `name` ("task 'refresher'"), whose jobs run on threads of
+        /// this world with that name: every step of the task's in a trace names it, the steps of a
+        /// job after a sleep or any other resumption too. Its child tasks, which inherit the
+        /// executor, run under the same name. `origin`: the party it works for (its own name).
+        @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
+        func taskExecutor(named name: String, origin: String? = nil) -> any TaskExecutor {
+            let jobs = TaskJobs(world: self, name: name, origin: origin ?? name)
+            lock.withLock { taskJobs.append(jobs) }
+            return jobs
         }
 
-        /// The name of the thread that runs the next task job, and whether the world is over (a job
-        /// then runs outside it).
-        fileprivate func takeJobName() -> (name: String, isOver: Bool) {
-            lock.withLock {
-                defer { nextJobName = nil }
-                return (nextJobName ?? "a task", isOver)
+        /// The executor of a task the library starts on the running thread (a `CommandQueue`'s
+        /// operation, a `RefreshingValue`'s refresh, a `RecurringExecutor`'s loop): numbered, and
+        /// named after the party it works for.
+        @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
+        func executorForNewTask() -> any TaskExecutor {
+            let (number, origin) = lock.withLock { () -> (Int, String) in
+                libraryTasks += 1
+                return (libraryTasks, running?.origin ?? "the scenario")
             }
+            return taskExecutor(named: "library task \(number) (for \(origin))", origin: origin)
+        }
+
+        /// Starts a thread of the world that runs a job of `jobs`' task (`nil`: a task that prefers
+        /// the world itself, the checker's), named after the task; `false` when the world is over.
+        @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
+        fileprivate func spawnJob(of jobs: TaskJobs?, _ run: @escaping @Sendable () -> Void) -> Bool {
+            let begins = lock.withLock { () -> String? in
+                guard !isOver else { return nil }
+                guard let jobs else { return "starts or resumes" }
+                defer { jobs.hasStarted = true }
+                return jobs.hasStarted ? "resumes" : "starts"
+            }
+            guard let begins else { return false }
+            spawn(jobs?.name ?? "a task", isTask: true, begins: begins, origin: jobs?.origin, run)
+            return true
         }
     }
 
-    // The world as the executor its tasks prefer. `TaskExecutor`, `ExecutorJob` and running a job
-    // on an executor need the Swift 6.0 runtime (macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2):
-    // the rest of the world keeps the package's floor, and explorations with task parties need these
-    // systems (`Exploration.Scenario.task`).
+    // The world as the executor its tasks prefer (the checker's tasks prefer the world itself, an
+    // exploration's each a `TaskJobs` of their own). `TaskExecutor`, `ExecutorJob` and running a
+    // job on an executor need the Swift 6.0 runtime (macOS 15, iOS 18, tvOS 18, watchOS 11,
+    // visionOS 2): the rest of the world keeps the package's floor, and explorations with task
+    // parties need these systems (`Exploration.Scenario.task`).
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
     extension ControlledWorld: TaskExecutor {
         func enqueue(_ job: consuming ExecutorJob) {
-            let job = UnownedJob(job)
-            let (name, isOver) = takeJobName()
-            if isOver {
-                // A task resumed after its world ended (a test ending a wait it left behind): its
-                // job runs outside any world, so the task can finish instead of leaking.
-                let executor = asUnownedTaskExecutor()
-                Thread { job.runSynchronously(on: executor) }.start()
-                return
-            }
-            spawn(name, isTask: true) { [self] in job.runSynchronously(on: asUnownedTaskExecutor()) }
+            TaskJobs.enqueue(UnownedJob(job), on: asUnownedTaskExecutor(), in: self, of: nil)
+        }
+    }
+
+    /// The executor one task of a world prefers (see ``ControlledWorld/taskExecutor(named:origin:)``):
+    /// the world runs each of its jobs on a thread named after the task.
+    @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
+    // @unchecked Sendable: `world` is a weak reference (safe to load from any thread) set once, and
+    // `hasStarted` is touched under the world's lock
+    final class TaskJobs: TaskExecutor, @unchecked Sendable {
+        private weak var world: ControlledWorld?
+        let name: String
+        /// The party the task works for (its own name, for a party's task).
+        let origin: String
+        /// A job of the task ran: the next one resumes it.
+        fileprivate var hasStarted = false
+
+        init(world: ControlledWorld, name: String, origin: String) {
+            self.world = world
+            self.name = name
+            self.origin = origin
+        }
+
+        func enqueue(_ job: consuming ExecutorJob) {
+            Self.enqueue(UnownedJob(job), on: asUnownedTaskExecutor(), in: world, of: self)
+        }
+
+        /// Runs `job` on a thread of `world`, or, when the world is over or gone (a test ending a
+        /// wait its failed exploration left behind), outside any world, so that the task can
+        /// finish instead of leaking.
+        static func enqueue(
+            _ job: UnownedJob, on executor: UnownedTaskExecutor, in world: ControlledWorld?, of jobs: TaskJobs?
+        ) {
+            let run: @Sendable () -> Void = { job.runSynchronously(on: executor) }
+            if let world, world.spawnJob(of: jobs, run) { return }
+            Thread(block: run).start()
         }
     }
 

@@ -34,7 +34,8 @@ import Foundation
 /// command's `QueueSafeValueError`, including `.deadlock`), when every party waits and none can go
 /// on, or when a party takes more than `stepLimit` steps. The first failure ends the exploration:
 /// ``explore(_:schedules:timeLimit:stepLimit:replay:_:)`` throws an ``ExplorationFailure`` whose
-/// ``ExplorationFailure/replay`` string runs exactly that schedule again.
+/// ``ExplorationFailure/replay`` string runs exactly that schedule again, and whose description
+/// traces every step of it, each naming its party.
 ///
 /// Debug builds only: the scheduler drives a seam that release builds of `QueueSafeValue` do not
 /// contain. In a release build `explore` throws `QueueSafeValueError.invalidArgument`.
@@ -183,7 +184,7 @@ public enum Exploration {
             if let (message, decisions) = report.violation {
                 throw ExplorationFailure(
                     message: message, replay: ReplayString.encode(report.lastSchedule, strategy: used),
-                    strategy: used, schedule: report.runs, decisions: decisions)
+                    strategy: used, schedule: report.runs, decisions: decisions, steps: report.violationSteps)
             }
             let complete: Bool
             if case .exhaustive = strategy.kind, replay == nil {
@@ -278,11 +279,18 @@ public enum Exploration {
     /// Fails the schedule unless `condition` holds: throws an error that carries `message`. Use it,
     /// or `try #require(…)`, or `XCTUnwrap`, in parties and checks (an `#expect` that does not throw
     /// is recorded by the test, but the scheduler does not see it).
+    ///
+    /// `message` is evaluated only when `condition` is false, and may throw
+    /// (`"\(try balance.wait.read { $0 }) left"`): the requirement still fails with its own error,
+    /// whose message then says what the message threw instead.
     public static func require(
-        _ condition: Bool, _ message: @autoclosure () -> String = "a requirement failed",
+        _ condition: Bool, _ message: @autoclosure () throws -> String = "a requirement failed",
         file: StaticString = #fileID, line: UInt = #line
     ) throws {
-        guard condition else { throw RequirementFailed(message: "\(message()) (\(file):\(line))") }
+        guard !condition else { return }
+        let text: String
+        do { text = try message() } catch { text = "a requirement failed (its message threw \(error))" }
+        throw RequirementFailed(message: "\(text) (\(file):\(line))")
     }
 
     struct RequirementFailed: Error, CustomStringConvertible {
@@ -337,9 +345,10 @@ extension Exploration {
                     unfinishedTasks[taskCount] = name
                     return taskCount
                 }
-                world.nameNextJob("task '\(name)'")
-                // Named, so that the library's reports (a deadlock, who waits for whom) name it too.
-                Task(name: name, executorPreference: world) {
+                // Its own executor names every job of the task, so each step of a trace names the
+                // party; the task is named too, so that the library's reports (a deadlock, who
+                // waits for whom) name it.
+                Task(name: name, executorPreference: world.taskExecutor(named: "task '\(name)'")) {
                     do { try await body() } catch { world.failRun("task '\(name)' threw: \(error)") }
                     self.lock.withLock { _ = self.unfinishedTasks.removeValue(forKey: number) }
                 }
@@ -404,15 +413,26 @@ public struct ExplorationFailure: Error, Sendable, CustomStringConvertible {
     public let strategy: Exploration.Strategy
     /// Which schedule it was (1 is the first).
     public let schedule: Int
-    /// Who went on at each decision of the schedule.
+    /// Who went on at each decision of the schedule ("3: B (preempting): a blocking read arrives
+    /// at 'balance'"), numbered as the replay string counts them.
     public let decisions: [String]
+    /// Every step of the schedule, in order: a party went on at a command point, as it started or
+    /// resumed, or after a wait. A decision reads as in ``decisions``; a forced move (the only party
+    /// that could go on) is numbered "-" ("-: task 'B': an awaiting command releases 'shared'").
+    public let steps: [String]
 
-    /// The message, who went on at each decision, and the replay string.
+    /// How many steps ``description`` shows, the last ones.
+    static let shownSteps = 60
+
+    /// The message, every step of the schedule (the last 60, if there were more: ``steps`` has
+    /// them all), and the replay string.
     public var description: String {
-        let shown = decisions.suffix(40)
+        let shown = steps.suffix(Self.shownSteps)
+        let cut = steps.count - shown.count
         return """
             Exploration failed on schedule \(schedule) (\(strategy)): \(message)
-            who went on at each decision\(shown.count < decisions.count ? " (the last 40)" : ""):
+            every step (n: the schedule's n-th decision; -: the only party that could go on)\
+            \(cut > 0 ? ", the last \(shown.count) (\(cut) before them are in `steps`)" : ""):
             \(shown.map { "  " + $0 }.joined(separator: "\n"))
             replay: "\(replay)"
             """

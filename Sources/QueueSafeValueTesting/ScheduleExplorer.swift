@@ -21,6 +21,8 @@
             /// Whether every schedule within the bound was run (not cut by the run budget).
             var isComplete = true
             var violation: (message: String, trace: [String])?
+            /// Under `commands`, a violation's every step, decisions and forced moves alike.
+            var violationSteps: [String] = []
             /// Every nesting of locks the runs took (see ``LockOrder``).
             var nestings: [LockNesting: LockNesting.Witness] = [:]
             /// The choices of the last run (a failing one's, when there is a violation).
@@ -72,6 +74,7 @@
                 report.lastSchedule = world.decisions.map(\.chosen)
                 pctSteps = max(pctSteps, world.decisions.count)
                 if let violation = outcome.violation {
+                    report.violationSteps = world.describeSteps()
                     guard tracesViolations else {
                         report.violation = (violation, world.describeDecisions())
                         return report
@@ -171,6 +174,18 @@
                 return "\(depth): \(name)\(option.timeout ? " times out" : "")"
                     + (decision.isPreemption(decision.chosen) ? " (preempting)" : "")
                     + (granularity != .commands || option.timeout ? "" : decision.reached.map { ": \($0)" } ?? "")
+            }
+        }
+
+        /// Every step of the run (under `commands`), for a failure's trace: a decision's as in
+        /// ``describeDecisions()``, numbered as the replay string counts them; a forced move's
+        /// numbered "-".
+        func describeSteps() -> [String] {
+            let decisions = describeDecisions()
+            return steps.map { step in
+                if let decision = step.decision { return decisions[decision] }
+                let name = threadName(step.thread)
+                return step.timeout ? "-: \(name) times out" : "-: \(name): \(step.what)"
             }
         }
     }

@@ -135,6 +135,27 @@ struct ExplorationHarnessTests {
         for gate in gates.value { gate.open() }
     }
 
+    /// Issue 55: `require`'s message may throw (`"\(try count())"` compiles); it is evaluated only
+    /// when the requirement fails, and a message that throws still fails the requirement, saying
+    /// what it threw.
+    @Test func require_takesAMessageThatThrows() throws {
+        struct Unreadable: Error {}
+        func count(_ value: QueueSafeValue<Int>) throws -> Int { try value.wait.read { $0 } }
+        func unreadable() throws -> String { throw Unreadable() }
+        let failure = try #require(throws: ExplorationFailure.self) {
+            try Exploration.explore { scenario in
+                let value = QueueSafeValue(value: 1)
+                scenario.thread("adder") { try value.wait.withLock { $0 += 1 } }
+                scenario.check { try Exploration.require(try count(value) == 3, "the count is \(try count(value))") }
+            }
+        }
+        #expect(failure.message.contains("the count is 2"), "\(failure)")
+        try Exploration.require(true, "\(try unreadable())")  // not evaluated
+        let error = #expect(throws: (any Error).self) { try Exploration.require(false, "\(try unreadable())") }
+        let text = error.map { "\($0)" } ?? ""
+        #expect(text.contains("a requirement failed (its message threw Unreadable())"), "\(text)")
+    }
+
     // MARK: Parties of every kind
 
     @Test func completionHandlerCode_isExploredToo() throws {

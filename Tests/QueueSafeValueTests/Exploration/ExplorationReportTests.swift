@@ -36,6 +36,87 @@ struct ExplorationReportTests {
         #expect(failure.description.contains("arrives at 'balance'"))
     }
 
+    /// Issue 55: two task parties race a read-then-write, one of them sleeping in between. The
+    /// first schedule fails (B writes while A sleeps, then A writes over it); B's steps are forced
+    /// moves (A sleeps, so only B can go on) and A's last steps run in jobs its task got after the
+    /// sleep. The trace names a party in every step and shows B's write before A's.
+    @Test func aTwoTaskRace_namesBothPartiesInEveryStep_andShowsTheWriteThatCameFirst() throws {
+        guard #available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *) else { return }
+        let failure = try #require(throws: ExplorationFailure.self) {
+            try Exploration.explore(.exhaustive(preemptionBound: 2)) { scenario in
+                let shared = QueueSafeValue(value: 0, label: "shared")
+                scenario.task("A") {
+                    let seen = try await shared.async.read { $0 }
+                    try await Exploration.sleep(nanoseconds: 1_000_000_000)
+                    try await shared.async.withLock { $0 = seen + 1 }
+                }
+                scenario.task("B") {
+                    let seen = try await shared.async.read { $0 }
+                    try await shared.async.withLock { $0 = seen + 1 }
+                }
+                scenario.check {
+                    try Exploration.require(try shared.wait.read { $0 } == 2, "an increment was lost")
+                }
+            }
+        }
+        #expect(failure.message.contains("an increment was lost"), "\(failure)")
+        // The trace's lines: those between the header and the replay string, each indented.
+        let lines = failure.description.split(separator: "\n").map(String.init).filter { $0.hasPrefix("  ") }
+        #expect(!lines.isEmpty, "\(failure)")
+        for line in lines {
+            #expect(line.contains("task 'A'") || line.contains("task 'B'"), "a step names no party: \(line)")
+            #expect(!line.contains("a task"), "a step lost its party's name: \(line)")
+        }
+        // Both writes are in the trace, B's first (it came while A slept: a forced move).
+        let writeOfB = lines.firstIndex { $0.contains("task 'B'") && $0.contains("command releases 'shared'") }
+        let writeOfA = lines.firstIndex { $0.contains("task 'A'") && $0.contains("command arrives at 'shared'") }
+        #expect(writeOfB != nil && writeOfA != nil, "\(failure)")
+        if let writeOfB, let writeOfA { #expect(writeOfB < writeOfA, "\(failure)") }
+    }
+
+    /// The tasks the library starts for a party (here a `CommandQueue`'s operations) are numbered
+    /// and named after the party they work for, in every step too.
+    @Test func tasksTheLibraryStarts_areNamedAfterThePartyTheyWorkFor() throws {
+        guard #available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *) else { return }
+        let failure = try #require(throws: ExplorationFailure.self) {
+            try Exploration.explore(.exhaustive(preemptionBound: 0)) { scenario in
+                let loads = CommandQueue(label: "loads")
+                let cache = QueueSafeValue(value: 0, label: "cache")
+                scenario.task("loader") {
+                    let first = loads.enqueue { try await cache.async.withLock { $0 += 1 } }
+                    let second = loads.enqueue { try await cache.async.withLock { $0 += 1 } }
+                    try await first.value
+                    try await second.value
+                }
+                scenario.check { try Exploration.require(false, "shows the trace") }
+            }
+        }
+        let operation = "library task 1 (for task 'loader'): an awaiting command arrives at 'cache'"
+        #expect(failure.steps.contains { $0.hasSuffix(operation) }, "\(failure)")
+        #expect(failure.steps.contains { $0.contains("library task 2 (for task 'loader')") }, "\(failure)")
+        #expect(failure.steps.contains { $0.hasSuffix("task 'loader': resumes") }, "\(failure)")
+        #expect(!failure.steps.contains { $0.contains("a task") }, "\(failure)")
+    }
+
+    /// A trace longer than the description shows keeps its last steps and says where the rest are.
+    @Test func aLongTrace_showsItsLastSteps_andSaysWhereTheOthersAre() throws {
+        let failure = try #require(throws: ExplorationFailure.self) {
+            try Exploration.explore(.exhaustive(preemptionBound: 0)) { scenario in
+                let value = QueueSafeValue(value: 0, label: "counter")
+                scenario.thread("counter") { for _ in 0..<50 { try value.wait.withLock { $0 += 1 } } }
+                scenario.check { try Exploration.require(false, "shows the trace") }
+            }
+        }
+        // A lone party's every step is a forced move: 1 start and 2 points per command.
+        #expect(failure.steps.count == 101, "\(failure.steps.count)")
+        #expect(failure.decisions.isEmpty)
+        #expect(failure.steps.allSatisfy { $0.hasPrefix("-: counter: ") }, "\(failure.steps)")
+        let lines = failure.description.split(separator: "\n")
+        #expect(lines.filter { $0.hasPrefix("  -: counter") }.count == 60, "\(failure)")
+        #expect(failure.description.contains("the last 60 (41 before them are in `steps`)"), "\(failure)")
+        #expect(lines.dropLast().last?.hasSuffix("a blocking command releases 'counter'") == true, "\(failure)")
+    }
+
     @Test func aReplay_reportsItselfAsAReplayOfItsStrategy() throws {
         for strategy in [
             Exploration.Strategy.exhaustive(preemptionBound: 2), .random(seed: 5), .pct(depth: 2, seed: 7),

@@ -171,11 +171,12 @@ enum SyncPoints {
             scheduler?.atomicPoint()
         }
 
-        /// The calling thread's controlled scheduler, as the executor the tasks it starts prefer.
+        /// The executor a task that the calling thread starts prefers: one its controlled scheduler
+        /// makes for the task (and names, for its reports).
         @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
         @usableFromInline
         static func controlledTaskExecutor() -> (any TaskExecutor)? {
-            scheduler as? any TaskExecutor
+            scheduler?.executorForNewTask()
         }
     #endif
 
@@ -391,6 +392,11 @@ enum SyncPoints {
         var fairnessNow: UInt64 { get }
         /// A sleep on the virtual clock, or `nil` for `Task.sleep`.
         var virtualSleep: (@Sendable (UInt64) async throws -> Void)? { get }
+        /// The executor for a task the library starts on the calling thread (see
+        /// ``SyncPoints/task(detached:_:)``): the scheduler runs its jobs, and tells them from other
+        /// tasks' jobs by it.
+        @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
+        func executorForNewTask() -> any TaskExecutor
     }
 
     /// Where a lock is taken (the caller of `LockedState.withLock`), for the lock-order check.
