@@ -39,8 +39,14 @@
 // shifts by a literal of 32 or more while it converts with `Int(`/`UInt(` or names no 64-bit
 // fixed-width type (`UInt64`, `Int64`), or when it holds an integer literal above `Int32.max` and
 // names no fixed-width type that holds it (`UInt64`, `Int64`, or `UInt32` up to its maximum) nor a
-// floating-point one. Pack words in fixed-width types (words that hold pointers stay pointer-sized);
-// a line that is right as it stands carries `// 32-bit: REASON` at its end or on the line above.
+// floating-point one. It also fails on every `Int(clamping:` and `Int(truncatingIfNeeded:` (and
+// their `UInt(` forms): narrowing a 64-bit value to `Int` compiles the same on both widths, but
+// where `Int` has 32 bits it silently saturates or drops the high bits of anything past 2^31 (a
+// period of 2.1 s in nanoseconds), and the text cannot tell whether the argument is 64 bits wide.
+// (A conversion split across lines, `Int(` on one and `clamping:` on the next, is not seen.)
+// Pack words in fixed-width types (words that hold pointers stay pointer-sized); a line that is
+// right as it stands carries `// 32-bit: REASON` at its end or on the line above, the reason saying
+// why the value fits or why saturating is what the code wants.
 
 import Foundation
 
@@ -468,6 +474,7 @@ func check32Bit(file: String) -> [Finding] {
     let shift = try! NSRegularExpression(pattern: "(<<|>>)=?\\s*([0-9]+)\\b")
     let literal = try! NSRegularExpression(pattern: "(?<![\\w.])(0x[0-9A-Fa-f_]+|0b[01_]+|0o[0-7_]+|[0-9][0-9_]*)(?![\\w.])")
     let conversion = try! NSRegularExpression(pattern: "(?<![\\w.])U?Int\\(")
+    let narrowing = try! NSRegularExpression(pattern: "(?<![\\w.])(U?Int)\\(\\s*(clamping|truncatingIfNeeded)\\s*:")
     func matches(_ regex: NSRegularExpression, _ line: String) -> [[String]] {
         let range = NSRange(line.startIndex..., in: line)
         return regex.matches(in: line, range: range).map { match in
@@ -510,6 +517,14 @@ func check32Bit(file: String) -> [Finding] {
                         message: "the literal \(match[1]) is above Int32.max, on a line that names no fixed-width type"
                             + " that holds it: it does not fit an Int of 32 bits (arm64_32)"))
             }
+        }
+        for match in matches(narrowing, line) {
+            findings.append(
+                Finding(
+                    file: file, line: index + 1,
+                    message: "\(match[1])(\(match[2]):) narrows silently where Int has 32 bits (arm64_32): a value past"
+                        + " \(match[1] == "Int" ? "2^31" : "2^32") is \(match[2] == "clamping" ? "saturated" : "cut to its low bits"); keep it in a"
+                        + " fixed-width type, or say why it fits with '// 32-bit: REASON'"))
         }
     }
     return findings
