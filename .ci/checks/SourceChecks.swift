@@ -32,6 +32,28 @@
 // declaration's "Availability" box, or the `API_AVAILABLE` in its header). Then guard every use,
 // and run `.ci/availability`.
 //
+// STRING ALGORITHMS. The standard library's string algorithms (SE-0357) need SwiftStdlib 5.7
+// (macOS 13, iOS 16, tvOS 16, watchOS 9) and compile on Linux without a word. Where the name alone
+// says so (`firstRange`, `trimmingPrefix`, `trimPrefix`, `firstMatch`, `wholeMatch`, `prefixMatch`,
+// `Regex`) the name is on the list. Where an older API has the same name, the form of the call
+// decides, since the text cannot see types:
+//
+// - `ranges(of:` and `matches(of:` (bare `ranges` and `matches` are common names).
+// - `split(separator:` with a string literal that can only be a `String`: one that holds other
+//   than exactly one character, spans lines, or interpolates. A one-character literal is a
+//   `Character`, and `split(separator:)` with an element is as old as the language.
+// - `contains(` with such a literal, in a file that does not `import Foundation` itself:
+//   Foundation's `StringProtocol.contains(_:)` reaches the floor, and the compiler picks it where
+//   the file imports Foundation. The import is read per file, as `MemberImportVisibility` (on for
+//   the package's targets) reads it; in a target without that feature an import in another file
+//   of the target would do too, which the check does not count on.
+//
+// Not seen: an argument that is not a literal (`text.contains(word)` with a `String` variable, or
+// `split(separator: comma)`): the text cannot tell a `String` from a `Character` or an element.
+// Flagged though right: a literal of two or more characters that is an element
+// (`names.contains("Ann")` on an array of strings) in a file without Foundation; import Foundation
+// there. `replacing(_:with:)` is not on the list (the name is a common method name).
+//
 // ## 32-bit
 //
 // No `Int` arithmetic that assumes 64 bits: an Apple Watch (arm64_32) has a 32-bit `Int`, where a
@@ -39,8 +61,14 @@
 // shifts by a literal of 32 or more while it converts with `Int(`/`UInt(` or names no 64-bit
 // fixed-width type (`UInt64`, `Int64`), or when it holds an integer literal above `Int32.max` and
 // names no fixed-width type that holds it (`UInt64`, `Int64`, or `UInt32` up to its maximum) nor a
-// floating-point one. Pack words in fixed-width types (words that hold pointers stay pointer-sized);
-// a line that is right as it stands carries `// 32-bit: REASON` at its end or on the line above.
+// floating-point one. It also fails on every `Int(clamping:` and `Int(truncatingIfNeeded:` (and
+// their `UInt(` forms): narrowing a 64-bit value to `Int` compiles the same on both widths, but
+// where `Int` has 32 bits it silently saturates or drops the high bits of anything past 2^31 (a
+// period of 2.1 s in nanoseconds), and the text cannot tell whether the argument is 64 bits wide.
+// (A conversion split across lines, `Int(` on one and `clamping:` on the next, is not seen.)
+// Pack words in fixed-width types (words that hold pointers stay pointer-sized); a line that is
+// right as it stands carries `// 32-bit: REASON` at its end or on the line above, the reason saying
+// why the value fits or why saturating is what the code wants.
 
 import Foundation
 
@@ -104,6 +132,15 @@ var symbols: [(word: String, needs: Versions, source: String)] = [
     // Task names (SE-0469): reading the current task's name (naming a task is older: the name is
     // dropped below). `receiver.member` matches that member on a receiver of that name.
     ("Task.name", stdlib6_2, "SwiftStdlib 6.2: Task.name, the current task's name"),
+    // String algorithms and regular expressions (SE-0357, SE-0350); `contains`, `split`, `ranges`
+    // and `matches` are matched by their form instead (see "String algorithms" in the header).
+    ("firstRange", stdlib5_7, "SwiftStdlib 5.7: Collection.firstRange(of:)"),
+    ("trimmingPrefix", stdlib5_7, "SwiftStdlib 5.7: Collection.trimmingPrefix(_:), trimmingPrefix(while:)"),
+    ("trimPrefix", stdlib5_7, "SwiftStdlib 5.7: RangeReplaceableCollection.trimPrefix(_:)"),
+    ("firstMatch", stdlib5_7, "SwiftStdlib 5.7: firstMatch(of:)"),
+    ("wholeMatch", stdlib5_7, "SwiftStdlib 5.7: wholeMatch(of:)"),
+    ("prefixMatch", stdlib5_7, "SwiftStdlib 5.7: prefixMatch(of:)"),
+    ("Regex", stdlib5_7, "SwiftStdlib 5.7: struct Regex"),
     // QueueSafeValueTesting's own (`receiver.member` matches that member on a receiver of that
     // name, as the docs name an exploration's scenario).
     ("scenario.task", stdlib6_0, "QueueSafeValueTesting: Exploration.Scenario.task(_:_:), whose jobs need task executors"),
@@ -112,6 +149,12 @@ var symbols: [(word: String, needs: Versions, source: String)] = [
     ("OSSignposter", Versions(macOS: [12], iOS: [15], tvOS: [15], watchOS: [8], visionOS: [1]), "os: OSSignposter (macOS 12, iOS 15)"),
     ("OSSignpostIntervalState", Versions(macOS: [12], iOS: [15], tvOS: [15], watchOS: [8], visionOS: [1]), "os: OSSignpostIntervalState"),
 ]
+
+/// A file's own import of Foundation (attributes and an access level allowed; `import struct
+/// Foundation.X` imports one declaration and does not count), in its code (comments blanked).
+let foundationImport =
+    "(?m)^[ \\t]*(?:@\\w+(?:\\([^)]*\\))?[ \\t]+)*(?:(?:public|package|internal|fileprivate|private)[ \\t]+)?"
+    + "import[ \\t]+Foundation[ \\t]*$"
 
 /// The names of the types (classes, structs, enums, actors, protocols, typealiases) the files declare.
 func typesDeclared(in files: [String]) -> Set<String> {
@@ -318,6 +361,84 @@ func check(file: String) -> [Finding] {
         } while depth > 0 && j < chars.count
         return (String(chars[(open + 1)..<(j - 1)]), j)
     }
+    /// The file's own `import Foundation` (see "String algorithms" in the header).
+    let importsFoundation = String(chars).range(of: foundationImport, options: .regularExpression) != nil
+    /// The text of the file as written (`chars` has string literals blanked), index for index.
+    let written = Array(text)
+    /// The string literal that starts at `start` (after spaces), as the compiler reads it: whether
+    /// it can only be a `String` (not a `Character`): it holds other than one character, spans
+    /// lines, or interpolates.
+    func isStringLiteral(at start: Int) -> Bool {
+        var j = start
+        while j < written.count && written[j] == " " { j += 1 }
+        var hashes = 0
+        while j < written.count && written[j] == "#" {
+            hashes += 1
+            j += 1
+        }
+        guard j < written.count, written[j] == "\"" else { return false }
+        if j + 2 < written.count && written[j + 1] == "\"" && written[j + 2] == "\"" { return true }  // multi-line
+        j += 1
+        var content = ""
+        while j < written.count && written[j] != "\n" {
+            if written[j] == "\"" && written[(j + 1)...].prefix(hashes).allSatisfy({ $0 == "#" })
+                && written.count - j - 1 >= hashes
+            {
+                return content.count != 1
+            }
+            if written[j] == "\\" && written[(j + 1)...].prefix(hashes).allSatisfy({ $0 == "#" }) {
+                let escaped = j + 1 + hashes
+                guard escaped < written.count else { return true }
+                switch written[escaped] {
+                case "(": return true  // an interpolation
+                case "u":
+                    // \u{…}: one scalar.
+                    var k = escaped + 2
+                    var digits = ""
+                    while k < written.count && written[k] != "}" {
+                        digits.append(written[k])
+                        k += 1
+                    }
+                    if let value = UInt32(digits, radix: 16), let scalar = Unicode.Scalar(value) {
+                        content.unicodeScalars.append(scalar)
+                    }
+                    j = k + 1
+                default:
+                    content.append("x")  // \n, \t, \\, \": one character
+                    j = escaped + 1
+                }
+                continue
+            }
+            content.append(written[j])
+            j += 1
+        }
+        return true  // unterminated: not a literal the compiler would take
+    }
+    /// A call of one of the standard library's string algorithms that need SwiftStdlib 5.7 (macOS 13,
+    /// iOS 16) where its form shows it (see "String algorithms" in the header); `call` is the index
+    /// after the name and its spaces.
+    func stringAlgorithm(_ name: String, callAt call: Int) -> (source: String, foundationCovers: Bool)? {
+        guard call < chars.count, chars[call] == "(" else { return nil }
+        var argument = call + 1
+        while argument < written.count && written[argument].isWhitespace { argument += 1 }
+        func labelled(_ label: String) -> Int? {
+            guard argument + label.count <= chars.count, String(chars[argument..<(argument + label.count)]) == label
+            else { return nil }
+            return argument + label.count
+        }
+        switch name {
+        case "contains" where isStringLiteral(at: argument):
+            return ("SwiftStdlib 5.7: Collection.contains(_ other:) with a String; or import Foundation, whose StringProtocol.contains(_:) reaches the floor", true)
+        case "split":
+            guard let value = labelled("separator:"), isStringLiteral(at: value) else { return nil }
+            return ("SwiftStdlib 5.7: Collection.split(separator:) with a String separator", false)
+        case "ranges", "matches":
+            guard labelled("of:") != nil else { return nil }
+            return ("SwiftStdlib 5.7: \(name)(of:)", false)
+        default:
+            return nil
+        }
+    }
     func context() -> (versions: [String: [Int]], excluded: Bool) {
         var versions: [String: [Int]] = [:]
         var excluded = conditionals.contains { $0.excludesApple || $0.appleTookAnEarlierBranch }
@@ -340,8 +461,9 @@ func check(file: String) -> [Finding] {
             i += 1
             continue
         }
-        if atLineStart && c == "#" {
-            // A compiler directive: #if, #elseif, #else, #endif.
+        if atLineStart && c == "#" && ["if", "elseif", "else", "endif"].contains(word(at: i + 1)) {
+            // A compiler directive: #if, #elseif, #else, #endif (not a macro such as `#expect(`,
+            // whose line is code).
             var end = i
             while end < chars.count && chars[end] != "\n" { end += 1 }
             let directive = String(chars[i..<end]).trimmingCharacters(in: .whitespaces)
@@ -429,7 +551,11 @@ func check(file: String) -> [Finding] {
                 while start > 0 && isWordChar(chars[start - 1]) { start -= 1 }
                 receiver = String(chars[start..<(i - 1)])
             }
-            if let symbol = symbols.first(where: { $0.word == name || (receiver.map { "\($0).\(name)" } == $0.word) }) {
+            var symbol = symbols.first(where: { $0.word == name || (receiver.map { "\($0).\(name)" } == $0.word) })
+            if symbol == nil, let rule = stringAlgorithm(name, callAt: after), !(rule.foundationCovers && importsFoundation) {
+                symbol = (name, stdlib5_7, rule.source)
+            }
+            if let symbol {
                 let (versions, excluded) = context()
                 if !excluded {
                     let short = platforms.filter { platform in
@@ -468,6 +594,7 @@ func check32Bit(file: String) -> [Finding] {
     let shift = try! NSRegularExpression(pattern: "(<<|>>)=?\\s*([0-9]+)\\b")
     let literal = try! NSRegularExpression(pattern: "(?<![\\w.])(0x[0-9A-Fa-f_]+|0b[01_]+|0o[0-7_]+|[0-9][0-9_]*)(?![\\w.])")
     let conversion = try! NSRegularExpression(pattern: "(?<![\\w.])U?Int\\(")
+    let narrowing = try! NSRegularExpression(pattern: "(?<![\\w.])(U?Int)\\(\\s*(clamping|truncatingIfNeeded)\\s*:")
     func matches(_ regex: NSRegularExpression, _ line: String) -> [[String]] {
         let range = NSRange(line.startIndex..., in: line)
         return regex.matches(in: line, range: range).map { match in
@@ -510,6 +637,14 @@ func check32Bit(file: String) -> [Finding] {
                         message: "the literal \(match[1]) is above Int32.max, on a line that names no fixed-width type"
                             + " that holds it: it does not fit an Int of 32 bits (arm64_32)"))
             }
+        }
+        for match in matches(narrowing, line) {
+            findings.append(
+                Finding(
+                    file: file, line: index + 1,
+                    message: "\(match[1])(\(match[2]):) narrows silently where Int has 32 bits (arm64_32): a value past"
+                        + " \(match[1] == "Int" ? "2^31" : "2^32") is \(match[2] == "clamping" ? "saturated" : "cut to its low bits"); keep it in a"
+                        + " fixed-width type, or say why it fits with '// 32-bit: REASON'"))
         }
     }
     return findings

@@ -98,10 +98,9 @@ public struct CommandFairness: Sendable, Hashable, CustomStringConvertible {
 
     /// The eventually fair mode's bound, or `nil` for the other modes.
     public var starvationBound: DispatchTimeInterval? {
-        // In nanoseconds where they fit an `Int` (32 bits on watchOS: up to 2.1 s), else microseconds.
-        bargingBound.map { bound in
-            Int(exactly: bound).map { .nanoseconds($0) } ?? .microseconds(Int(clamping: bound / 1_000))
-        }
+        // In nanoseconds where they fit an `Int` (32 bits on watchOS: up to 2.1 s), else in the
+        // finest unit that holds the bound (at most Int64.max nanoseconds, see `eventual`).
+        bargingBound.map { DispatchTimeInterval(finestFitting: Int64(clamping: $0)) }
     }
 
     /// "strict priority", "at most 8 overtakes", "eventually fair within 1000 µs".

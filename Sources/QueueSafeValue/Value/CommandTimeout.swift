@@ -38,6 +38,25 @@ extension DispatchTimeInterval {
     }
 }
 
+extension DispatchTimeInterval {
+    /// `nanoseconds` in the finest unit whose count fits an `Int` here: where `Int` has 32 bits
+    /// (watchOS), nanoseconds hold 2.1 s, microseconds 35 minutes, milliseconds 24 days, and
+    /// seconds 68 years, which a longer interval is saturated to.
+    @usableFromInline
+    init(finestFitting nanoseconds: Int64) {
+        if let count = Int(exactly: nanoseconds) {
+            self = .nanoseconds(count)
+        } else if let count = Int(exactly: nanoseconds / 1_000) {
+            self = .microseconds(count)
+        } else if let count = Int(exactly: nanoseconds / 1_000_000) {
+            self = .milliseconds(count)
+        } else {
+            // 32-bit: reached only where Int has 32 bits, past 24 days; saturating at 68 years waits forever
+            self = .seconds(Int(clamping: nanoseconds / 1_000_000_000))
+        }
+    }
+}
+
 // MARK: - Duration
 
 @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
@@ -59,15 +78,7 @@ extension DispatchTimeInterval {
             let (sum, overflow) = whole.addingReportingOverflow(attoseconds / 1_000_000_000)
             nanoseconds = overflow ? (seconds < 0 ? .min : .max) : sum
         }
-        if let count = Int(exactly: nanoseconds) {
-            self = .nanoseconds(count)
-        } else if let count = Int(exactly: nanoseconds / 1_000) {
-            self = .microseconds(count)
-        } else if let count = Int(exactly: nanoseconds / 1_000_000) {
-            self = .milliseconds(count)
-        } else {
-            self = .seconds(Int(clamping: nanoseconds / 1_000_000_000))
-        }
+        self.init(finestFitting: nanoseconds)
     }
 
     /// ``init(timeout:)`` for the testing library (its `timeLimit:` takes a `Duration` too).

@@ -81,11 +81,14 @@ extension CheckerRun {
     }
 
     /// A task of the world (it prefers the world as its executor, so the world runs its jobs).
-    /// Task executors need macOS 15 / iOS 18: the checker runs there, and on Linux.
+    /// Task executors need macOS 15 / iOS 18: a scenario that starts one says so
+    /// (``CheckerScenario/needsTaskExecutors``, checked on every platform), and is skipped below.
     @discardableResult
     func worldTask(_ body: sending @escaping @isolated(any) () async -> Void) -> Task<Void, Never> {
+        StorageChecker.startedTask(in: world)
         guard #available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *) else {
-            preconditionFailure("the checker's tasks need task executors (macOS 15, iOS 18)")
+            preconditionFailure(
+                "a scenario that starts tasks must be marked needsTaskExecutors (skipped below macOS 15)")
         }
         return Task(executorPreference: world, operation: body)
     }

@@ -10,6 +10,11 @@ struct CheckerScenario: Sendable {
     let name: String
     /// How many preemptions a schedule may have; see `ScheduleExplorer`.
     let preemptionBound: Int
+    /// It starts tasks (awaiting commands, a `CommandQueue`'s operations and the tasks that await
+    /// them) that prefer the world as their executor, which needs macOS 15, iOS 18, tvOS 18,
+    /// watchOS 11, visionOS 2: below those the scenario is skipped. Checked on every platform
+    /// against what its runs start (`StorageChecker.expectEveryScheduleHolds`).
+    var needsTaskExecutors = false
     /// Builds one run's world and returns its final check.
     let build: @Sendable (ControlledWorld) -> () -> String?
 }
@@ -19,7 +24,9 @@ extension CheckerScenario {
     /// `ControlledWorld.simulate(_:)`).
     func simulating(_ platform: RecordingPriorityBackend.Platform) -> CheckerScenario {
         let build = self.build
-        return CheckerScenario(name: "\(name), under \(platform)", preemptionBound: preemptionBound) { world in
+        return CheckerScenario(
+            name: "\(name), under \(platform)", preemptionBound: preemptionBound, needsTaskExecutors: needsTaskExecutors
+        ) { world in
             world.simulate(platform)
             return build(world)
         }
@@ -80,7 +87,7 @@ enum CheckerScenarios {
     private static func commandMix(
         name: String, label: String, fairness: CommandFairness, priorities: [CommandPriority]
     ) -> CheckerScenario {
-        CheckerScenario(name: name, preemptionBound: 2) { world in
+        CheckerScenario(name: name, preemptionBound: 2, needsTaskExecutors: true) { world in
             let run = CheckerRun(world)
             let value = QueueSafeValue(value: 0, label: label, fairness: fairness)
             let queue = DispatchQueue(label: "\(label) queue")
@@ -180,7 +187,7 @@ enum CheckerScenarios {
     }
 
     static let cancellation = CheckerScenario(
-        name: "tasks cancelled before, while and after they wait", preemptionBound: 2
+        name: "tasks cancelled before, while and after they wait", preemptionBound: 2, needsTaskExecutors: true
     ) {
         world in
         let run = CheckerRun(world)
@@ -226,7 +233,8 @@ enum CheckerScenarios {
     }
 
     static let containerRelease = CheckerScenario(
-        name: "the container is released while commands hold, wait and arrive", preemptionBound: 2
+        name: "the container is released while commands hold, wait and arrive", preemptionBound: 2,
+        needsTaskExecutors: true
     ) { world in
         let run = CheckerRun(world)
         let box = ContainerBox(QueueSafeValue(value: 0, label: "released"))
@@ -249,7 +257,8 @@ enum CheckerScenarios {
     // MARK: CommandQueue
 
     static let cancelAllOperations = CheckerScenario(
-        name: "command queue: cancelAll against running, waiting and finished operations", preemptionBound: 2
+        name: "command queue: cancelAll against running, waiting and finished operations", preemptionBound: 2,
+        needsTaskExecutors: true
     ) { world in
         let run = CheckerRun(world)
         let queue = CommandQueue(label: "cancelled queue")
@@ -266,7 +275,8 @@ enum CheckerScenarios {
     }
 
     static let attachRaces = CheckerScenario(
-        name: "command queue: task cancellation and cancelAll around attach", preemptionBound: 2
+        name: "command queue: task cancellation and cancelAll around attach", preemptionBound: 2,
+        needsTaskExecutors: true
     ) { world in
         let run = CheckerRun(world)
         let queue = CommandQueue(label: "attach queue")
@@ -284,7 +294,8 @@ enum CheckerScenarios {
     }
 
     static let discardable = CheckerScenario(
-        name: "command queue: discardable operations, granted or waiting, replaced by later ones", preemptionBound: 2
+        name: "command queue: discardable operations, granted or waiting, replaced by later ones", preemptionBound: 2,
+        needsTaskExecutors: true
     ) { world in
         let run = CheckerRun(world)
         let queue = CommandQueue(label: "discardable queue")
@@ -307,7 +318,7 @@ enum CheckerScenarios {
     }
 
     static let standardOperations = CheckerScenario(
-        name: "command queue: standard operations are never discarded", preemptionBound: 1
+        name: "command queue: standard operations are never discarded", preemptionBound: 1, needsTaskExecutors: true
     ) { world in
         let run = CheckerRun(world)
         let queue = CommandQueue(label: "standard queue")
@@ -343,7 +354,8 @@ enum CheckerScenarios {
     /// they run. At every quiet step the machine's invariant holds: no slot granted past the width, and no
     /// operation waits first in line while a slot is free.
     static let widthSlots = CheckerScenario(
-        name: "command queue of width 2: slots, their order, the width raised", preemptionBound: 1
+        name: "command queue of width 2: slots, their order, the width raised", preemptionBound: 1,
+        needsTaskExecutors: true
     ) { world in
         let run = CheckerRun(world)
         let queue = try! CommandQueue(label: "wide queue", width: 2)
@@ -363,7 +375,8 @@ enum CheckerScenarios {
     /// Width 2, lowered to 1 while operations run and wait, then raised to 2 again: running
     /// operations finish, the waiting ones turn exclusive and back.
     static let widthLowered = CheckerScenario(
-        name: "command queue of width 2: the width lowered to 1 and raised again", preemptionBound: 1
+        name: "command queue of width 2: the width lowered to 1 and raised again", preemptionBound: 1,
+        needsTaskExecutors: true
     ) { world in
         let run = CheckerRun(world)
         let queue = try! CommandQueue(label: "narrowing queue", width: 2)
@@ -384,7 +397,8 @@ enum CheckerScenarios {
     /// change. Once the machine has made the change, the operation, if it still waits, stands in
     /// the waiting order once, at its new priority.
     static let widthReprioritized = CheckerScenario(
-        name: "command queue of width 2: a waiting operation re-prioritized", preemptionBound: 1
+        name: "command queue of width 2: a waiting operation re-prioritized", preemptionBound: 1,
+        needsTaskExecutors: true
     ) { world in
         let run = CheckerRun(world)
         let queue = try! CommandQueue(label: "reprioritized queue", width: 2)
@@ -419,7 +433,7 @@ enum CheckerScenarios {
     /// A running operation of a queue of width 2 cancelled while it holds its slot: it gives the
     /// slot back when it ends, and the waiting operations run.
     static let widthCancelRunning = CheckerScenario(
-        name: "command queue of width 2: a running operation cancelled", preemptionBound: 1
+        name: "command queue of width 2: a running operation cancelled", preemptionBound: 1, needsTaskExecutors: true
     ) { world in
         let run = CheckerRun(world)
         let queue = try! CommandQueue(label: "cancelling queue", width: 2)
@@ -701,7 +715,8 @@ enum CheckerScenarios {
     /// A task waiter raises the holder while it waits, and may be cancelled at any moment: a raise
     /// never begins once the waiter no longer waits, and never outlives the hold.
     static let boostAndCancellation = CheckerScenario(
-        name: "a waiter raises the holder while it is cancelled and the holder releases", preemptionBound: 2
+        name: "a waiter raises the holder while it is cancelled and the holder releases", preemptionBound: 2,
+        needsTaskExecutors: true
     ) { world in
         let run = CheckerRun(world)
         let value = QueueSafeValue(value: 0, label: "boosted")
@@ -749,7 +764,8 @@ enum CheckerScenarios {
     /// C; L, a thread, holds A and waits for B; a real-time H waits for A. The thread urgency
     /// passes through the task to X.
     static let inheritanceChainThroughATask = CheckerScenario(
-        name: "a real-time waiter, a thread, a task and a thread: a chain of three values", preemptionBound: 1
+        name: "a real-time waiter, a thread, a task and a thread: a chain of three values", preemptionBound: 1,
+        needsTaskExecutors: true
     ) { world in
         let run = CheckerRun(world)
         let values = ["A", "B", "C"].map { QueueSafeValue(value: 0, label: $0) }
@@ -867,7 +883,7 @@ enum CheckerScenarios {
     /// holds nothing does not: see `CommandEngine.waitForTurn`), so a cycle through a task and a
     /// thread is refused, whoever closes it, and no schedule hangs.
     static let lockOrderCycleWithATask = CheckerScenario(
-        name: "a task and a thread take two values in opposite orders", preemptionBound: 2
+        name: "a task and a thread take two values in opposite orders", preemptionBound: 2, needsTaskExecutors: true
     ) {
         world in
         let run = CheckerRun(world)
@@ -914,7 +930,7 @@ enum CheckerScenarios {
     // MARK: Shared reads
 
     static let sharedReads = CheckerScenario(
-        name: "shared reads of every schedule beside a writer", preemptionBound: 2
+        name: "shared reads of every schedule beside a writer", preemptionBound: 2, needsTaskExecutors: true
     ) { world in
         let run = CheckerRun(world)
         let value = QueueSafeValue(value: 0, label: "shared")
@@ -1060,7 +1076,7 @@ enum CheckerScenarios {
     }
 
     static let readersAndContainerRelease = CheckerScenario(
-        name: "the container is released while reads hold and wait", preemptionBound: 2
+        name: "the container is released while reads hold and wait", preemptionBound: 2, needsTaskExecutors: true
     ) { world in
         let run = CheckerRun(world)
         let box = ContainerBox(QueueSafeValue(value: 0, label: "released reads"))

@@ -9,6 +9,8 @@ extension Explorers {
     /// preemption bound (see `ScheduleExplorer`).
     @Suite struct StorageCheckerTests {
         static let scenarios: [CheckerScenario] = onLinux + CheckerScenarios.onApplePlatforms
+        static let withoutTasks = scenarios.filter { !$0.needsTaskExecutors }
+        static let withTasks = scenarios.filter(\.needsTaskExecutors)
 
         /// The scenarios as written: priority inheritance runs Linux's policy (the world's default)
         /// unless a scenario chooses another.
@@ -40,10 +42,21 @@ extension Explorers {
 
         @Test(
             .enabled(if: !TestEnvironment.isThreadSanitizerActive, "the checker runs without ThreadSanitizer"),
-            arguments: scenarios.indices)
+            arguments: withoutTasks.indices)
         func everySchedule_keepsTheEnginesPromises(scenario index: Int) async {
-            let scenario = Self.scenarios[index]
-            await StorageChecker.expectEveryScheduleHolds(scenario)
+            await StorageChecker.expectEveryScheduleHolds(Self.withoutTasks[index])
+        }
+
+        /// The scenarios that start tasks of the world, which need task executors: skipped on an
+        /// older Apple system (a test destination of iOS 17, watchOS 10, …), run everywhere else.
+        @Test(
+            .enabled(if: !TestEnvironment.isThreadSanitizerActive, "the checker runs without ThreadSanitizer"),
+            .enabled(
+                if: StorageChecker.hasTaskExecutors,
+                "tasks of the world need task executors: macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2"),
+            arguments: withTasks.indices)
+        func everySchedule_withTasks_keepsTheEnginesPromises(scenario index: Int) async {
+            await StorageChecker.expectEveryScheduleHolds(Self.withTasks[index])
         }
     }
 }
@@ -56,6 +69,21 @@ enum StorageChecker {
     /// scenarios whose names contain one of the parts run.
     static let selected: [Substring]? = ProcessInfo.processInfo.environment["CHECKER_SCENARIOS"].flatMap {
         $0.isEmpty ? nil : $0.split(separator: ";")
+    }
+
+    /// Whether this system has task executors, which the scenarios with tasks need.
+    static var hasTaskExecutors: Bool {
+        if #available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *) { return true }
+        return false
+    }
+
+    /// For each world being explored, by identity (set as its run is built): whether a run of its
+    /// scenario started a task of the world, one flag per scenario.
+    private static let startedTasks = Locked<[ObjectIdentifier: Locked<Bool>]>([:])
+
+    /// `CheckerRun.worldTask` starts a task in `world`.
+    static func startedTask(in world: ControlledWorld) {
+        startedTasks.withLock { $0[ObjectIdentifier(world)] }?.set(true)
     }
 
     /// Explores `scenario` on a thread of its own, prints what it explored, and records the first
@@ -79,11 +107,21 @@ enum StorageChecker {
         let bound =
             TestEnvironment.isAddressSanitizerActive ? min(1, scenario.preemptionBound) : scenario.preemptionBound
         let started = Date()
+        let startedATask = Locked(false)
         let report = await withCheckedContinuation {
             (continuation: CheckedContinuation<ScheduleExplorer.Report, Never>) in
             Thread {
                 let explorer = ScheduleExplorer(preemptionBound: bound)
-                continuation.resume(returning: explorer.explore(scenario.build))
+                continuation.resume(
+                    returning: explorer.explore { world in
+                        let id = ObjectIdentifier(world)
+                        startedTasks.withLock { $0[id] = startedATask }
+                        let finalCheck = scenario.build(world)
+                        return {
+                            startedTasks.withLock { $0[id] = nil }
+                            return finalCheck()
+                        }
+                    })
             }.start()
         }
         let seconds = Date().timeIntervalSince(started)
@@ -92,6 +130,14 @@ enum StorageChecker {
                 + "\(report.isComplete ? "" : ", cut by the budget")), \(report.steps) steps, "
                 + String(format: "%.1f s", seconds))
         if report.violation != nil { failed.set(true) }
+        // What lets an older Apple system skip the scenario instead of crashing in `worldTask` (a
+        // run cut short by a violation may not have reached its tasks).
+        if report.violation == nil, startedATask.value != scenario.needsTaskExecutors {
+            let what = startedATask.value ? "starts tasks of the world" : "starts no task"
+            Issue.record(
+                "\(scenario.name): \(what), but needsTaskExecutors is \(scenario.needsTaskExecutors)",
+                sourceLocation: sourceLocation)
+        }
         // Across every scenario run so far: the last one to end sees every nesting.
         if let cycle = LockOrder.add(report.nestings, scenario: scenario.name) {
             failed.set(true)

@@ -40,6 +40,67 @@ import Testing
         #expect(report.contains("thread 'beta-thread' (0x"), "\(report)")
     }
 
+    /// Issue 55: two threads named with `QueueDiagnostics.nameCurrentThread(_:)` at the first line of
+    /// their bodies (no wait for `start()` to return, which Foundation's `Thread.name` needs on
+    /// Linux) take two values in opposite orders: the `.deadlock` report names both, the longer name
+    /// cut to what the platform keeps (15 bytes on Linux).
+    @Test func aDeadlockReport_namesThreadsNamedWithTheLibrarysHelper() throws {
+        let (a, b) = (QueueSafeValue(value: 0, label: "A"), QueueSafeValue(value: 0, label: "B"))
+        let holding = DispatchGroup()
+        let go = DispatchSemaphore(value: 0)
+        let finished = DispatchGroup()
+        let reports = Locked<[String]>([])
+        for (name, first, second) in [("ledger", a, b), ("payments-worker-7", b, a)] {
+            holding.enter()
+            finished.enter()
+            Thread {
+                QueueDiagnostics.nameCurrentThread(name)
+                _ = first.wait.set { _ in
+                    holding.leave()
+                    go.wait()
+                    go.signal()
+                    if case .failure(.deadlock(let report)) = second.wait.get() {
+                        reports.withLock { $0.append(report.description) }
+                    }
+                }
+                finished.leave()
+            }.start()
+        }
+        waitOrFail(holding, "both threads to hold a value")
+        go.signal()
+        waitOrFail(finished, "both threads to finish")
+        let report = try #require(reports.value.first, "no command was refused")
+        #expect(report.contains("thread 'ledger' (0x"), "\(report)")
+        #if canImport(Darwin)
+            #expect(report.contains("thread 'payments-worker-7' (0x"), "\(report)")
+        #else
+            #expect(report.contains("thread 'payments-worker' (0x"), "\(report)")
+        #endif
+    }
+
+    /// A name longer than the platform keeps is cut to whole characters, so the name the system
+    /// keeps is still valid UTF-8 (a cut inside a character would show as a replacement mark or
+    /// none at all).
+    @Test func aLongThreadName_isCutToWholeCharacters() {
+        #expect(QueueDiagnostics.threadName("payments-worker-7", keptIn: 15) == "payments-worker")
+        #expect(QueueDiagnostics.threadName("ééééééééé", keptIn: 15) == "ééééééé")  // 2 bytes each
+        #expect(QueueDiagnostics.threadName("🇫🇷🇫🇷", keptIn: 15) == "🇫🇷")  // 8 bytes each
+        #expect(QueueDiagnostics.threadName("sync", keptIn: 15) == "sync")
+        let named = Locked<String?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Thread {
+            QueueDiagnostics.nameCurrentThread("ééééééééé")
+            named.set(DeadlockDetector.threadName(currentThreadID()))
+            done.signal()
+        }.start()
+        waitOrFail(done, "the thread to name itself")
+        #if canImport(Darwin)
+            #expect(named.value == "ééééééééé")
+        #else
+            #expect(named.value == "ééééééé")
+        #endif
+    }
+
     /// A task named with `Task(name:)` holds one value and waits for another that a thread holds;
     /// the thread's wait for the first closes the cycle, and its report names the task.
     @Test func aDeadlockReport_namesANamedTaskHolder() async throws {

@@ -1,4 +1,5 @@
 import Dispatch
+import Foundation  // String.contains(_:) with a String at the package's floor (the standard library's needs macOS 13)
 import QueueSafeValue
 import QueueSafeValueTesting
 import Testing

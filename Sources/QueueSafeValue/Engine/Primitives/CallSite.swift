@@ -57,6 +57,7 @@ struct KeptCallSite: Equatable, @unchecked Sendable {
     var shown: QueueDiagnostics.CallSite? {
         guard let file else { return nil }
         return QueueDiagnostics.CallSite(
+            // 32-bit: a line past Int32.max (no source file has one) shows as Int.max
             fileID: String(cString: file.assumingMemoryBound(to: CChar.self)), line: Int(clamping: line))
     }
 }

@@ -79,6 +79,7 @@ struct OvertakeBound {
             arrivals.removeFirst(start)
             start = 0
         }
+        // 32-bit: a count past Int.max changes nothing: the min with an Int count below ignores it
         let arrivedSince = Int(clamping: next &- 1 &- arrivals[start].sequence)
         oldestOvertakes = min(oldestOvertakes, arrivedSince)
     }

@@ -240,7 +240,7 @@ extension CommandEngine {
     @inlinable
     @inline(__always)
     static func holderLineWord(_ line: UInt) -> Int {
-        line < 1 << 23 ? Int(truncatingIfNeeded: line) : 0
+        line < 1 << 23 ? Int(truncatingIfNeeded: line) : 0  // 32-bit: below 2^23 here, so it fits
     }
 
     /// A blocking command issued at `site` took a free section on the calling thread `thread`:
@@ -276,6 +276,7 @@ extension CommandEngine {
         let line = site.line < 1 << 23 ? site.line : 0
         var known: UInt32 = 0
         if let priority { known = 1 << 23 | UInt32(priority.rawValue) << 24 }
+        // 32-bit: a 32-bit word by design, read back bit for bit with UInt32(truncatingIfNeeded:)
         holderLine.storeUnobserved(Int(truncatingIfNeeded: line | known))
     }
 
