@@ -575,9 +575,11 @@
             reschedule(thread, branch: true)
         }
 
+        /// The clock every deadline is computed on: the virtual clock (`commands`), or the
+        /// checker's step clock (``fairnessNow``), which the engine's own clocks read too, so that
+        /// whether a deadline has passed is part of the schedule, not of the host's speed.
         var now: DispatchTime? {
-            guard granularity == .commands else { return nil }
-            return lock.withLock { DispatchTime(uptimeNanoseconds: virtualNow) }
+            DispatchTime(uptimeNanoseconds: fairnessNow)
         }
 
         /// The eventually fair mode's clock: the virtual clock (`commands`); for the checker

@@ -48,9 +48,12 @@ import Dispatch
 ///
 /// On a ``Ordering/oneAtATime`` queue, awaiting the queue from inside one of its own operations
 /// would wait forever; ``perform(priority:policy:_:file:line:)`` detects it and throws
-/// ``QueueSafeValueError/reentrantAccess`` at once. (Awaiting the `Task` that `enqueue` returned
-/// cannot be detected: do not await, from inside an operation, a task enqueued on the same queue.)
-/// On a ``Ordering/startsInOrder`` queue both work: the operation no longer holds the turn.
+/// ``QueueSafeValueError/reentrantAccess`` at once, and awaiting the ``QueuedOperation/value`` of
+/// an operation that waits behind the awaiting one (on a queue of width 1), or of the awaiting
+/// operation itself, throws ``QueueSafeValueError/deadlock(_:)`` at once. (Awaiting the `Task`
+/// that `enqueue` returned cannot be detected: do not await, from inside an operation, a task
+/// enqueued on the same queue; submit it and await its handle's `value`.) On a
+/// ``Ordering/startsInOrder`` queue all of these work: the operation no longer holds the turn.
 public final class CommandQueue: Sendable {
     /// What the queue keeps in order.
     public enum Ordering: Sendable, Hashable {

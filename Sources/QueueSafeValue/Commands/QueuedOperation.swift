@@ -76,6 +76,8 @@ public final class QueuedOperation<Success: Sendable>: Sendable {
     ///   if it runs (at most its task was escalated); otherwise nothing changed.
     @discardableResult
     public func setPriority(_ priority: CommandPriority) -> State {
+        // Its task was cancelled: unless it runs, it never will (its turn passes it over).
+        if task.isCancelled, case let state = state, state != .running { return state }
         switch engine.reprioritize(waiter, to: priority, progress: progress) {
         case .moved:
             return .waiting
@@ -138,12 +140,13 @@ public enum QueuedOperationState: Sendable, Hashable {
 // @unchecked Sendable: every field is guarded by the operation's queue's engine lock
 @usableFromInline
 final class OperationProgress: @unchecked Sendable {
+    // Unchecked exclusivity: every access is inside the engine lock, which already excludes.
     /// Its body has begun (decided with its machine record, under the engine lock).
-    var hasBegun = false
+    @exclusivity(unchecked) var hasBegun = false
     /// Its body has ended.
-    var hasFinished = false
+    @exclusivity(unchecked) var hasFinished = false
     /// Its priority: as submitted, moved, or raised while it held its turn.
-    var priority: CommandPriority
+    @exclusivity(unchecked) var priority: CommandPriority
 
     @usableFromInline
     init(priority: CommandPriority) {

@@ -65,6 +65,13 @@ public final class QueueSafeValue<Value> {
     /// within `timeout`. A timed-out command never runs later. `.never` waits forever; zero only
     /// succeeds if the value is free at once; a negative interval is a mistake, and every command
     /// fails with ``QueueSafeValueError/invalidArgument(_:)`` without running.
+    ///
+    /// The deadline holds on both sides: a command is never handed the value after its deadline
+    /// as the engine's clock sees it (a release passes it over, even if its thread could not run to
+    /// look), and it gives up once its thread sees the deadline pass. The engine's clock is coarse:
+    /// a release up to one tick of it after the deadline (1 to 4 ms on Linux, about 1 ms on Apple
+    /// platforms) may still hand the value on; one later than that never does. A thread that gives
+    /// up returns as soon as it runs again after its deadline.
     @inlinable
     public func wait(timeout: DispatchTimeInterval) -> WaitSchedule<Value> {
         WaitSchedule(engine: engine, timeout: timeout)
@@ -75,6 +82,8 @@ public final class QueueSafeValue<Value> {
     /// queue and never runs later; once its closure has started, the timeout no longer applies.
     /// `.never` waits forever; zero only succeeds if the value is free when the command is issued;
     /// a negative interval fails every command with ``QueueSafeValueError/invalidArgument(_:)``.
+    /// The deadline holds as for ``wait(timeout:)-(DispatchTimeInterval)``: to one tick of the
+    /// engine's coarse clock, even when the task's own timer fires late on a busy pool.
     @inlinable
     public func async(timeout: DispatchTimeInterval) -> AwaitSchedule<Value> {
         AwaitSchedule(engine: engine, timeout: timeout)

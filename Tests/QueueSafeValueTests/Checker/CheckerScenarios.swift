@@ -451,6 +451,89 @@ enum CheckerScenarios {
         }
     }
 
+    /// `cancel()` racing the grant of the operation it cancels, a re-prioritization and a width
+    /// change: whenever `cancel()` answers that the operation had not begun (`.waiting`), it never
+    /// runs, and right after the call its state is `.cancelled` and `setPriority` changes nothing.
+    static let cancelRacingTheGrant = CheckerScenario(
+        name: "command queue: a cancel racing the grant, a re-prioritization and a width change", preemptionBound: 1,
+        needsTaskExecutors: true
+    ) { world in
+        let run = CheckerRun(world)
+        let queue = try! CommandQueue(label: "cancel queue", width: 2)
+        let target = Mailbox<QueuedOperation<Void>>()
+        let answer = Mailbox<QueuedOperationState>()
+        world.quiescentCheck = run.quiescentCheck([queue.engine])
+        world.spawn("A") {
+            run.submitted("a1", queue, .medium)
+            target.value = run.submitted("t", queue, .low)
+            run.submitted("a2", queue, .medium)
+        }
+        world.spawn("B") {
+            guard let operation = target.value else { return }
+            let found = operation.cancel()
+            answer.value = found
+            guard found == .waiting else { return }
+            let (state, moved) = (operation.state, operation.setPriority(.highest))
+            if state != .cancelled || moved != .cancelled {
+                run.report("right after cancel() found t waiting, its state is \(state) and setPriority says \(moved)")
+            }
+        }
+        world.spawn("C") {
+            try! queue.setWidth(1)
+            run.submitted("c1", queue, .high)
+            try! queue.setWidth(2)
+        }
+        return {
+            target.value = nil  // the operation's task holds the world
+            if let problem = widthFinalCheck(run, queue, ["a1", "t", "a2", "c1"]) { return problem }
+            if answer.value == .waiting && run.didRun("t") {
+                return "t ran although cancel() found it waiting, before it began"
+            }
+            return nil
+        }
+    }
+
+    /// A release racing the deadline of a blocking waiter: the holder releases early, or only once
+    /// the engine's clock (the checker's step clock) is past the waiter's deadline. Then the waiter
+    /// must not run: it gives up by itself, or the release passes it over.
+    static let releaseRacingADeadline = CheckerScenario(
+        name: "a release racing a waiter's deadline", preemptionBound: 2
+    ) { world in
+        let run = CheckerRun(world)
+        let value = QueueSafeValue(value: 0, label: "deadline race")
+        let deadline = Mailbox<UInt64>()
+        let releasedLate = Mailbox<Bool>()
+        world.quiescentCheck = run.quiescentCheck([value.engine])
+        world.spawn("holder") {
+            let result = value.wait.set { _ in
+                let waiterRanBefore = run.didRun("t")
+                // Each look takes the engine lock: a step, so the clock moves on.
+                var looks = 0
+                while looks < 8 && value.engine.pendingCount == 0 { looks += 1 }
+                let late = deadline.value.map { $0 + 2_000 } ?? .max
+                while looks < 24 && SyncPoints.now().uptimeNanoseconds < late {
+                    looks += 1
+                    _ = value.engine.pendingCount
+                }
+                // The waiter waits now (it can leave, but not arrive, before this release).
+                releasedLate.value =
+                    !waiterRanBefore && SyncPoints.now().uptimeNanoseconds >= late && value.engine.pendingCount == 1
+            }
+            if case .failure(let error) = result { run.report("the holder failed: \(error)") }
+        }
+        world.spawn("waiter") {
+            deadline.value = SyncPoints.now().uptimeNanoseconds + 12_000
+            run.blocking("t", value.wait(timeout: .microseconds(12)), .medium)
+        }
+        return {
+            if let problem = run.finalCheck(value.engine, commands: ["t"]) { return problem }
+            if releasedLate.value == true && run.didRun("t") {
+                return "t ran although the value was released after its deadline"
+            }
+            return nil
+        }
+    }
+
     // MARK: A bound on starvation
 
     static let boundedOvertaking = CheckerScenario(

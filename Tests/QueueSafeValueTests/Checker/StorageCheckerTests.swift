@@ -21,6 +21,7 @@ extension Explorers {
             CheckerScenarios.cancelAllOperations, CheckerScenarios.attachRaces, CheckerScenarios.discardable,
             CheckerScenarios.standardOperations, CheckerScenarios.widthSlots, CheckerScenarios.widthLowered,
             CheckerScenarios.widthReprioritized, CheckerScenarios.widthCancelRunning,
+            CheckerScenarios.cancelRacingTheGrant, CheckerScenarios.releaseRacingADeadline,
             CheckerScenarios.boundedOvertaking, CheckerScenarios.eventualFairness,
             CheckerScenarios.eventualMixedCommands, CheckerScenarios.eventualIssuerOrder,
             CheckerScenarios.waiterBehindItsQueue,

@@ -110,4 +110,67 @@ import Testing
         #expect(results == ["b ok", "x ok"])
         #expect(value.wait.lowestPriority.get().valueOrZero == 1)
     }
+
+    /// An operation awaits the result of another operation of its own one-at-a-time queue, which
+    /// can begin only once the awaiting one ends: refused with `.deadlock` at once, naming both,
+    /// instead of hanging the queue.
+    @Test func awaitingAQueuedOperationBehindItself_isRefusedAtOnce() async throws {
+        let queue = CommandQueue(label: "uploads")
+        let later = Mailbox<QueuedOperation<Int>>()
+        let first = queue.submit { () -> String in
+            guard let operation = later.value else { return "no operation to await" }
+            do {
+                _ = try await operation.value
+                return "the await returned"
+            } catch QueueSafeValueError.deadlock(let report) {
+                return "deadlock: \(report)"
+            } catch {
+                return "\(error)"
+            }
+        }
+        later.value = queue.submit { 42 }
+        let outcome = try await withHangTimeout { try await first.value }
+        #expect(outcome.hasPrefix("deadlock: "), "\(outcome)")
+        #expect(
+            outcome.contains("CommandQueueCycleTests.swift"),
+            "the report does not name the awaited operation: \(outcome)")
+        #expect(try await later.value?.value == 42, "the awaited operation did not run after the refused wait")
+    }
+
+    /// An operation that awaits its own result is refused too.
+    @Test func anOperationAwaitingItself_isRefusedAtOnce() async throws {
+        let queue = try CommandQueue(label: "wide", width: 2)
+        let me = Mailbox<QueuedOperation<String>>()
+        let gate = Gate()
+        let operation = queue.submit { () -> String in
+            await gate.wait()
+            guard let own = me.value else { return "no handle" }
+            do {
+                _ = try await own.value
+                return "the await returned"
+            } catch QueueSafeValueError.deadlock {
+                return "deadlock"
+            } catch {
+                return "\(error)"
+            }
+        }
+        me.value = operation
+        gate.open()
+        #expect(try await withHangTimeout { try await operation.value } == "deadlock")
+        me.value = nil
+    }
+
+    /// On a queue of width 2 a slot may free up, so awaiting another operation is allowed.
+    @Test func awaitingAnotherOperationOfAWiderQueue_waitsForIt() async throws {
+        let queue = try CommandQueue(label: "wide", width: 2)
+        let later = Mailbox<QueuedOperation<Int>>()
+        let gate = Gate()
+        let first = queue.submit { () -> Int in
+            await gate.wait()
+            return try await later.value?.value ?? -1
+        }
+        later.value = queue.submit { 7 }
+        gate.open()
+        #expect(try await withHangTimeout { try await first.value } == 7)
+    }
 }

@@ -44,8 +44,7 @@ extension EngineStateMachine {
 
     /// The waiting command `ticket` changes its priority to `priority`: it takes the place a
     /// command of that priority arriving now would take. If readers or a queue's operations hold,
-    /// and it stands first now, it is granted at once when a share is free. An operation whose
-    /// task was cancelled before it started leaves instead (``dropGivenUp(_:now:)``).
+    /// and it stands first now, it is granted at once when a share is free.
     /// - Returns: the actions; ``Actions/found`` says whether it ``Found/moved``, holds the section
     ///   (``Found/holding``: its place no longer matters) or is ``Found/gone``.
     /// - Complexity: O(n) in the number of waiting commands.
@@ -57,12 +56,6 @@ extension EngineStateMachine {
         }
         switch table[ticket.slot].state {
         case .waiting:
-            if let handle = table[ticket.slot].handle, handle.givesUp(at: now) == .cancelled {
-                _ = markLeft(ticket.slot)
-                actions.others.append(.left(handle))
-                actions.found = .gone
-                return actions
-            }
             table.requeue(ticket.slot, priority: priority)
             if hold.hasListedReaders { admitWaitingReaders(&actions, now: now) }
             actions.found = .moved

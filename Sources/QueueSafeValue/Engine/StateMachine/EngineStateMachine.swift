@@ -236,7 +236,7 @@ struct EngineStateMachine {
         _ waiter: Handle, kind: CommandKind, priority: CommandPriority, shared: Bool, word: inout Int, now: UInt64,
         deadline: UInt64
     ) -> Admission {
-        // mutant(zero-timeout-waits): if false {
+        // mutant(zero-timeout-waits): if false { return .expired }
         if deadline != 0 && deadline <= now { return .expired }
         let role: Role =
             shared ? Self.sharedRole(of: kind) : kind == .operation ? .operation(.unattached) : .exclusive(.notManual)

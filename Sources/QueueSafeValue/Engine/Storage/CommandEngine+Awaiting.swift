@@ -220,7 +220,7 @@ extension CommandEngine {
 
     /// A ``CommandQueue``'s width changes; the operations it lets start now are started.
     final func setWidth(_ width: Int) {
-        perform { $0.setWidth(width, now: machineNow()) }
+        perform { $0.setWidth(width) }
     }
 
     /// The queue's width.
@@ -237,7 +237,7 @@ extension CommandEngine {
         _ waiter: AwaitingWaiter, to priority: CommandPriority, progress: OperationProgress
     ) -> Machine.Found {
         perform { machine in
-            let actions = machine.reprioritize(waiter.ticket, to: priority, now: machineNow())
+            let actions = machine.reprioritize(waiter.ticket, to: priority)
             switch actions.found {
             case .moved: progress.priority = priority
             case .holding: progress.priority = max(progress.priority, priority)

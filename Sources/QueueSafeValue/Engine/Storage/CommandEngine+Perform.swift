@@ -5,7 +5,7 @@ import QueueSafeValueShims
 // in two halves, because a grant's publication belongs to the transition's lock section and
 // everything else must wait until the lock is released:
 //
-// - `prepare(_:_:_:endedLongHold:grantArrival:)`, under the engine lock, right after the transition: marks the granted waiter,
+// - `prepare(_:_:endedLongHold:grantArrival:)`, under the engine lock, right after the transition: marks the granted waiter,
 //   publishes a granted dispatched command (in the dispatched holder's slot, or as a helper's job),
 //   and reads from the waiters what the rest needs (their continuations and tasks are guarded by
 //   this lock). It runs no user code, signals nothing and releases no reference.
@@ -15,7 +15,7 @@ import QueueSafeValueShims
 //   completion, starts shared reads.
 extension CommandEngine {
     /// A rarer action (``EngineStateMachine/Other``) with what it needs from its waiter, read under
-    /// the engine lock by ``prepare(_:_:_:endedLongHold:grantArrival:)``.
+    /// the engine lock by ``prepare(_:_:endedLongHold:grantArrival:)``.
     enum Deferred {
         /// The task of a command that left: resume it.
         case resume(TurnContinuation)
@@ -65,9 +65,13 @@ extension CommandEngine {
         // the compiler then moves them instead of copying every reference they hold.
         var actions = machine.withLock { machine in
             var actions = transition(&machine)
+            // A command that expired keeps the queue as the release that passed it over left it,
+            // for its error (rare: only here does the lock section read the whole machine).
+            for case .expired(let waiter) in actions.others {
+                waiter.expired(snapshot(machine, word: state.loadAcquire()))
+            }
             nextHolder = prepare(
-                &actions, &deferred, machine, endedLongHold: machine.endedLongHold,
-                grantArrival: machine.takeGrantArrival())
+                &actions, &deferred, endedLongHold: machine.endedLongHold, grantArrival: machine.takeGrantArrival())
             lowersBoost = machine.takeBoostSync()
             return actions
         }
@@ -84,8 +88,8 @@ extension CommandEngine {
     /// - Returns: the nextHolder's thread and task, if the grant inherits an urgency.
     @inline(__always)
     private func prepare(
-        _ actions: inout Machine.Actions, _ deferred: inout [Deferred], _ machine: borrowing Machine,
-        endedLongHold: UInt64, grantArrival: (arrivedAt: UInt32, grantedAt: UInt64)
+        _ actions: inout Machine.Actions, _ deferred: inout [Deferred], endedLongHold: UInt64,
+        grantArrival: (arrivedAt: UInt32, grantedAt: UInt64)
     ) -> NextHolder {
         for other in actions.others {
             switch other {
@@ -93,8 +97,6 @@ extension CommandEngine {
                 // mutant(prepare-drops-left): break
                 if let continuation = waiter.continuationToResume { deferred.append(.resume(continuation)) }
             case .expired(let waiter):
-                // Its error shows the queue as the release that passed it over left it.
-                waiter.expired(snapshot(machine, word: state.loadAcquire()))
                 if let continuation = waiter.continuationToResume {
                     deferred.append(.resume(continuation))
                 } else {
@@ -158,7 +160,7 @@ extension CommandEngine {
         return grant.urgency.isNone ? (0, 0) : (next.threadToBoost, next.taskToEscalate)
     }
 
-    /// After unlocking: carries out the actions ``prepare(_:_:_:endedLongHold:grantArrival:)`` prepared, in the order
+    /// After unlocking: carries out the actions ``prepare(_:_:endedLongHold:grantArrival:)`` prepared, in the order
     /// ``EngineStateMachine/Actions`` gives.
     /// - Returns: the granted command when the machine chose the releasing block to run it.
     @inline(__always)

@@ -323,7 +323,7 @@ class CommandEngine: @unchecked Sendable {
     /// section is free (the one woken to claim it): the transition then decides on the word.
     @inline(__always)
     final func leave(_ ticket: Ticket, _ machine: inout Machine) -> Machine.Actions? {
-        guard isEventuallyFair else { return machine.leave(ticket, now: machineNow()) }
+        guard isEventuallyFair else { return machine.leave(ticket) }
         return transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
             machine.leave(ticket, word: &word, now: machineNow())
         }

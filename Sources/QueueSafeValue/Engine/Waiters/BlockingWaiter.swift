@@ -98,7 +98,7 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     override var threadToBoost: Int { thread }
 
     override func givesUp(at now: UInt64) -> EngineStateMachine.GiveUp {
-        deadline != 0 && deadline <= now ? .timedOut : .stays
+        deadline != 0 && deadline <= (now != 0 ? now : SyncPoints.coarseNow()) ? .timedOut : .stays
     }
 
     override func expired(_ diagnostics: QueueDiagnostics) {
@@ -160,7 +160,12 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
         // Eventually fair mode: this thread was woken to claim a free section and is on its way.
         var claiming = false
         while true {
-            switch spin(engine: engine, ticket: ticket, deadline: deadline, claiming: &claiming) {
+            // Before each spin (a few microseconds), and as it parks: a deadline that passed while
+            // this thread did not run ends the wait here.
+            if let deadline, SyncPoints.now() >= deadline {
+                return giveUp(engine: engine, ticket: ticket)
+            }
+            switch spin(engine: engine, ticket: ticket, claiming: &claiming) {
             case .granted: return nil
             case .gaveUp(let error): return error
             case .spun: break
@@ -200,26 +205,21 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     /// processor online every waiter yields at every poll.
     /// - Returns: whether the section was granted.
     ///
-    /// With a `deadline`, it looks at the clock every ``deadlineCheckEvery`` polls, and gives up once
-    /// the deadline has passed (unless the grant came first).
-    private func spin(
-        engine: CommandEngine, ticket: CommandEngine.Ticket, deadline: DispatchTime?, claiming: inout Bool
-    ) -> SpinResult {
+    private func spin(engine: CommandEngine, ticket: CommandEngine.Ticket, claiming: inout Bool) -> SpinResult {
         let me = Int(bitPattern: UInt(bitPattern: ObjectIdentifier(self)))
         let mayKeepProcessor = Self.otherProcessors
         var here = noteProcessor()
         for round in 1...SyncPoints.spinLimit(Self.spinLimit) {
             let current = word.loadAcquire()
-            if current & Self.granted != 0 { return .granted }
-            if current & Self.leftBit != 0 { return .gaveUp(tookLeave()) }
-            if current & Self.jobBit != 0 { runJob() }
-            // mutant(spin-ignores-deadline): if false, let deadline, round % Self.deadlineCheckEvery == 1, SyncPoints.now() >= deadline {
-            if let deadline, round % Self.deadlineCheckEvery == 1, SyncPoints.now() >= deadline {
-                return giveUp(engine: engine, ticket: ticket).map { .gaveUp($0) } ?? .granted
-            }
-            if current & Self.claimBit != 0 {
-                _ = word.fetchAnd(~Self.claimBit)
-                claiming = true
+            // One test for the bits a poll usually finds clear.
+            if current & (Self.granted | Self.leftBit | Self.jobBit | Self.claimBit) != 0 {
+                if current & Self.granted != 0 { return .granted }
+                if current & Self.leftBit != 0 { return .gaveUp(tookLeave()) }
+                if current & Self.jobBit != 0 { runJob() }
+                if current & Self.claimBit != 0 {
+                    _ = word.fetchAnd(~Self.claimBit)
+                    claiming = true
+                }
             }
             // On its way to a free section: claim it once the word shows no holder.
             if claiming && !EngineWord.isHeld(engine.state.loadAcquire()) {
@@ -242,10 +242,6 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
         }
         return .spun
     }
-
-    /// A spinning waiter with a deadline reads the clock once every this many polls (the first
-    /// poll included).
-    static let deadlineCheckEvery = 8
 
     /// The deadline passed while this thread did not park: it leaves the queue, unless the machine
     /// decided first (granted it, or found it expired).

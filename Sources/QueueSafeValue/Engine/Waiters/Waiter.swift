@@ -135,7 +135,8 @@ class Waiter: @unchecked Sendable {
 
     /// Under the engine lock, when a grant comes to this waiting command that may give up (see
     /// ``EngineStateMachine/dropGivenUp(_:now:)``): whether it still wants its turn at `now`
-    /// (`uptimeNanoseconds`, the engine's clock).
+    /// (`uptimeNanoseconds`, the engine's clock; 0 where the transition read no clock: a command
+    /// with a deadline then reads the engine's coarse clock itself).
     func givesUp(at now: UInt64) -> EngineStateMachine.GiveUp { .stays }
 
     /// Under the engine lock: the machine found this command's deadline passed before its turn
