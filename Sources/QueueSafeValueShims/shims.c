@@ -147,6 +147,10 @@ void qsv_release_task(void *task) {
     swift_release(task);
 }
 
+// MARK: - The testing seam's scheduler (see the header)
+
+__thread void *qsv_thread_scheduler_slot;
+
 // MARK: - Idle shared reads
 
 __thread qsv_idle_reads *qsv_idle_reads_current_record;

@@ -122,6 +122,25 @@ int qsv_is_main_thread(void);
 /// floor, and is not used). A hint: the thread may have moved by the time the caller reads it.
 int qsv_current_processor(void);
 
+/// The controlled scheduler that runs the calling thread (the debug builds' testing seam,
+/// `SyncPoints.scheduler`), unretained, or null. A C thread-local because every sync point of every
+/// thread reads it: a Swift global holding a `pthread_key_t` goes through `swift_once` at each read,
+/// which under ThreadSanitizer takes a lock shared by all threads (so that the sanitizer sees the
+/// global's initialization), and threads that poll their words queued on that lock in the kernel.
+#if defined(__linux__)
+extern __thread void *qsv_thread_scheduler_slot __attribute__((tls_model("initial-exec")));
+#else
+extern __thread void *qsv_thread_scheduler_slot;
+#endif
+
+static inline void *qsv_thread_scheduler(void) {
+    return qsv_thread_scheduler_slot;
+}
+
+static inline void qsv_set_thread_scheduler(void *scheduler) {
+    qsv_thread_scheduler_slot = scheduler;
+}
+
 /// Under ThreadSanitizer, makes it ignore the calling thread's memory accesses until the matching
 /// `qsv_sanitizer_ignore_accesses_end()` (synchronization is still tracked); does nothing otherwise.
 void qsv_sanitizer_ignore_accesses_begin(void);

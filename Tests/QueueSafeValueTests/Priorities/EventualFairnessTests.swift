@@ -7,6 +7,9 @@ import Testing
 /// The eventually fair mode on real threads: no lost update under contention, priorities as strict
 /// as ever, a starved waiter served once it waited the bound, and timeouts as before.
 @Suite(.runsAlongsideOthers) struct EventualFairnessTests {
+    /// Six threads, 3,000 blocking commands each. If they do not finish within the bound, the
+    /// failure says how far they got and whether they still move (slow progress) or not (a stall:
+    /// a lost wake-up leaves the value free or held with nobody running).
     @Test func contendedThreads_loseNoUpdate_andNeverOverlap() throws {
         let value = QueueSafeValue(value: 0, label: "eventual counter", fairness: .eventual)
         let inside = Locked(0)
@@ -23,7 +26,17 @@ import Testing
                 }
             }
         }
-        #expect(threads.join())
+        if !threads.join() {
+            // A read that does not get its turn within a second says so instead of a count.
+            func progress() -> String {
+                (try? value.wait(timeout: .seconds(1)).get().get()).map { "\($0)" } ?? "no turn within 1 s"
+            }
+            let atBound = progress()
+            let state = "\(value.diagnostics)"  // rendered now: its waits are measured when rendered
+            Thread.sleep(forTimeInterval: 1)
+            Issue.record(
+                "commands done at the bound: \(atBound) of 18,000, a second later: \(progress()); then: \(state)")
+        }
         #expect(try value.wait.get().get() == 18_000)
         #expect(overlaps.value == 0)
     }

@@ -26,18 +26,17 @@ import QueueSafeValueShims
 @usableFromInline
 enum SyncPoints {
     #if DEBUG
-        /// The scheduler that runs the calling thread, if any.
+        /// The scheduler that runs the calling thread, if any (read at every sync point: a C
+        /// thread-local, see `qsv_thread_scheduler`).
         static var scheduler: (any ControlledScheduler)? {
-            guard let raw = pthread_getspecific(schedulerKey) else { return nil }
+            guard let raw = qsv_thread_scheduler() else { return nil }
             return (Unmanaged<AnyObject>.fromOpaque(raw).takeUnretainedValue() as! any ControlledScheduler)
         }
 
         /// Makes `scheduler` the scheduler of the calling thread (`nil`: none), for the scheduler's own
         /// threads. The scheduler must outlive the thread's use of it.
         static func install(_ scheduler: (any ControlledScheduler)?) {
-            let raw = scheduler.map { Unmanaged.passUnretained($0 as AnyObject).toOpaque() }
-            let status = pthread_setspecific(schedulerKey, raw)
-            precondition(status == 0, "pthread_setspecific failed: \(status)")
+            qsv_set_thread_scheduler(scheduler.map { Unmanaged.passUnretained($0 as AnyObject).toOpaque() })
         }
     #endif
 
@@ -416,14 +415,6 @@ enum SyncPoints {
         /// `file:line`.
         public var description: String { "\(file):\(line)" }
     }
-
-    /// The thread-specific slot for ``SyncPoints/scheduler`` (unretained).
-    private let schedulerKey: pthread_key_t = {
-        var key = pthread_key_t()
-        let status = pthread_key_create(&key, nil)
-        precondition(status == 0, "pthread_key_create failed: \(status)")
-        return key
-    }()
 #endif
 
 // MARK: - Parker
