@@ -168,6 +168,20 @@ struct Comparison: Sendable {
         Comparison(
             library: "read-mostly 4 threads: shared read", baseline: "read-mostly 4 threads: GCD barrier",
             target: nil),
+        // Issue 55: how late a timed wait that gives up returns after its deadline (µs), with every
+        // processor busy, beside a semaphore's timed wait measured the same way.
+        Comparison(
+            library: "timeout lateness p50: wait(timeout:)", baseline: "timeout lateness p50: DispatchSemaphore",
+            target: nil),
+        Comparison(
+            library: "timeout lateness p99: wait(timeout:)", baseline: "timeout lateness p99: DispatchSemaphore",
+            target: nil),
+        Comparison(
+            library: "timeout lateness p50: async(timeout:)", baseline: "timeout lateness p50: DispatchSemaphore",
+            target: nil),
+        Comparison(
+            library: "timeout lateness p99: async(timeout:)", baseline: "timeout lateness p99: DispatchSemaphore",
+            target: nil),
         // The urgent waiter's latency behind a starved holder (ms): a priority-inheriting futex is
         // the floor; a plain mutex shows what happens without inheritance.
         Comparison(library: "priority inversion: wait", baseline: "priority inversion: Mutex", target: .ratioAtMost(2)),

@@ -98,6 +98,11 @@ struct Scenario {
         case bytes = "bytes/command"
         /// A latency per sample, in milliseconds (the priority-inversion rows).
         case milliseconds = "ms"
+        /// A latency per sample, in microseconds (the timeout-lateness rows).
+        case microseconds = "µs"
+
+        /// Whether a sample's figure is a latency (not a cost per operation, which has a rate).
+        var isLatency: Bool { self == .milliseconds || self == .microseconds }
     }
 
     let name: String
@@ -136,7 +141,7 @@ struct ScenarioResult {
     var maximum: Double { values.max() ?? 0 }
     var operationsPerSecond: Double {
         if unit == .bytes { return extras["drainOpsPerSecond"] ?? 0 }
-        if unit == .milliseconds { return 0 }
+        if unit.isLatency { return 0 }
         return median > 0 ? 1e9 / median : 0
     }
 }
