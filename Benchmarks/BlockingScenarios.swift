@@ -11,9 +11,23 @@ enum BlockingScenarios {
             setContendedOnePriority(threads: 2), setContendedOnePriority(threads: 4),
             setContendedOnePriority(threads: 8), setContendedOnePriority(threads: 2, fairness: .eventual),
             setContendedOnePriority(threads: 4, fairness: .eventual),
-            setContendedOnePriority(threads: 8, fairness: .eventual), waitTail(fairness: .strictPriority),
+            setContendedOnePriority(threads: 8, fairness: .eventual),
+            setContendedOnePriority(threads: 8, fairness: boundedSixteen), setContendedPriorityEach(threads: 8),
+            setContendedPriorityEach(threads: 8, fairness: .eventual),
+            setContendedPriorityEach(threads: 8, fairness: boundedSixteen), waitTail(fairness: .strictPriority),
             waitTail(fairness: .eventual),
         ]
+    }
+
+    /// The bounded mode the rows run: a command waits behind at most 16 later arrivals.
+    static let boundedSixteen = try! CommandFairness.bounded(maxOvertakes: 16)
+
+    /// What a row's name says after its shape for `fairness`: nothing for strict priority (the
+    /// default), ` eventual` for the default eventual mode, ` bounded 16` for `.bounded(maxOvertakes: 16)`.
+    static func modeSuffix(_ fairness: CommandFairness) -> String {
+        if let overtakes = fairness.maxOvertakes { return " bounded \(overtakes)" }
+        if fairness.starvationBound != nil { return " eventual" }
+        return ""
     }
 
     /// The priorities the contended scenarios cycle through, each thread from its own offset.
@@ -171,7 +185,7 @@ enum BlockingScenarios {
     /// spelling): the order within a priority is all there is, so this is where a fairness mode
     /// shows.
     static func setContendedOnePriority(threads: Int, fairness: CommandFairness = .strictPriority) -> Scenario {
-        let mode = fairness == .strictPriority ? "" : " eventual"
+        let mode = modeSuffix(fairness)
         return Scenario(
             name: "wait.set contended \(threads) threads one priority\(mode)",
             summary: "value.wait.highestPriority.set { $0 += 1 } from \(threads) threads at once, "
@@ -188,11 +202,45 @@ enum BlockingScenarios {
         }
     }
 
+    /// Every thread at a priority of its own, the same for all its commands (thread `i` at
+    /// ``priorityEach``[i], cycling if there are more threads than levels): the mode decides how
+    /// the priorities meet. Strict priority hands every release to the waiting thread of highest
+    /// priority, the bounded mode too until a waiting command was passed over 16 times; the
+    /// eventual mode lets an arriving thread take a free value only when its priority is above
+    /// every waiting one's, since no two threads share a priority here. Under strict priority and
+    /// the eventual mode the lowest threads may not get through while the others run (they may
+    /// wait without bound): the window opens once every thread has issued its first command, and
+    /// the figure is the time per command of the value, whoever got it.
+    static func setContendedPriorityEach(threads: Int, fairness: CommandFairness = .strictPriority) -> Scenario {
+        let priorities = priorityEach
+        return Scenario(
+            name: "wait.set contended \(threads) threads one priority each\(modeSuffix(fairness))",
+            summary: "value.wait.priority(p).set { $0 += 1 } from \(threads) threads at once, thread i at "
+                + "its own priority (levels \(priorities.prefix(threads).map { "\($0.rawValue)" }.joined(separator: ", "))), "
+                + "fairness \(fairness)",
+            timeWindowed: true
+        ) { window in
+            let value = QueueSafeValue(value: 0, fairness: fairness)
+            let (elapsed, operations, performed) = Concurrency.runThreads(threads, for: UInt64(window)) {
+                index, timed in
+                let priority = priorities[index % priorities.count]
+                return timed.repeatInWindow(arrivingAtCall: true) { value.wait.priority(priority).set { $0 += 1 } }
+            }
+            let final = try! value.wait.highestPriority.get().get()
+            check(final == performed, "wait.set contended \(threads) threads one priority each counted \(final)")
+            return Sample(measured: Double(elapsed), operations: operations)
+        }
+    }
+
+    /// The levels of the one-priority-each rows: eight, spread evenly over the whole range (`0`,
+    /// `36`, `72`, …, `255`; any `UInt8` is a priority, so eight threads need not share one).
+    static let priorityEach: [CommandPriority] = (0..<8).map { CommandPriority(rawValue: UInt8($0 * 255 / 7)) }
+
     /// The tail of the wait on the 4-thread one-priority row: the 99th percentile, over every
     /// command of the window, of the time from the call to the start of the closure. Its figure is
     /// that percentile in nanoseconds (not a cost per command).
     static func waitTail(fairness: CommandFairness) -> Scenario {
-        let mode = fairness == .strictPriority ? "" : " eventual"
+        let mode = modeSuffix(fairness)
         return Scenario(
             name: "wait.set contended 4 threads one priority\(mode) p99 wait",
             summary: "the 99th percentile of the wait from the call to the closure's start, in ns, "

@@ -98,6 +98,11 @@ struct Scenario {
         case bytes = "bytes/command"
         /// A latency per sample, in milliseconds (the priority-inversion rows).
         case milliseconds = "ms"
+        /// A latency per sample, in microseconds (the timeout-lateness rows).
+        case microseconds = "µs"
+
+        /// Whether a sample's figure is a latency (not a cost per operation, which has a rate).
+        var isLatency: Bool { self == .milliseconds || self == .microseconds }
     }
 
     let name: String
@@ -136,7 +141,7 @@ struct ScenarioResult {
     var maximum: Double { values.max() ?? 0 }
     var operationsPerSecond: Double {
         if unit == .bytes { return extras["drainOpsPerSecond"] ?? 0 }
-        if unit == .milliseconds { return 0 }
+        if unit.isLatency { return 0 }
         return median > 0 ? 1e9 / median : 0
     }
 }
@@ -309,12 +314,17 @@ final class ThreadWindow: @unchecked Sendable {
 
     /// Runs `operation` on the calling thread: once, then until the window opens (not counted),
     /// then in batches of 64 until the window has closed (the clock is read once per batch).
+    /// - Parameter arrivingAtCall: the thread counts as arrived when it starts its first operation,
+    ///   not when that operation completed: for rows where a thread may wait without bound by
+    ///   design (strict priority across priorities), whose window would otherwise open only when
+    ///   the threads above it happened to pause, seconds later.
     /// - Returns: how many operations ran in the window, and how many ran in all (what a row's
     ///   check of its counter compares with).
     @inline(__always)
-    func repeatInWindow(_ operation: () -> Void) -> (inWindow: Int, all: Int) {
+    func repeatInWindow(arrivingAtCall: Bool = false, _ operation: () -> Void) -> (inWindow: Int, all: Int) {
+        if arrivingAtCall { arrive() }
         operation()
-        arrive()
+        if !arrivingAtCall { arrive() }
         var before = 1
         while !isOpen {
             operation()

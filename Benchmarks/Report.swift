@@ -46,6 +46,7 @@ enum Format {
         switch result.unit {
         case .bytes: return "\(number(result.median)) B"
         case .milliseconds: return "\(number(result.median)) ms"
+        case .microseconds: return "\(number(result.median)) µs"
         case .nanoseconds: return number(result.median)
         }
     }
@@ -371,7 +372,7 @@ enum Report {
         for row in absolute {
             let text =
                 "\(row.library.name): \(Format.value(row.library))"
-                + (row.library.unit == .bytes ? " per command " : row.library.unit == .milliseconds ? " " : " ns/op ")
+                + (row.library.unit == .bytes ? " per command " : row.library.unit.isLatency ? " " : " ns/op ")
                 + "(target \(row.targetText), \(row.resultText))"
             svg.append("<text x=\"12\" y=\"\(n(lineY))\">\(escape(text))</text>")
             lineY += 22

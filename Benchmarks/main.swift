@@ -30,6 +30,7 @@ let configuration = options.quick ? RunConfiguration.quick : RunConfiguration.fu
 let allScenarios =
     Baselines.all + BlockingScenarios.all + DispatchScenarios.all + AsyncScenarios.all + QueueDepthScenarios.all
     + SharedReadScenarios.all + PriorityInversionScenarios.all + WidthScenarios.all + MonitorScenarios.all
+    + TimeoutScenarios.all
 let scenarios = Comparison.select(allScenarios, filter: options.filter)
 if scenarios.isEmpty {
     printError("Benchmarks: no scenario name contains '\(options.filter ?? "")'. Scenarios:")
