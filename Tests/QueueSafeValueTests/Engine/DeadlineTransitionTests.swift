@@ -84,6 +84,15 @@ import Testing
         }
         machine.checkInvariants(word: stored)
         #expect(machine.waitingCount == 0)
+        // The holder took the section on the idle path; its idle release may have failed on the
+        // `slowRelease` the engine set before the machine refused: the bit stays, and the release
+        // goes through the lock.
+        #expect(word & EngineWord.slowRelease == 0)
+        #expect(stored & EngineWord.slowRelease != 0, "a refusal took back the announcement a holder may have seen")
+        var released = stored
+        _ = machine.release(word: &released, now: 101)
+        machine.checkInvariants(word: released)
+        #expect(released == 0, "the release through the lock did not free the section")
     }
 
     @Test func anOperationWhoseTaskWasCancelled_leavesWhenItsTurnComes() {

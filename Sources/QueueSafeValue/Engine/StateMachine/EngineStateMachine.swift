@@ -236,6 +236,9 @@ struct EngineStateMachine {
         _ waiter: Handle, kind: CommandKind, priority: CommandPriority, shared: Bool, word: inout Int, now: UInt64,
         deadline: UInt64
     ) -> Admission {
+        // The engine set `slowRelease` before deciding, and the holder may have seen it and be on
+        // its way to the lock: it stays set, also for a command refused here.
+        word |= EngineWord.slowRelease
         // mutant(zero-timeout-waits): if false { return .expired }
         if deadline != 0 && deadline <= now { return .expired }
         let role: Role =
@@ -246,7 +249,6 @@ struct EngineStateMachine {
         bound.arrived(ticket, sequence: arrival)
         barging.arrived(ticket.slot, at: now)
         figures?.contended += 1
-        word |= EngineWord.slowRelease
         return .queued(ticket)
     }
 
