@@ -349,6 +349,116 @@ final class SlotProbe<Name: Sendable>: Sendable {
         #expect(try await second.value >= .high)
     }
 
+    /// A queue of width 4 under churn: operations submitted from tasks and a thread at every
+    /// priority, re-prioritized and cancelled while they wait or run, performed (awaited, so that
+    /// their waits take part in deadlock detection, which lists the running slots as the queue's
+    /// holders), the width moved between 1 and 4 and the statistics read, all at once. Nothing is
+    /// lost, nothing runs twice, an operation cancelled while it waited never runs, and never more
+    /// than 4 run at once. Run under ThreadSanitizer in CI, it checks too that the list of running
+    /// slots shares no memory with the engine once its lock is let go (issue 55).
+    @Test func churnOfPrioritiesCancelsAndWidths_losesNothingAndRunsNothingCancelled() async throws {
+        let perWorker = TestEnvironment.iterations(60, sanitized: 30)
+        let queue = try CommandQueue(width: 4)
+        queue.collectStatistics()
+        let probe = SlotProbe<Int>()
+        let operation = { @Sendable (index: Int) async -> Int in
+            probe.enter(index)
+            await Task.yield()
+            try? await Task.sleep(nanoseconds: 200_000)
+            probe.exit()
+            return index
+        }
+        let handles = Locked<[(index: Int, operation: QueuedOperation<Int>)]>([])
+        let cancelledWaiting = Locked<Set<Int>>([])  // cancel() answered .waiting: they must never run
+        let performed = Locked<[Int]>([])
+        let submitting = Locked(3)
+        let submitter = { @Sendable (worker: Int, step: Int) in
+            let index = worker * 1_000 + step
+            let submitted = queue.submit(priority: CommandPriority.testPriorities[(worker + step) % 7]) {
+                await operation(index)
+            }
+            handles.withLock { $0.append((index, submitted)) }
+        }
+        let tasks = (0..<2).map { worker in
+            Task.detached {
+                for step in 0..<perWorker {
+                    submitter(worker, step)
+                    if step % 3 == 0 {
+                        let index = worker * 1_000 + 500 + step
+                        let result = try await queue.perform(priority: CommandPriority.testPriorities[step % 7]) {
+                            await operation(index)
+                        }
+                        performed.withLock { $0.append(result) }
+                    }
+                }
+                submitting.add(-1)
+            }
+        }
+        let threads = ThreadGroup()
+        threads.spawn {
+            for step in 0..<perWorker {
+                submitter(2, step)
+                if step % 4 == 0 { usleep(200) }
+            }
+            submitting.add(-1)
+        }
+        let churn = Task.detached {
+            var turn = 0
+            while submitting.value > 0 || turn < 4 * perWorker {
+                // Picked under the lock: a copy of the list, read after it, would share storage
+                // with the list the submitters append to (see `Figures.unshared`).
+                if let (index, handle) = handles.withLock({ $0.isEmpty ? nil : $0[(turn * 7) % $0.count] }) {
+                    if turn % 5 == 4 {
+                        if handle.cancel() == .waiting { cancelledWaiting.withLock { _ = $0.insert(index) } }
+                    } else {
+                        handle.setPriority(CommandPriority.testPriorities[turn % 7])
+                    }
+                }
+                if turn % 10 == 9 { try queue.setWidth(turn / 10 % 4 + 1) }
+                if turn % 16 == 15 { _ = queue.statistics(reset: turn % 32 == 31)?.description }
+                turn += 1
+                await Task.yield()
+            }
+            try queue.setWidth(4)
+        }
+        // What deadlock detection sees as the queue's holders while it churns: the running
+        // operations' tasks, never more than the widest the queue has been. The watcher pauses
+        // between looks, taking no lock the queue takes, as a waiter that registers does.
+        let churning = Locked(true)
+        let strayHolders = Locked<[String]>([])
+        threads.spawn {
+            while churning.value {
+                let holders = queue.engine.holderNodes
+                if holders.count > 4 || holders.contains(where: { if case .thread = $0 { true } else { false } }) {
+                    strayHolders.withLock { $0.append("\(holders)") }
+                }
+                usleep(50)
+            }
+        }
+        for task in tasks { try await withHangTimeout { try await task.value } }
+        try await withHangTimeout { try await churn.value }
+        churning.set(false)
+        try await threads.join()
+        #expect(strayHolders.value.isEmpty, "\(strayHolders.value)")
+        var finished: [Int] = []
+        for (index, handle) in handles.value {
+            do {
+                let result = try await withHangTimeout { try await handle.value }
+                #expect(result == index)
+                finished.append(index)
+            } catch QueueSafeValueError.cancelled {
+                #expect(!probe.startOrder.contains(index), "operation \(index) ran, then threw .cancelled")
+            }
+        }
+        let started = probe.startOrder
+        #expect(Set(started).count == started.count, "an operation ran twice: \(started)")
+        #expect(Set(started) == Set(finished + performed.value), "the operations that ran are those that finished")
+        #expect(cancelledWaiting.value.isDisjoint(with: started), "cancelled while waiting, but ran")
+        #expect(performed.value.count == 2 * ((perWorker + 2) / 3))
+        #expect(probe.mostAtOnce <= 4 && probe.runningNow == 0)
+        #expect(queue.statistics() != nil)
+    }
+
     @Test func aPermitComposesWithATaskGroup() async throws {
         let queue = try CommandQueue(width: 2)
         let probe = SlotProbe<String>()

@@ -55,6 +55,18 @@ struct Figures {
     mutating func holdEnded(after nanoseconds: UInt64) {
         longestHold = max(longestHold, nanoseconds)
     }
+
+    /// A copy with arrays of its own. A plain copy would share the histograms' storage with this
+    /// value until one side writes: a read that copied them under the lock and read them after
+    /// would then read storage the next hand-on writes in place. That is safe (the hand-on writes in
+    /// place only once the read has let its copy go), but the reference count that orders the two
+    /// is kept by the Swift runtime, which ThreadSanitizer does not see, so it reported a race.
+    var unshared: Figures {
+        var copy = self
+        // `map` builds new arrays, where `Array(_:)` of an array shares its storage.
+        copy.waits = waits.map { ($0.priority, $0.counts.map { $0 }) }
+        return copy
+    }
 }
 
 extension EngineStateMachine {
@@ -65,10 +77,14 @@ extension EngineStateMachine {
         figures = on ? Figures(since: now) : nil
     }
 
-    /// The statistics, and a fresh start if `reset`; `nil` while they are off.
+    /// The statistics, and a fresh start if `reset`; `nil` while they are off. What it returns
+    /// shares no storage with the machine, which the caller reads after the lock: after a reset
+    /// the machine keeps nothing of it; otherwise it is a copy with arrays of its own (see
+    /// ``Figures/unshared``).
     mutating func readFigures(reset: Bool, now: UInt64) -> Figures? {
         guard let current = figures else { return nil }
-        if reset { figures = Figures(since: now) }
+        guard reset else { return current.unshared }
+        figures = Figures(since: now)
         return current
     }
 
