@@ -117,7 +117,10 @@ import Testing
     @Test func awaitingAQueuedOperationBehindItself_isRefusedAtOnce() async throws {
         let queue = CommandQueue(label: "uploads")
         let later = Mailbox<QueuedOperation<Int>>()
+        // The first operation may begin as soon as it is submitted: it waits until the second is.
+        let submitted = Gate()
         let first = queue.submit { () -> String in
+            await submitted.wait()
             guard let operation = later.value else { return "no operation to await" }
             do {
                 _ = try await operation.value
@@ -129,6 +132,7 @@ import Testing
             }
         }
         later.value = queue.submit { 42 }
+        submitted.open()
         let outcome = try await withHangTimeout { try await first.value }
         #expect(outcome.hasPrefix("deadlock: "), "\(outcome)")
         #expect(
