@@ -89,8 +89,8 @@ struct CommandHeap: Hashable {
             let top = run[runStart]
             runStart += 1
             // The consumed entries stay until they are most of at least 64: emptying the array at
-            // every pop that emptied the run made that pop pay for the array's bookkeeping, and
-            // in a hand-off between two threads nearly every pop empties the run.
+            // every pop that emptied the run was a large part of such a pop's cost, and in a
+            // hand-off between two threads nearly every pop empties the run.
             if runStart >= 64 && runStart * 2 >= run.count {
                 run.removeFirst(runStart)
                 runStart = 0
