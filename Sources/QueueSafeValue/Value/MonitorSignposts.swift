@@ -4,7 +4,7 @@ import Dispatch
     import os
 #endif
 
-// The monitor's events as signposts, on Apple platforms (issue 46): one switch,
+// The monitor's events as signposts, on Apple platforms: one switch,
 // `QueueSafeValue.monitor(signposts: true)`, off by default. Everywhere else, and below macOS 12 /
 // iOS 15 / tvOS 15 / watchOS 8 (`OSSignposter`), nothing is made and nothing is emitted.
 

@@ -20,7 +20,7 @@ public enum QueueSafeValueError: Error, Equatable, Hashable, Sendable, CustomStr
     /// A `wait(timeout:)` command did not get the critical section in time. It will never run. The
     /// payload says what held the value and what waited for it at that moment.
     // Indirect: the payloads are large, and an inline payload would make every `Result` and every
-    // `QueueSafeValueError?` that the idle path returns as large (a measurable cost per command).
+    // `QueueSafeValueError?` that the idle path returns as large, for every command to move.
     indirect case timedOut(QueueDiagnostics)
     /// The task that issued (or was created for) the command was cancelled before the command
     /// started. It will never run.

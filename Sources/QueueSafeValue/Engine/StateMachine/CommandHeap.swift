@@ -20,7 +20,7 @@ struct CommandHeap: Hashable {
         let slot: UInt32
         /// When the command began to wait, in milliseconds of the machine's clock, wrapping every
         /// 49 days (a wait's length is a wrapping difference): for diagnostics. It takes the
-        /// padding after `slot`, so an entry stays 16 bytes.
+        /// padding after `slot`, so an entry grows no larger for it.
         var arrivedAt: UInt32 = 0
     }
 
@@ -89,7 +89,8 @@ struct CommandHeap: Hashable {
             let top = run[runStart]
             runStart += 1
             // The consumed entries stay until they are most of at least 64: emptying the array at
-            // every pop that emptied the run was a quarter of the pop (issue 44's hand-off).
+            // every pop that emptied the run was a large part of such a pop's cost, and in a
+            // hand-off between two threads nearly every pop empties the run.
             if runStart >= 64 && runStart * 2 >= run.count {
                 run.removeFirst(runStart)
                 runStart = 0

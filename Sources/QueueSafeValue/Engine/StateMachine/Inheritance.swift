@@ -10,8 +10,8 @@
 struct Inheritance {
     /// The urgencies of parked waiters, indexed by slot (`nil`: the command in that slot has not
     /// parked). For a link of a chain, its own urgency and the inherited one, merged. An array, not
-    /// a dictionary: a contended awaiting command parks and is cleared once each, and hashing its
-    /// slot and urgency on both was a tenth of its cost.
+    /// a dictionary: a contended awaiting command parks and is cleared once each, and an array
+    /// indexed by slot spares both the hashing of its slot and urgency.
     private var urgencies: [Urgency?] = []
     /// How many entries of ``urgencies`` are not `nil`.
     private var parkedCount = 0

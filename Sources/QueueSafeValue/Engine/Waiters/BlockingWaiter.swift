@@ -42,12 +42,12 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     /// The command left the queue on the machine's decision: a grant found its deadline passed.
     private static let leftBit = 32
 
-    /// How many times a waiter polls before it parks: a few microseconds, longer than a typical
-    /// short critical section and shorter than a futex sleep and wake-up.
+    /// How many times a waiter polls before it parks: longer than a typical short critical
+    /// section, and shorter than a futex sleep and wake-up.
     static let spinLimit = 200
-    /// How many polls the head spins without yielding: about a microsecond on a 2-core machine,
-    /// which a hand-off between running threads completes within. Past them it yields every
-    /// ``headYieldEvery`` polls: the holder it waits for may be waiting for this CPU.
+    /// How many polls the head spins without yielding: long enough for a hand-off between running
+    /// threads to complete. Past them it yields every ``headYieldEvery`` polls: the holder it waits
+    /// for may be waiting for this CPU.
     static let headPatience = 32
     /// After ``headPatience`` polls the head yields every this many.
     static let headYieldEvery = 4
@@ -160,7 +160,7 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
         // Eventually fair mode: this thread was woken to claim a free section and is on its way.
         var claiming = false
         while true {
-            // Before each spin (a few microseconds), and as it parks: a deadline that passed while
+            // Before each spin, and as it parks: a deadline that passed while
             // this thread did not run ends the wait here.
             if let deadline, SyncPoints.now() >= deadline {
                 return giveUp(engine: engine, ticket: ticket)
@@ -276,8 +276,8 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
 
     /// Stores where this thread waits, for the thread that grants it (``waitsOnCallersProcessor``),
     /// and returns it (-1: unknown, and nothing is stored). Called as the spin starts and after each
-    /// yield (which may have moved the thread), not at every poll: slower where the C library
-    /// cannot read it from the thread's restartable-sequence area (35 instructions under valgrind).
+    /// yield (which may have moved the thread), not at every poll: where the C library cannot read
+    /// it from the thread's restartable-sequence area, each read is a call of its own.
     private func noteProcessor() -> Int {
         let here = SyncPoints.currentProcessor()
         if here >= 0 && processor.loadRelaxed() != here { processor.storeRelaxed(here) }
