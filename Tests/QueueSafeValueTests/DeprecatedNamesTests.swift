@@ -37,10 +37,10 @@ import Testing
     }
 
     @available(*, deprecated, message: "uses the original library's deprecated names on purpose")
-    @Test func asyncedCommandNames_nameDispatchCommands() {
-        #expect(AsyncedCommandsWithPriority<Int>.self == DispatchCommands<Int>.self)
-        #expect(HighestPriorityAsyncedCommands<Int>.self == DispatchCommands<Int>.self)
-        #expect(LowestPriorityAsyncedCommands<Int>.self == DispatchCommands<Int>.self)
+    @Test func asyncedCommandNames_nameTheDispatchSchedule() {
+        #expect(AsyncedCommandsWithPriority<Int>.self == DispatchSchedule<Int>.self)
+        #expect(HighestPriorityAsyncedCommands<Int>.self == DispatchSchedule<Int>.self)
+        #expect(LowestPriorityAsyncedCommands<Int>.self == DispatchSchedule<Int>.self)
 
         let value = QueueSafeValue(value: 0)
         let highest: HighestPriorityAsyncedCommands<Int> = value.async(performIn: .global()).highestPriority
@@ -53,23 +53,5 @@ import Testing
         delivered.wait()
         delivered.wait()
         #expect(value.wait.lowestPriority.get() == .success(2))
-    }
-
-    /// This library's earlier names: the awaiting and dispatch commands' per-priority types name
-    /// their schedules, and the two issuer protocols the protocols that declare the commands once.
-    @available(*, deprecated, message: "uses this library's deprecated names on purpose")
-    @Test func earlierNames_nameTheSchedules() {
-        #expect(AwaitCommands<Int>.self == AwaitSchedule<Int>.self)
-        #expect(DispatchCommands<Int>.self == DispatchSchedule<Int>.self)
-        func setTwice<Issuer: BlockingCommandIssuer>(_ issuer: Issuer) where Issuer.Value == Int {
-            issuer.set { $0 += 1 }
-            issuer.commands.set { $0 += 1 }
-        }
-        let value = QueueSafeValue(value: 0)
-        setTwice(value.wait)
-        let synced = QueueSafeSyncedValue(value: 0)
-        setTwice(synced)
-        #expect(value.wait.get() == .success(2))
-        #expect(synced.get() == .success(2))
     }
 }

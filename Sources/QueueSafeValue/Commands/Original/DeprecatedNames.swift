@@ -66,25 +66,3 @@ public typealias HighestPriorityAsyncedCommands<Value> = DispatchSchedule<Value>
 /// more, so `is`/`as?` cannot tell it from the other priorities' commands.
 @available(*, deprecated, renamed: "DispatchSchedule")
 public typealias LowestPriorityAsyncedCommands<Value> = DispatchSchedule<Value>
-
-// MARK: - This library's earlier names
-
-/// The type of an awaiting schedule's commands at one priority, before the priority became part of
-/// the schedule: ``AwaitSchedule`` now serves every priority.
-@available(*, deprecated, renamed: "AwaitSchedule")
-public typealias AwaitCommands<Value> = AwaitSchedule<Value>
-
-/// The type of a dispatch schedule's commands at one priority, before the priority became part of
-/// the schedule: ``DispatchSchedule`` now serves every priority.
-@available(*, deprecated, renamed: "DispatchSchedule")
-public typealias DispatchCommands<Value> = DispatchSchedule<Value>
-
-/// What issued blocking commands without a priority: ``WaitScheduling`` now declares every blocking
-/// command once, for the schedule, its priorities and the synced container.
-@available(*, deprecated, renamed: "WaitScheduling")
-public typealias BlockingCommandIssuer = WaitScheduling
-
-/// What issued dispatch commands without a priority: ``DispatchScheduling`` now declares every
-/// dispatch command once, for the schedule and the asynced container.
-@available(*, deprecated, renamed: "DispatchScheduling")
-public typealias DispatchCommandIssuer = DispatchScheduling

@@ -31,12 +31,12 @@ public final class QueueSafeAsyncedValue<Value> {
         let engine = ValueEngine(value: value, label: label, fairness: fairness)
         ownership = ContainerOwnership(engine)
         self.queue = queue
-        schedule = DispatchSchedule(engine: engine, queue: queue)
+        storedSchedule = DispatchSchedule(engine: engine, queue: queue)
     }
 
     /// The dispatch schedule of the value on ``queue``: what its commands run on. Stored, so a
     /// command issued on the container costs no reference counting to reach it.
-    public let schedule: DispatchSchedule<Value>
+    @usableFromInline let storedSchedule: DispatchSchedule<Value>
 
     /// How many manual-completion closures of this value's commands were released without being
     /// called (each such command still ended).
@@ -55,4 +55,8 @@ public final class QueueSafeAsyncedValue<Value> {
 // @unchecked Sendable: the value is touched only by the command holding the critical section
 extension QueueSafeAsyncedValue: @unchecked Sendable where Value: Sendable {}
 
-extension QueueSafeAsyncedValue: DispatchScheduling {}
+extension QueueSafeAsyncedValue: DispatchScheduling {
+    /// The container's schedule: the value on ``queue``, at ``CommandPriority/default``.
+    @inlinable
+    public func dispatchSchedule(_ key: SchedulingKey) -> DispatchSchedule<Value> { storedSchedule }
+}

@@ -105,5 +105,5 @@ extension QueueSafeSyncedValue: @unchecked Sendable where Value: Sendable {}
 extension QueueSafeSyncedValue: WaitScheduling {
     /// The commands issued on the container itself: ``defaultPriority``.
     @inlinable
-    public var commands: WaitCommands<Value> { schedule.defaultPriority }
+    public func waitCommands(_ key: SchedulingKey) -> WaitCommands<Value> { schedule.defaultPriority }
 }

@@ -44,7 +44,7 @@ extension DispatchSchedule: Sendable {}
 extension DispatchSchedule: DispatchScheduling {
     /// The schedule itself.
     @inlinable
-    public var schedule: DispatchSchedule<Value> { self }
+    public func dispatchSchedule(_ key: SchedulingKey) -> DispatchSchedule<Value> { self }
 }
 
 // MARK: - DispatchScheduling
@@ -54,15 +54,21 @@ extension DispatchSchedule: DispatchScheduling {
 /// the schedule step.
 ///
 /// The dispatch commands (`withLock`, `read`, `transaction`, `get`, `set`, `map`) and the priority
-/// selectors are declared once, in this protocol's extensions, and run on ``schedule``: its queue
-/// and its priority. A protocol, because the container is a class (it owns its value and closes it
-/// when it goes) and a class can share a struct's methods no other way; its one requirement names
-/// the schedule.
+/// selectors are declared once, in this protocol's extensions, and run on the schedule its one
+/// requirement names: its queue and its priority. A protocol, because the container is a class (it
+/// owns its value and closes it when it goes) and a class can share a struct's methods no other
+/// way; the requirement is plumbing that only this module can call (see ``SchedulingKey``).
 public protocol DispatchScheduling {
     /// The type of the guarded value.
     associatedtype Value
     /// The dispatch schedule the commands run on: the value's engine, a queue and a priority.
-    var schedule: DispatchSchedule<Value> { get }
+    /// Plumbing: only this module can make the key, so only it can call this.
+    func dispatchSchedule(_ key: SchedulingKey) -> DispatchSchedule<Value>
+}
+
+extension DispatchScheduling {
+    /// The schedule the commands run on.
+    @inlinable var schedule: DispatchSchedule<Value> { dispatchSchedule(SchedulingKey()) }
 }
 
 extension DispatchScheduling {

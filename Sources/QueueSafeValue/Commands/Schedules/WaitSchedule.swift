@@ -83,7 +83,7 @@ extension WaitSchedule: Sendable {}
 extension WaitSchedule: WaitScheduling {
     /// The commands issued on the schedule itself: ``defaultPriority``.
     @inlinable
-    public var commands: WaitCommands<Value> { defaultPriority }
+    public func waitCommands(_ key: SchedulingKey) -> WaitCommands<Value> { defaultPriority }
 }
 
 // MARK: - WaitCommands
@@ -114,7 +114,7 @@ extension WaitCommands: Sendable {}
 extension WaitCommands: WaitScheduling {
     /// The commands themselves.
     @inlinable
-    public var commands: WaitCommands<Value> { self }
+    public func waitCommands(_ key: SchedulingKey) -> WaitCommands<Value> { self }
 }
 
 // MARK: - WaitScheduling
@@ -123,20 +123,30 @@ extension WaitCommands: WaitScheduling {
 /// one priority (``WaitCommands``) and the synced container (``QueueSafeSyncedValue``).
 ///
 /// The blocking commands (`withLock`, `read`, `transaction`, `get`, `set`, `map`) are declared once,
-/// in this protocol's extensions, and run with ``commands``' priority and timeout. A protocol,
+/// in this protocol's extensions, and run with the priority and timeout its one requirement names. A protocol,
 /// because two structs and a class share them: the schedule and its priorities are two types so
 /// that `value.wait.highestPriority` is a stored property (no reference counting on the idle path),
 /// and the container is a class (it owns its value and closes it when it goes). Its one requirement
-/// names the commands' priority and timeout.
+/// is plumbing that only this module can call (see ``SchedulingKey``).
 public protocol WaitScheduling {
     /// The type of the guarded value.
     associatedtype Value
-    /// The value's engine, the priority the commands queue at and how long they may wait.
-    var commands: WaitCommands<Value> { get }
+    /// The value's engine, the priority the commands queue at and how long they may wait. Plumbing:
+    /// only this module can make the key, so only it can call this.
+    func waitCommands(_ key: SchedulingKey) -> WaitCommands<Value>
+}
+
+/// The key to the plumbing requirements of ``WaitScheduling`` and ``DispatchScheduling``: only this
+/// module can make one, so code outside it can conform to neither in a way that matters and can
+/// call neither requirement (`value.wait.waitCommands(…)` does not compile without a key). It
+/// carries nothing and costs nothing.
+public struct SchedulingKey: Sendable {
+    @usableFromInline init() {}
 }
 
 extension WaitScheduling {
     // The parts the commands' bodies read.
+    @inlinable var commands: WaitCommands<Value> { waitCommands(SchedulingKey()) }
     @inlinable var engine: ValueEngine<Value> { commands.engine }
     @inlinable var commandPriority: CommandPriority { commands.commandPriority }
     @inlinable var timeout: DispatchTimeInterval? { commands.timeout }
