@@ -42,12 +42,12 @@ import Testing
 
     private func claim(
         _ machine: inout Machine, _ word: inout Int, _ ticket: Machine.Ticket, parking: Bool = false, at now: UInt64
-    ) -> (Machine.ClaimOutcome, Machine.Actions) {
+    ) -> (Machine.Found, Machine.Actions) {
         var newWord = word | EngineWord.slowRelease
         let result = machine.claim(ticket, parking: parking, word: &newWord, now: now)
         word = newWord
         machine.checkInvariants(word: word)
-        return result
+        return (result.found, result)
     }
 
     private func woken(_ actions: Machine.Actions) -> [Int] {
@@ -65,7 +65,7 @@ import Testing
             !EngineWord.isHeld(word) && word & EngineWord.slowRelease != 0, "free, and newcomers go through the lock")
         // Woken once: another release before its claim wakes nobody again.
         let (outcome, claimed) = claim(&machine, &word, waiter!, at: 30)
-        #expect(outcome == .done && claimed.grant?.handle.number == 1)
+        #expect(outcome == .settled && claimed.grant?.handle.number == 1)
         #expect(EngineWord.isHeld(word))
     }
 
@@ -76,11 +76,11 @@ import Testing
         #expect(arrive(&machine, &word, 2, .medium, at: 30) == nil, "it barges")
         #expect(word & EngineWord.slowRelease != 0, "the barger hands on through the lock")
         let (outcome, actions) = claim(&machine, &word, waiter, at: 40)
-        #expect(outcome == .wait && actions.isEmpty)
+        #expect(outcome == .stillHeld && actions.isEmpty)
         // It is still on its way (it spins), so the barger's release wakes nobody.
         let again = release(&machine, &word, at: 50)
         #expect(again.grant == nil && woken(again).isEmpty)
-        #expect(claim(&machine, &word, waiter, at: 60).0 == .done)
+        #expect(claim(&machine, &word, waiter, at: 60).0 == .settled)
     }
 
     @Test func aClaimerThatParks_isWokenAgainByTheNextRelease() {
@@ -88,7 +88,7 @@ import Testing
         let waiter = arrive(&machine, &word, 1, .medium, at: 10)!
         _ = release(&machine, &word, at: 20)
         _ = arrive(&machine, &word, 2, .medium, at: 30)
-        #expect(claim(&machine, &word, waiter, parking: true, at: 40).0 == .wait)
+        #expect(claim(&machine, &word, waiter, parking: true, at: 40).0 == .stillHeld)
         #expect(woken(release(&machine, &word, at: 50)) == [1])
     }
 
@@ -100,7 +100,7 @@ import Testing
         #expect(arrive(&machine, &word, 3, .highest, at: 40) == nil, "a higher priority still takes it")
         _ = release(&machine, &word, at: 50)
         let (outcome, actions) = claim(&machine, &word, high, at: 60)
-        #expect(outcome == .done && actions.grant?.handle.number == 1)
+        #expect(outcome == .settled && actions.grant?.handle.number == 1)
     }
 
     @Test func aWaiterThatWaitedTheBound_isHandedTheSectionDirectly_andNobodyBargesPastIt() {
@@ -109,7 +109,7 @@ import Testing
         _ = release(&machine, &word, at: 20)
         // Due at 1,010: a command of its priority arriving then waits.
         #expect(arrive(&machine, &word, 2, .medium, at: 1_010) != nil)
-        #expect(claim(&machine, &word, waiter, at: 1_020).0 == .done)
+        #expect(claim(&machine, &word, waiter, at: 1_020).0 == .settled)
         // 2 is due too by its release: handed on directly.
         let actions = release(&machine, &word, at: 2_020)
         #expect(actions.grant?.handle.number == 2 && woken(actions).isEmpty)

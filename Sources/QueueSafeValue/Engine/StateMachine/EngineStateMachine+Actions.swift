@@ -27,6 +27,10 @@ extension EngineStateMachine {
         var handle: Handle
         /// Who starts it.
         var starter: Starter
+        /// How long it waited, in milliseconds (for the monitor's long waits); ``unknownWait`` when
+        /// it was granted ahead of the waiting order or in a batch of reads. Placed here, where the
+        /// grant has room, so that the actions stay their size.
+        var waited = Grant.unknownWait
         /// Parked waiters remain behind it: it inherits this urgency, raised by the releaser before
         /// it is started (see ``Urgency``); `none` if there is nothing to raise.
         var urgency: Urgency
@@ -34,6 +38,9 @@ extension EngineStateMachine {
         /// It is a shared read: it holds beside other readers, and releases by its ticket (a
         /// dispatched one is not published in the dispatched holder's slot).
         var shared: Bool
+
+        /// ``waited`` when the time the command waited is not at hand.
+        static let unknownWait = UInt32.max
     }
 
     /// A rarer action, kept out of the fields every release copies.
@@ -62,10 +69,9 @@ extension EngineStateMachine {
         /// thread woken).
         case expired(Handle)
         /// A hold the monitor reported as long (``Hold/isReportedLong``) ended, after at least
-        /// ``EngineStateMachine/endedLongHold`` nanoseconds: the storage reports its end, naming the
-        /// holder from the words that still name it. (No payload: a case with a number would make
-        /// every action a word larger, and every release copy its actions.)
-        case longHoldEnded
+        /// `nanoseconds`: the storage reports its end, naming the holder from the words that still
+        /// name it.
+        case longHoldEnded(nanoseconds: UInt64)
     }
 
     /// What the storage performs after a transition, once the engine lock is released, in this
@@ -79,6 +85,9 @@ extension EngineStateMachine {
         /// The releasing thread had been raised for this hold: it ends its boost (after starting
         /// the grant: at its own priority it might not get the processor to hand the section on).
         var endBoost = false
+        /// A waiter the holder inherited from stopped waiting without being granted: the holder's
+        /// raised parties come down to what still waits (last, once everything else is done).
+        var lowersBoost = false
         /// The container is gone and nothing holds or waits: free the value.
         var freeValue = false
         /// A tracked holder (an operation, a manual completion) ended: its task reference goes.
@@ -106,6 +115,15 @@ extension EngineStateMachine {
         case holding
         /// The command is gone: it ended, or left the queue earlier.
         case gone
+        /// A claim (``claim(_:parking:word:now:)``) settled: the claimer was granted the section,
+        /// or no longer waits; it looks at its own state.
+        case settled
+        /// A claim found the section held: the claimer goes on waiting, still on its way unless it
+        /// parks.
+        case stillHeld
+        /// A claim found another command first now (woken or granted instead): the claimer goes on
+        /// waiting, no longer on its way.
+        case passedOn
     }
 }
 
@@ -153,6 +171,6 @@ extension EngineStateMachine {
 extension EngineStateMachine.Actions {
     /// Nothing to do.
     var isEmpty: Bool {
-        grant == nil && ended == nil && others.isEmpty && !endBoost && !freeValue
+        grant == nil && ended == nil && others.isEmpty && !endBoost && !freeValue && !lowersBoost
     }
 }

@@ -72,8 +72,4 @@ extension EngineStateMachine {
         inheritance.beginBoost()
     }
 
-    /// Whether the storage must bring the raised parties down now; clears the request.
-    mutating func takeBoostSync() -> Bool {
-        inheritance.takeBoostSync()
-    }
 }

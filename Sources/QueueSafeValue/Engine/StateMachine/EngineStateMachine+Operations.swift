@@ -13,7 +13,7 @@ extension EngineStateMachine {
         guard let pending = discarding.takePending(), table.isCurrent(pending) else { return actions }
         switch table[pending.slot].state {
         case .waiting:
-            if let discarded = markLeft(pending.slot) { actions.others.append(.left(discarded)) }
+            if let discarded = markLeft(pending.slot, &actions) { actions.others.append(.left(discarded)) }
             table.sweepIfMostlyDead()
         case .holding:
             // mutant(discard-forgets-granted): break
@@ -121,7 +121,7 @@ extension EngineStateMachine {
             // Its task may have been cancelled already: it was cancelled then, not now.
             actions.found = handle.givesUp(at: now) == .cancelled ? .gone : .left
             // mutant(cancel-leaves-it-queued): return actions
-            _ = markLeft(ticket.slot)
+            _ = markLeft(ticket.slot, &actions)
             actions.others += [.left(handle), .cancel(handle)]
             if hold.readersHold { admitWaitingReaders(&actions, now: now) }
             table.sweepIfMostlyDead()
@@ -173,7 +173,7 @@ extension EngineStateMachine {
             table.freeIfUnused(slot)
         }
         // Nobody waits now: a boost of the holder has lost every reason.
-        inheritance.lowerIfNeeded(readersHold: hold.readersHold)
+        if inheritance.lowerIfNeeded(readersHold: hold.readersHold) { result.lowersBoost = true }
         assert(table.waitingCount == 0)
         bound.reset()
         // The running operations: the one tracked holder, or every operation holding a slot.

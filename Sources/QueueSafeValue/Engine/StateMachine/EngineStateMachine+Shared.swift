@@ -115,7 +115,7 @@ extension EngineStateMachine {
             assert(popped == slot, "popNext() granted another command than it showed")
             if inheritance.hasParked {
                 inheritance.clear(popped)
-                inheritance.lowerIfNeeded(readersHold: true)
+                if inheritance.lowerIfNeeded(readersHold: true) { actions.lowersBoost = true }
             }
             _ = grantReader(popped)
             startReader(&actions, popped, kind: kind)

@@ -136,23 +136,6 @@ struct EngineStateMachine {
     var barging: Barging
     /// The opt-in statistics (`Figures.swift`): `nil` while off.
     var figures: Figures?
-    /// How long the last hold the monitor reported as long lasted, in nanoseconds (at least): read
-    /// with ``Other/longHoldEnded``.
-    private(set) var endedLongHold: UInt64 = 0
-    /// When the command this transition granted from the waiting order began to wait
-    /// (``CommandHeap/Entry/arrivedAt``), for the monitor's long waits; 0 when none was, or it is
-    /// not known (granted ahead of the order, or in a batch of reads). Kept beside the actions, not
-    /// in them: a larger grant made every release copy its actions. Read once, by the transition's
-    /// perform (``takeGrantArrival()``).
-    private var grantArrival: UInt32 = 0
-    /// The time of that grant (the transition's `now`), so that the storage needs no clock of its own.
-    private var grantTime: UInt64 = 0
-
-    /// ``grantArrival`` and the grant's time, cleared for the next transition.
-    mutating func takeGrantArrival() -> (arrivedAt: UInt32, grantedAt: UInt64) {
-        defer { grantArrival = 0 }
-        return (grantArrival, grantTime)
-    }
     /// - Parameters:
     ///   - maxOvertakes: `nil` for strict priority (the default), or how many commands that
     ///     arrived after a waiting command may be granted before it (see ``CommandFairness``).
@@ -325,9 +308,9 @@ struct EngineStateMachine {
     @inline(never)
     mutating func noteHoldEnded(_ actions: inout Actions, reportedLong: Bool, now: UInt64) {
         let length = hold.since != 0 && now >= hold.since ? now - hold.since : 0
+        // mutant(long-hold-end-dropped): if false {
         if reportedLong {
-            endedLongHold = length
-            actions.others.append(.longHoldEnded)
+            actions.others.append(.longHoldEnded(nanoseconds: length))
         }
         if length > 0 { figures?.holdEnded(after: length) }
     }
@@ -367,7 +350,9 @@ struct EngineStateMachine {
         // Decided before the record goes: a helper is found among the records still waiting.
         actions.grant = grant(
             next, kind: kind, urgency: inherited, releaserQueue: releaserQueue, boosted: actions.endBoost)
-        (grantArrival, grantTime) = (table.lastPoppedArrival, now)
+        if table.lastPoppedArrival != 0 {
+            actions.grant?.waited = UInt32(truncatingIfNeeded: now / 1_000_000) &- table.lastPoppedArrival
+        }
         if figures != nil { noteHandedOn(now: now) }
         var word = closedBit | kind.wordBits
         if kind == .operation {
@@ -423,7 +408,7 @@ struct EngineStateMachine {
     mutating func leave(_ ticket: Ticket, now: UInt64 = 0) -> Actions? {
         guard table.isWaiting(ticket) else { return nil }
         var actions = Actions()
-        if let waiter = markLeft(ticket.slot) { actions.others.append(.left(waiter)) }
+        if let waiter = markLeft(ticket.slot, &actions) { actions.others.append(.left(waiter)) }
         // An exclusive command that left may have been all that kept shared reads behind it waiting.
         if hold.readersHold { admitWaitingReaders(&actions, now: now) }
         table.sweepIfMostlyDead()
@@ -466,18 +451,6 @@ struct EngineStateMachine {
         actions.others.append(.claim(handle))
     }
 
-    /// What ``claim(_:parking:word:now:)`` decided.
-    enum ClaimOutcome {
-        /// The claimer was granted the section (its start is in the actions), or no longer waits
-        /// (granted directly, or it left): it looks at its own state.
-        case done
-        /// The section is held: the claimer goes on waiting, still on its way unless it parks.
-        case wait
-        /// Another command is first now (it was woken or granted instead): the claimer goes on
-        /// waiting, no longer on its way.
-        case passedOn
-    }
-
     /// Eventually fair mode: the waiting command `ticket`, woken to claim a free section, claims
     /// it. If the section is free it is granted (or, if another command is first now, that one is
     /// woken or granted); if a command took it first, the claimer waits on.
@@ -485,16 +458,21 @@ struct EngineStateMachine {
     ///   - parking: the claimer is about to park: it is no longer on its way, so the next release
     ///     wakes it again.
     ///   - word: the word, with `slowRelease` set by the engine; on return, the word to store.
-    mutating func claim(_ ticket: Ticket, parking: Bool, word: inout Int, now: UInt64) -> (ClaimOutcome, Actions) {
+    /// - Returns: the actions; ``Actions/found`` says what the claimer does next: ``Found/settled``
+    ///   (it was granted, its start among the actions, or no longer waits: it looks at its own
+    ///   state), ``Found/stillHeld`` or ``Found/passedOn``.
+    mutating func claim(_ ticket: Ticket, parking: Bool, word: inout Int, now: UInt64) -> Actions {
         var actions = Actions()
         let held = hold.observeHolder(word)
         guard table.isWaiting(ticket) else {
             barging.clearWoken(ticket)
-            return (.done, actions)
+            actions.found = .settled
+            return actions
         }
         if held {
             if parking { barging.clearWoken(ticket) }
-            return (.wait, actions)
+            actions.found = .stillHeld
+            return actions
         }
         let closedBit = word & EngineWord.closed
         if table.waitingMayGiveUp > 0 { dropGivenUp(&actions, now: now) }
@@ -504,7 +482,8 @@ struct EngineStateMachine {
             if !barging.isClaimOnItsWay(table), let granted = settleFree(&actions, closedBit: closedBit, now: now) {
                 word = granted
             }
-            return (.done, actions)
+            actions.found = .settled
+            return actions
         }
         guard let first = table.firstWaitingEntry(), first.slot == ticket.slot else {
             // Another command is first now: it is woken to claim the section, or granted it.
@@ -512,10 +491,12 @@ struct EngineStateMachine {
             if !barging.isClaimOnItsWay(table), let granted = settleFree(&actions, closedBit: closedBit, now: now) {
                 word = granted
             }
-            return (.passedOn, actions)
+            actions.found = .passedOn
+            return actions
         }
         word = grantFirst(first, &actions, closedBit: closedBit, now: now)
-        return (.done, actions)
+        actions.found = .settled
+        return actions
     }
 
     /// Eventually fair mode, the section free with commands waiting and no claim on its way: the
@@ -553,7 +534,7 @@ struct EngineStateMachine {
             let verdict = handle.givesUp(at: now)
             // mutant(grant-past-deadline): if verdict != .cancelled { return }
             if verdict == .stays { return }
-            _ = markLeft(slot)
+            _ = markLeft(slot, &actions)
             actions.others.append(verdict == .timedOut ? .expired(handle) : .left(handle))
         }
     }
@@ -565,12 +546,12 @@ struct EngineStateMachine {
 
     /// The waiting command in `slot` leaves the queue.
     /// - Returns: its handle.
-    mutating func markLeft(_ slot: UInt32) -> Handle? {
+    mutating func markLeft(_ slot: UInt32, _ actions: inout Actions) -> Handle? {
         if inheritance.hasParked {
             inheritance.clear(slot)
             // The boost it asked for ends with it: the holder drops to what still waits.
             // mutant(leave-keeps-boost): _ = ()
-            inheritance.lowerIfNeeded(readersHold: hold.readersHold)
+            if inheritance.lowerIfNeeded(readersHold: hold.readersHold) { actions.lowersBoost = true }
         }
         return table.markLeft(slot)
     }

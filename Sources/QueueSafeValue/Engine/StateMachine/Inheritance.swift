@@ -31,9 +31,6 @@ struct Inheritance {
     /// The holder bits (``CommandKind/wordBits``) of the current holder, as last seen by a
     /// transition that knew them: which axis of an urgency it inherits.
     private(set) var holdBits = 0
-    /// A transition lowered ``holdUrgency`` while a boost may be in effect: the storage brings the
-    /// raised parties down (and clears this) in the same lock section.
-    private(set) var boostSyncNeeded = false
     /// Whether a boost may have been applied to the current holder: its release (or the end of its
     /// closure) must end it. While shared reads hold, it stays set until the last of them released
     /// (each reader's release ends its own thread's boost).
@@ -125,10 +122,11 @@ struct Inheritance {
     }
 
     /// A parked waiter stopped waiting without being granted, or became a holder beside others:
-    /// if the holder inherited from it, it drops to what still waits, and the storage brings the
-    /// raised parties down (``boostSyncNeeded``).
-    mutating func lowerIfNeeded(readersHold: Bool) {
-        if refresh(readersHold: readersHold) && isHoldBoosted { boostSyncNeeded = true }
+    /// if the holder inherited from it, it drops to what still waits.
+    /// - Returns: whether a boost may be in effect above that: the storage brings the raised
+    ///   parties down (``EngineStateMachine/Actions/lowersBoost``).
+    mutating func lowerIfNeeded(readersHold: Bool) -> Bool {
+        refresh(readersHold: readersHold) && isHoldBoosted
     }
 
     /// A new holder (or the first of a batch of shared reads) inherits `urgency` from the waiters
@@ -140,7 +138,7 @@ struct Inheritance {
     /// The hold ended (its last holder released).
     /// - Returns: whether a boost may have been applied to it: the releaser ends its own.
     mutating func endHold() -> Bool {
-        defer { (holdUrgency, isHoldBoosted, boostSyncNeeded) = (.none, false, false) }
+        defer { (holdUrgency, isHoldBoosted) = (.none, false) }
         return isHoldBoosted
     }
 
@@ -151,15 +149,7 @@ struct Inheritance {
     mutating func beginBoost() -> Urgency {
         // mutant(boost-outlives-hold): if !holdUrgency.isNone || true { isHoldBoosted = true }
         if !holdUrgency.isNone { isHoldBoosted = true }
-        boostSyncNeeded = false
         return holdUrgency
-    }
-
-    /// Whether the storage must bring the raised parties down now; clears the request.
-    mutating func takeBoostSync() -> Bool {
-        guard boostSyncNeeded else { return false }
-        boostSyncNeeded = false
-        return true
     }
 
     /// What is wrong with the inheritance bookkeeping, if anything.
@@ -185,7 +175,6 @@ struct Inheritance {
                 + " \(required(readersHold: readersHold)) (a boost outlived its reason, or a raise was missed)"
         }
         if chained.keys.contains(where: { urgency(of: $0) == nil }) { return "a chained urgency of a waiter that left" }
-        if boostSyncNeeded { return "a boost to bring down was left for nobody" }
         return nil
     }
 }

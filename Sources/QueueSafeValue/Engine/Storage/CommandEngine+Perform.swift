@@ -5,7 +5,7 @@ import QueueSafeValueShims
 // in two halves, because a grant's publication belongs to the transition's lock section and
 // everything else must wait until the lock is released:
 //
-// - `prepare(_:_:endedLongHold:grantArrival:)`, under the engine lock, right after the transition: marks the granted waiter,
+// - `prepare(_:_:)`, under the engine lock, right after the transition: marks the granted waiter,
 //   publishes a granted dispatched command (in the dispatched holder's slot, or as a helper's job),
 //   and reads from the waiters what the rest needs (their continuations and tasks are guarded by
 //   this lock). It runs no user code, signals nothing and releases no reference.
@@ -15,7 +15,7 @@ import QueueSafeValueShims
 //   completion, starts shared reads.
 extension CommandEngine {
     /// A rarer action (``EngineStateMachine/Other``) with what it needs from its waiter, read under
-    /// the engine lock by ``prepare(_:_:endedLongHold:grantArrival:)``.
+    /// the engine lock by ``prepare(_:_:)``.
     enum Deferred {
         /// The task of a command that left: resume it.
         case resume(TurnContinuation)
@@ -60,7 +60,6 @@ extension CommandEngine {
         defer { SyncPoints.inheritance(false) }
         var deferred: [Deferred] = []
         var nextHolder: NextHolder = (0, 0)
-        var lowersBoost = false
         // The actions leave the lock section as its result, never through a captured variable:
         // the compiler then moves them instead of copying every reference they hold.
         var actions = machine.withLock { machine in
@@ -70,12 +69,12 @@ extension CommandEngine {
             for case .expired(let waiter) in actions.others {
                 waiter.expired(snapshot(machine, word: state.loadAcquire()))
             }
-            nextHolder = prepare(
-                &actions, &deferred, endedLongHold: machine.endedLongHold, grantArrival: machine.takeGrantArrival())
-            lowersBoost = machine.takeBoostSync()
+            nextHolder = prepare(&actions, &deferred)
             return actions
         }
         // A waiter left: the boost it asked for ends with it (see `PriorityInheritance.swift`).
+        // mutant(boost-sync-dropped): let lowersBoost = false
+        let lowersBoost = actions.lowersBoost
         defer { if lowersBoost { lowerBoost() } }
         let found = actions.found
         return Performed(found: found, inline: carryOut(&actions, nextHolder: nextHolder, deferred))
@@ -87,10 +86,7 @@ extension CommandEngine {
     /// need.
     /// - Returns: the nextHolder's thread and task, if the grant inherits an urgency.
     @inline(__always)
-    private func prepare(
-        _ actions: inout Machine.Actions, _ deferred: inout [Deferred], endedLongHold: UInt64,
-        grantArrival: (arrivedAt: UInt32, grantedAt: UInt64)
-    ) -> NextHolder {
+    private func prepare(_ actions: inout Machine.Actions, _ deferred: inout [Deferred]) -> NextHolder {
         for other in actions.others {
             switch other {
             case .left(let waiter):
@@ -118,9 +114,9 @@ extension CommandEngine {
                 deferred.append(.postJob(helper))
             case .claim(let waiter):
                 deferred.append(.postClaim(waiter))
-            case .longHoldEnded:
+            case .longHoldEnded(let nanoseconds):
                 // Before the grant below: the holder's words still name the hold that ended.
-                if let event = longHoldEnded(nanoseconds: endedLongHold) { deferred.append(.report(event)) }
+                if let event = longHoldEnded(nanoseconds: nanoseconds) { deferred.append(.report(event)) }
             }
         }
         // Moved out and back, so that reading it retains nothing.
@@ -129,10 +125,10 @@ extension CommandEngine {
         let next = grant.handle
         next.isGranted = true
         next.isGrantedShared = grant.shared
-        // Under the lock, with a monitor running: two loads and a comparison (the grant's time came
-        // with the transition); an event is made only for a wait past its threshold.
-        if grantArrival.arrivedAt != 0, qsv_monitor_load() != 0 {
-            let waited = UInt32(truncatingIfNeeded: grantArrival.grantedAt / 1_000_000) &- grantArrival.arrivedAt
+        // Under the lock, with a monitor running: two loads and a comparison (how long the command
+        // waited came with the grant); an event is made only for a wait past its threshold.
+        if grant.waited != Machine.Grant.unknownWait, qsv_monitor_load() != 0 {
+            let waited = grant.waited
             let own = ownLongWaitWord.peekForAssertion()
             let threshold = own != 0 ? own : qsv_monitor_long_wait_load()
             if UInt(waited) >= UInt(bitPattern: threshold),
@@ -160,7 +156,7 @@ extension CommandEngine {
         return grant.urgency.isNone ? (0, 0) : (next.threadToBoost, next.taskToEscalate)
     }
 
-    /// After unlocking: carries out the actions ``prepare(_:_:endedLongHold:grantArrival:)`` prepared, in the order
+    /// After unlocking: carries out the actions ``prepare(_:_:)`` prepared, in the order
     /// ``EngineStateMachine/Actions`` gives.
     /// - Returns: the granted command when the machine chose the releasing block to run it.
     @inline(__always)

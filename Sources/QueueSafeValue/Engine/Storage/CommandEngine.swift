@@ -333,17 +333,14 @@ class CommandEngine: @unchecked Sendable {
     /// freed, claims it (see ``EngineStateMachine/claim(_:parking:word:now:)``). If it is granted,
     /// its own start (the granted bit) is among the actions performed.
     /// - Parameter parking: the claimer is about to park.
-    /// - Returns: what the machine decided.
-    final func claim(_ ticket: Ticket, parking: Bool) -> Machine.ClaimOutcome {
-        var outcome = Machine.ClaimOutcome.wait
+    /// - Returns: what the machine decided: ``EngineStateMachine/Found/settled``,
+    ///   ``EngineStateMachine/Found/stillHeld`` or ``EngineStateMachine/Found/passedOn``.
+    final func claim(_ ticket: Ticket, parking: Bool) -> Machine.Found {
         perform { machine in
             transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
-                let (decided, actions) = machine.claim(ticket, parking: parking, word: &word, now: machineNow())
-                outcome = decided
-                return actions
+                machine.claim(ticket, parking: parking, word: &word, now: machineNow())
             }
-        }
-        return outcome
+        }.found
     }
 
     /// A waiting command gives up (its deadline passed, or waiting would deadlock): it leaves the

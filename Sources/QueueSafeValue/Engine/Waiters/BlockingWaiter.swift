@@ -173,7 +173,7 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
             if claiming {
                 // No longer on its way: the next release wakes it again.
                 claiming = false
-                if case .done = engine.claim(ticket, parking: true) { return awaitVerdict() }
+                if engine.claim(ticket, parking: true) == .settled { return awaitVerdict() }
             }
             switch park(engine: engine, ticket: ticket, deadline: deadline) {
             case .granted: return nil
@@ -224,10 +224,10 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
             // On its way to a free section: claim it once the word shows no holder.
             if claiming && !EngineWord.isHeld(engine.state.loadAcquire()) {
                 switch engine.claim(ticket, parking: false) {
-                case .done:
+                case .settled:
                     return awaitVerdict().map { .gaveUp($0) } ?? .granted
                 case .passedOn: claiming = false
-                case .wait: break
+                default: break
                 }
             }
             // Architecture, "More threads than cores": the head spins, the others yield (the holder
