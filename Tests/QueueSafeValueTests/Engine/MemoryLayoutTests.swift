@@ -36,6 +36,16 @@ import Testing
         #expect(MemoryLayout<CommandHeap.Entry>.stride == 16)
     }
 
+    /// What a transition returns is copied by every release: the grant carries how long its
+    /// command waited (for the monitor's long waits) in 4 bytes that were padding, so with 8-byte
+    /// pointers the actions stay 56 bytes (the grant 27: waiter, starter, the wait, a 5-byte urgency,
+    /// kind and shared; then three flags, the ended holder, what was found and the rare actions'
+    /// array). With 4-byte pointers the grant is 19 bytes and the actions 36 (32 before the wait).
+    @Test func theActionsOfATransitionAre56Bytes() {
+        #expect(MemoryLayout<Machine.Grant>.size == (Self.pointersAre8Bytes ? 27 : 19))
+        #expect(MemoryLayout<Machine.Actions>.size == (Self.pointersAre8Bytes ? 56 : 36))
+    }
+
     /// A record's role, the state only some kinds of command use, fits in the one byte the record
     /// has left for it (an enum of one-byte payloads: one byte at either pointer width).
     @Test func aRecordsRoleIsOneByte() {

@@ -150,12 +150,13 @@ extension EngineStateMachine {
         return .itself
     }
 
-    /// The exclusive grant of `handle`, with the urgency it inherits.
+    /// The exclusive grant of `handle`, with the urgency it inherits and how long it waited.
     mutating func grant(
-        _ handle: Handle, kind: CommandKind, urgency: Urgency = .none, releaserQueue: Int = 0, boosted: Bool = false
+        _ handle: Handle, kind: CommandKind, urgency: Urgency = .none, releaserQueue: Int = 0, boosted: Bool = false,
+        waited: UInt32 = Grant.unknownWait
     ) -> Grant {
         let starter = starter(of: handle, kind: kind, releaserQueue: releaserQueue, boosted: boosted)
-        return Grant(handle: handle, starter: starter, urgency: urgency, kind: kind, shared: false)
+        return Grant(handle: handle, starter: starter, waited: waited, urgency: urgency, kind: kind, shared: false)
     }
 
     /// A dispatched holder was taken over by a waiting thread that does not run on its queue: it

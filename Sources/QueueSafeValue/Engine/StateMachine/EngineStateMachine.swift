@@ -348,11 +348,10 @@ struct EngineStateMachine {
             if !inherited.isNone { inheritance.inherit(inherited) }
         }
         // Decided before the record goes: a helper is found among the records still waiting.
+        let arrived = table.lastPoppedArrival
         actions.grant = grant(
-            next, kind: kind, urgency: inherited, releaserQueue: releaserQueue, boosted: actions.endBoost)
-        if table.lastPoppedArrival != 0 {
-            actions.grant?.waited = UInt32(truncatingIfNeeded: now / 1_000_000) &- table.lastPoppedArrival
-        }
+            next, kind: kind, urgency: inherited, releaserQueue: releaserQueue, boosted: actions.endBoost,
+            waited: arrived != 0 ? UInt32(truncatingIfNeeded: now / 1_000_000) &- arrived : Grant.unknownWait)
         if figures != nil { noteHandedOn(now: now) }
         var word = closedBit | kind.wordBits
         if kind == .operation {
