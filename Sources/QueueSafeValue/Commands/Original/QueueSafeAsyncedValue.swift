@@ -57,6 +57,6 @@ extension QueueSafeAsyncedValue: @unchecked Sendable where Value: Sendable {}
 
 extension QueueSafeAsyncedValue: DispatchScheduling {
     /// The container's schedule: the value on ``queue``, at ``CommandPriority/default``.
-    @inlinable
+    @_transparent
     public func dispatchSchedule(_ key: SchedulingKey) -> DispatchSchedule<Value> { storedSchedule }
 }

@@ -104,6 +104,6 @@ extension QueueSafeSyncedValue: @unchecked Sendable where Value: Sendable {}
 
 extension QueueSafeSyncedValue: WaitScheduling {
     /// The commands issued on the container itself: ``defaultPriority``.
-    @inlinable
+    @_transparent
     public func waitCommands(_ key: SchedulingKey) -> WaitCommands<Value> { schedule.defaultPriority }
 }

@@ -43,7 +43,7 @@ extension DispatchSchedule: Sendable {}
 
 extension DispatchSchedule: DispatchScheduling {
     /// The schedule itself.
-    @inlinable
+    @_transparent
     public func dispatchSchedule(_ key: SchedulingKey) -> DispatchSchedule<Value> { self }
 }
 

@@ -82,7 +82,7 @@ extension WaitSchedule: Sendable {}
 
 extension WaitSchedule: WaitScheduling {
     /// The commands issued on the schedule itself: ``defaultPriority``.
-    @inlinable
+    @_transparent
     public func waitCommands(_ key: SchedulingKey) -> WaitCommands<Value> { defaultPriority }
 }
 
@@ -113,7 +113,7 @@ extension WaitCommands: Sendable {}
 
 extension WaitCommands: WaitScheduling {
     /// The commands themselves.
-    @inlinable
+    @_transparent
     public func waitCommands(_ key: SchedulingKey) -> WaitCommands<Value> { self }
 }
 
@@ -141,7 +141,9 @@ public protocol WaitScheduling {
 /// call neither requirement (`value.wait.waitCommands(…)` does not compile without a key). It
 /// carries nothing and costs nothing.
 public struct SchedulingKey: Sendable {
-    @usableFromInline init() {}
+    // Transparent, as the requirements' implementations are: inlined even in a debug build, where
+    // the plumbing then reads a field as a stored property's accessor would.
+    @_transparent @usableFromInline init() {}
 }
 
 extension WaitScheduling {
