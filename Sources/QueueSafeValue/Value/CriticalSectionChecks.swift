@@ -1,30 +1,3 @@
-// MARK: - Checking that code runs inside a critical section
-
-extension CommandEngine {
-    /// Whether the caller runs inside this engine's critical section: on the thread that runs a
-    /// blocking or dispatch closure in it, in the task (or a child task of the task) that runs an
-    /// awaiting closure or a `CommandQueue` operation in it, or in the closure of a shared read
-    /// (its thread, or its task and that task's children), listed as a reader party while it runs.
-    final func isCallerInside() -> Bool {
-        let thread = currentThreadID()
-        // Only the holder's own thread writes its id here, and it clears it before it releases.
-        return ownerThread.loadRelaxed() == thread || isInsideRunningSection() || isInsideSharedRead(thread: thread)
-    }
-
-    final func preconditionCallerInside(
-        _ message: () -> String,
-        what: String,
-        file: StaticString,
-        line: UInt
-    ) {
-        guard !isCallerInside() else { return }
-        let text = message()
-        preconditionFailure(
-            "not inside the critical section of \(displayName) (\(what))" + (text.isEmpty ? "" : ": \(text)"),
-            file: file, line: line)
-    }
-}
-
 extension QueueSafeValue {
     /// Whether the caller runs inside this value's critical section: in the closure of one of its
     /// commands, shared reads included, on the thread that runs a `wait` or `async(performIn:)`

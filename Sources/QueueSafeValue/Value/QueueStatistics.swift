@@ -12,7 +12,7 @@ import Dispatch
 /// fixed: one histogram of ``bucketCount`` counters per priority that waited.
 public struct QueueStatistics: Sendable, CustomStringConvertible {
     /// How many buckets a wait histogram has.
-    public static let bucketCount = Figures.buckets
+    public static let bucketCount = Statistics.buckets
 
     /// How many seconds the figures cover: since they were turned on or last reset.
     public let seconds: Double
@@ -36,16 +36,16 @@ public struct QueueStatistics: Sendable, CustomStringConvertible {
     /// everything longer.
     public let waits: [CommandPriority: [Int]]
 
-    init(_ figures: Figures, now: UInt64) {
-        seconds = Double(now >= figures.since ? now - figures.since : 0) / 1e9
-        contendedCommands = figures.contended
-        handedOn = figures.handedOn
-        timeouts = figures.timeouts
-        deadlocks = figures.deadlocks
-        longestWait = Double(figures.longestWait) / 1e3
-        longestHold = Double(figures.longestHold) / 1e9
+    init(_ statistics: Statistics, now: UInt64) {
+        seconds = Double(now >= statistics.since ? now - statistics.since : 0) / 1e9
+        contendedCommands = statistics.contended
+        handedOn = statistics.handedOn
+        timeouts = statistics.timeouts
+        deadlocks = statistics.deadlocks
+        longestWait = Double(statistics.longestWait) / 1e3
+        longestHold = Double(statistics.longestHold) / 1e9
         waits = Dictionary(
-            uniqueKeysWithValues: figures.waits.map { (CommandPriority(rawValue: $0.priority), $0.counts) })
+            uniqueKeysWithValues: statistics.waits.map { (CommandPriority(rawValue: $0.priority), $0.counts) })
     }
 
     /// The upper bound of histogram bucket `index`, in milliseconds (`nil` for the last one).
@@ -67,20 +67,6 @@ public struct QueueStatistics: Sendable, CustomStringConvertible {
             lines.append("  \(priority): " + cells.joined(separator: ", "))
         }
         return lines.joined(separator: "\n")
-    }
-}
-
-extension CommandEngine {
-    /// Turns the statistics on (from zero) or off.
-    final func collectStatistics(_ on: Bool) {
-        let now = machineNow()
-        withMachineLocked { $0.collectFigures(on, now: now) }
-    }
-
-    /// The statistics (and a fresh start if `reset`), or `nil` while they are off.
-    final func statistics(reset: Bool) -> QueueStatistics? {
-        let now = machineNow()
-        return withMachineLocked { $0.readFigures(reset: reset, now: now) }.map { QueueStatistics($0, now: now) }
     }
 }
 

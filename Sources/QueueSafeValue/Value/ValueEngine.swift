@@ -78,25 +78,21 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
             return .failure(error)
         }
         let result = body(&pointer.pointee)
-        if mutates {
-            releaseBlockingAfterChange()
-        } else {
-            releaseBlocking()
-        }
+        releaseBlocking(changed: mutates)
         return .success(result)
     }
 
-    /// Releases the section held by a blocking command that may have changed the value: while
+    /// Releases the section held by a blocking command: if it may have `changed` the value while
     /// observers exist, the change is captured first and offered to them after the release.
     @inlinable
     @inline(__always)
-    func releaseBlockingAfterChange() {
-        if observing.loadRelaxed() != 0 {
+    func releaseBlocking(changed: Bool = true) {
+        if changed && observing.loadRelaxed() != 0 {
             let change = captureChange()
-            releaseBlocking()
+            releaseInline(.blocking)
             deliverChange(change)
         } else {
-            releaseBlocking()
+            releaseInline(.blocking)
         }
     }
 
@@ -112,7 +108,7 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
     ) throws(QueueSafeValueError) -> sending R {
         if let error = acquireBlocking(priority: priority, timeout: timeout, site: site) { throw error }
         let result = body(&pointer.pointee)
-        releaseBlockingAfterChange()
+        releaseBlocking()
         return result
     }
 
@@ -127,10 +123,10 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
         if let error = acquireBlocking(priority: priority, timeout: timeout, site: site) { throw error }
         do {
             let result = try body(&pointer.pointee)
-            releaseBlockingAfterChange()
+            releaseBlocking()
             return result
         } catch {
-            releaseBlockingAfterChange()
+            releaseBlocking()
             throw error
         }
     }
@@ -151,10 +147,10 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
         do {
             let result = try body(&draft)
             pointer.pointee = draft
-            releaseBlockingAfterChange()
+            releaseBlocking()
             return result
         } catch {
-            releaseBlocking()  // nothing changed: observers have nothing to see
+            releaseBlocking(changed: false)  // nothing changed: observers have nothing to see
             throw error
         }
     }
@@ -176,13 +172,7 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
         }
         holdUntilCompleted { done in body(&pointer.pointee, done) }
         let value = result(pointer.pointee)
-        if mutates && observing.loadRelaxed() != 0 {
-            let change = captureChange()
-            releaseBlocking()
-            deliverChange(change)
-        } else {
-            releaseBlocking()
-        }
+        releaseBlocking(changed: mutates)
         return .success(value)
     }
 
@@ -202,6 +192,26 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
 
     // MARK: Awaiting access
 
+    /// The awaiting commands' one way in: fails at once in a cancelled task (unless not
+    /// `cancellable`) or on a bad timeout, takes a free section on the idle path, and otherwise
+    /// waits for its turn in the caller's isolation.
+    @inlinable
+    @inline(__always)
+    func acquireAwaiting(
+        priority: CommandPriority,
+        site: CallSite,
+        timeout: DispatchTimeInterval?,
+        cancellable: Bool,
+        isolation: isolated (any Actor)?
+    ) async throws(QueueSafeValueError) {
+        if cancellable && Task.isCancelled { throw .cancelled }
+        let deadline = try commandDeadline(after: timeout)
+        if !tryAcquireIdleAwaiting(site: site) {
+            try await acquireAwaitingSlow(
+                priority: priority, site: site, deadline: deadline, cancellable: cancellable, isolation: isolation)
+        }
+    }
+
     /// Waits (suspending, never blocking a thread) for the critical section, runs `body` in the
     /// caller's isolation while holding it across every suspension point of `body`, and releases.
     /// - Parameter cancellable: whether the task's cancellation takes the command out of the queue
@@ -217,12 +227,8 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
         isolation: isolated (any Actor)?,
         _ body: nonisolated(nonsending) (inout Value) async -> R
     ) async throws(QueueSafeValueError) -> R {
-        if cancellable && Task.isCancelled { throw .cancelled }
-        let deadline = try commandDeadline(after: timeout)
-        if !tryAcquireIdleAwaiting(site: site) {
-            try await acquireAwaitingSlow(
-                priority: priority, site: site, deadline: deadline, cancellable: cancellable, isolation: isolation)
-        }
+        try await acquireAwaiting(
+            priority: priority, site: site, timeout: timeout, cancellable: cancellable, isolation: isolation)
         // Checked once the section is held (an observer registering now reads the value after this
         // command); the observed path is out of line, so the common one costs a load and a branch.
         if mutates && observing.loadRelaxed() != 0 {
@@ -246,12 +252,8 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
         isolation: isolated (any Actor)?,
         _ body: nonisolated(nonsending) (inout sending Value) async throws(E) -> sending R
     ) async throws -> R {
-        if cancellable && Task.isCancelled { throw QueueSafeValueError.cancelled }
-        let deadline = try commandDeadline(after: timeout)
-        if !tryAcquireIdleAwaiting(site: site) {
-            try await acquireAwaitingSlow(
-                priority: priority, site: site, deadline: deadline, cancellable: cancellable, isolation: isolation)
-        }
+        try await acquireAwaiting(
+            priority: priority, site: site, timeout: timeout, cancellable: cancellable, isolation: isolation)
         return try await runHeldObservedTaskSection(.awaiting, isolation: isolation) {
             try await body(&pointer.pointee)
         }
@@ -268,12 +270,8 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
         isolation: isolated (any Actor)?,
         _ body: nonisolated(nonsending) (inout Value) async throws(E) -> R
     ) async throws -> R {
-        if cancellable && Task.isCancelled { throw QueueSafeValueError.cancelled }
-        let deadline = try commandDeadline(after: timeout)
-        if !tryAcquireIdleAwaiting(site: site) {
-            try await acquireAwaitingSlow(
-                priority: priority, site: site, deadline: deadline, cancellable: cancellable, isolation: isolation)
-        }
+        try await acquireAwaiting(
+            priority: priority, site: site, timeout: timeout, cancellable: cancellable, isolation: isolation)
         return try await runHeldObservedTaskSection(.awaiting, isolation: isolation) {
             var draft = pointer.pointee
             let result = try await body(&draft)
@@ -292,12 +290,8 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
         isolation: isolated (any Actor)?,
         _ body: nonisolated(nonsending) (inout sending Value) async -> sending R
     ) async throws(QueueSafeValueError) -> R {
-        if cancellable && Task.isCancelled { throw .cancelled }
-        let deadline = try commandDeadline(after: timeout)
-        if !tryAcquireIdleAwaiting(site: site) {
-            try await acquireAwaitingSlow(
-                priority: priority, site: site, deadline: deadline, cancellable: cancellable, isolation: isolation)
-        }
+        try await acquireAwaiting(
+            priority: priority, site: site, timeout: timeout, cancellable: cancellable, isolation: isolation)
         return await runHeldObservedTaskSection(.awaiting, isolation: isolation) {
             await body(&pointer.pointee)
         }

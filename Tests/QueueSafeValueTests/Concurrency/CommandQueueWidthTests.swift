@@ -406,7 +406,7 @@ final class SlotProbe<Name: Sendable>: Sendable {
             var turn = 0
             while submitting.value > 0 || turn < 4 * perWorker {
                 // Picked under the lock: a copy of the list, read after it, would share storage
-                // with the list the submitters append to (see `Figures.unshared`).
+                // with the list the submitters append to (see `Statistics.unshared`).
                 if let (index, handle) = handles.withLock({ $0.isEmpty ? nil : $0[(turn * 7) % $0.count] }) {
                     if turn % 5 == 4 {
                         if handle.cancel() == .waiting { cancelledWaiting.withLock { _ = $0.insert(index) } }

@@ -580,11 +580,11 @@ import Testing
     }
 
     @Test func histogramBuckets_areLogScaleMilliseconds() {
-        #expect(Figures.bucket(0) == 0)
-        #expect(Figures.bucket(1) == 1)
-        #expect(Figures.bucket(2) == 2 && Figures.bucket(3) == 2)
-        #expect(Figures.bucket(4) == 3 && Figures.bucket(7) == 3)
-        #expect(Figures.bucket(.max) == QueueStatistics.bucketCount - 1)
+        #expect(Statistics.bucket(0) == 0)
+        #expect(Statistics.bucket(1) == 1)
+        #expect(Statistics.bucket(2) == 2 && Statistics.bucket(3) == 2)
+        #expect(Statistics.bucket(4) == 3 && Statistics.bucket(7) == 3)
+        #expect(Statistics.bucket(.max) == QueueStatistics.bucketCount - 1)
         #expect(QueueStatistics.bucketLimit(0) == 1 && QueueStatistics.bucketLimit(3) == 8)
         #expect(QueueStatistics.bucketLimit(QueueStatistics.bucketCount - 1) == nil)
     }

@@ -321,26 +321,6 @@ public final class DeadlockDetector: @unchecked Sendable {  // @unchecked Sendab
     }
 }
 
-// MARK: - Holders
-
-extension CommandEngine {
-    /// Who holds the section now, as far as deadlock detection can follow it: the thread running a
-    /// synchronous closure in it (or waiting for its `done()`), else the task whose awaiting
-    /// closure or operation holds it; none otherwise. While shared reads hold: each of them that
-    /// runs its closure (or waits for its `done()` on its thread).
-    final var holderNodes: [WaitForGraph<DeadlockDetector.EngineHandle>.Node] {
-        if EngineWord.readersHold(state.loadAcquire()) {
-            return readerParties.map { $0.thread != 0 ? .thread($0.thread) : .task($0.task) }
-                + idleReaderThreads().map { .thread($0) }
-        }
-        let thread = ownerThread.loadAcquire()
-        if thread != 0 { return [.thread(thread)] }
-        let task = ownerTask.loadAcquire()
-        if task != 0 { return [.task(task)] }
-        return []
-    }
-}
-
 // MARK: - Tasks that await an operation
 
 /// The tasks that await the result of the ``CommandQueue`` operation the current task runs:
@@ -383,19 +363,5 @@ struct OperationAwaiters: Sendable {
         let task = currentTaskID()
         guard task != 0 else { return [] }
         return [task] + ofCurrentTask(task)
-    }
-}
-
-// MARK: - Tickets in the graph
-
-extension CommandEngine {
-    /// A ticket as the wait-for graph keeps it (``EngineStateMachine/Ticket/packed``).
-    static func packedTicket(_ ticket: Ticket) -> UInt64 {
-        ticket.packed
-    }
-
-    /// The ticket ``packedTicket(_:)`` packed.
-    static func unpackedTicket(_ packed: UInt64) -> Ticket {
-        Ticket(packed: packed)
     }
 }

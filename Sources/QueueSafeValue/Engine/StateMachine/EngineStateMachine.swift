@@ -134,8 +134,8 @@ struct EngineStateMachine {
     var discarding = Discarding()
     /// The eventually fair mode (`Barging.swift`).
     var barging: Barging
-    /// The opt-in statistics (`Figures.swift`): `nil` while off.
-    var figures: Figures?
+    /// The opt-in statistics (`Statistics.swift`): `nil` while off.
+    var statistics: Statistics?
     /// - Parameters:
     ///   - maxOvertakes: `nil` for strict priority (the default), or how many commands that
     ///     arrived after a waiting command may be granted before it (see ``CommandFairness``).
@@ -231,23 +231,8 @@ struct EngineStateMachine {
             ticket.slot, priority: priority, now: now, mayGiveUp: deadline != 0 || kind == .operation)
         bound.arrived(ticket, sequence: arrival)
         barging.arrived(ticket.slot, at: now)
-        figures?.contended += 1
+        statistics?.contended += 1
         return .queued(ticket)
-    }
-
-    /// Eventually fair mode, the section free while the first waiting command is on its way to
-    /// claim it: whether a command of `priority` that arrives now may take it first. Never past a
-    /// command of higher priority, nor past one that waited the bound; not while a waiting command
-    /// asks the holder for urgency (the barging holder would not inherit it in time); and not while
-    /// a dispatch command or an operation waits (its issuer went on, and may be the one arriving
-    /// now: one issuer's commands keep their order).
-    mutating func mayBarge(priority: CommandPriority, now: UInt64) -> Bool {
-        // mutant(barge-past-own-dispatch): let detachedWaits = false
-        let detachedWaits = table.waitingDetachedCount > 0
-        guard !inheritance.hasParked, !detachedWaits, let first = table.firstWaitingEntry() else { return false }
-        let firstPriority = CommandHeap.priority(of: first.key)
-        // mutant(barge-past-higher-priority): return !barging.isDue(first.slot, now: now)
-        return priority > firstPriority || (priority == firstPriority && !barging.isDue(first.slot, now: now))
     }
 
     // MARK: Release
@@ -276,7 +261,7 @@ struct EngineStateMachine {
     /// - Returns: the word to store.
     mutating func handOn(_ actions: inout Actions, closedBit: Int, now: UInt64, releaserQueue: Int) -> Int {
         let reportedLong = hold.takeReportedLong()
-        if reportedLong || figures != nil { noteHoldEnded(&actions, reportedLong: reportedLong, now: now) }
+        if reportedLong || statistics != nil { noteHoldEnded(&actions, reportedLong: reportedLong, now: now) }
         hold.stamp(0, exact: false)
         actions.endBoost = inheritance.endHold()
         if table.waitingMayGiveUp > 0 { dropGivenUp(&actions, now: now) }
@@ -312,7 +297,7 @@ struct EngineStateMachine {
         if reportedLong {
             actions.others.append(.longHoldEnded(nanoseconds: length))
         }
-        if length > 0 { figures?.holdEnded(after: length) }
+        if length > 0 { statistics?.holdEnded(after: length) }
     }
 
     /// Statistics are on: the command just popped (``RecordTable/lastPoppedArrival``) is handed the
@@ -321,7 +306,7 @@ struct EngineStateMachine {
     mutating func noteHandedOn(now: UInt64) {
         guard table.lastPoppedArrival != 0 else { return }
         let waited = UInt32(truncatingIfNeeded: now / 1_000_000) &- table.lastPoppedArrival
-        figures?.handedOn(priority: table.lastPoppedPriority, waited: waited)
+        statistics?.handedOn(priority: table.lastPoppedPriority, waited: waited)
     }
 
     /// Grants the section to the waiting command in `slot`, just popped from the waiting order
@@ -352,7 +337,7 @@ struct EngineStateMachine {
         actions.grant = grant(
             next, kind: kind, urgency: inherited, releaserQueue: releaserQueue, boosted: actions.endBoost,
             waited: arrived != 0 ? UInt32(truncatingIfNeeded: now / 1_000_000) &- arrived : Grant.unknownWait)
-        if figures != nil { noteHandedOn(now: now) }
+        if statistics != nil { noteHandedOn(now: now) }
         var word = closedBit | kind.wordBits
         if kind == .operation {
             table[slot].state = .holding
@@ -429,99 +414,6 @@ struct EngineStateMachine {
             if let granted = settleFree(&actions, closedBit: observed & EngineWord.closed, now: now) { word = granted }
         }
         return actions
-    }
-
-    // MARK: Barging
-
-    /// Eventually fair mode: whether a release may free the section instead of handing it to
-    /// `first`, the first waiting command: it is a blocking exclusive command (a thread that can
-    /// claim it when it runs), it has waited less than the bound, and no waiting command asks the
-    /// holder for urgency.
-    private mutating func mayFreeForBarging(_ first: CommandHeap.Entry, now: UInt64) -> Bool {
-        table[first.slot].kind == .blocking && !table[first.slot].isShared && !inheritance.hasParked
-            && !barging.isDue(first.slot, now: now)
-    }
-
-    /// The first waiting command, in `slot`, is woken to claim the free section, unless it was.
-    private mutating func wakeToClaim(_ actions: inout Actions, _ slot: UInt32) {
-        let ticket = table.ticket(of: slot)
-        guard barging.woken != ticket, let handle = table[slot].handle else { return }
-        barging.wake(ticket)
-        actions.others.append(.claim(handle))
-    }
-
-    /// Eventually fair mode: the waiting command `ticket`, woken to claim a free section, claims
-    /// it. If the section is free it is granted (or, if another command is first now, that one is
-    /// woken or granted); if a command took it first, the claimer waits on.
-    /// - Parameters:
-    ///   - parking: the claimer is about to park: it is no longer on its way, so the next release
-    ///     wakes it again.
-    ///   - word: the word, with `slowRelease` set by the engine; on return, the word to store.
-    /// - Returns: the actions; ``Actions/found`` says what the claimer does next: ``Found/settled``
-    ///   (it was granted, its start among the actions, or no longer waits: it looks at its own
-    ///   state), ``Found/stillHeld`` or ``Found/passedOn``.
-    mutating func claim(_ ticket: Ticket, parking: Bool, word: inout Int, now: UInt64) -> Actions {
-        var actions = Actions()
-        let held = hold.observeHolder(word)
-        guard table.isWaiting(ticket) else {
-            barging.clearWoken(ticket)
-            actions.found = .settled
-            return actions
-        }
-        if held {
-            if parking { barging.clearWoken(ticket) }
-            actions.found = .stillHeld
-            return actions
-        }
-        let closedBit = word & EngineWord.closed
-        if table.waitingMayGiveUp > 0 { dropGivenUp(&actions, now: now) }
-        guard table.isWaiting(ticket) else {
-            // It gave up itself (its deadline passed): the next waiting command takes its place.
-            barging.clearWoken(ticket)
-            if !barging.isClaimOnItsWay(table), let granted = settleFree(&actions, closedBit: closedBit, now: now) {
-                word = granted
-            }
-            actions.found = .settled
-            return actions
-        }
-        guard let first = table.firstWaitingEntry(), first.slot == ticket.slot else {
-            // Another command is first now: it is woken to claim the section, or granted it.
-            barging.clearWoken(ticket)
-            if !barging.isClaimOnItsWay(table), let granted = settleFree(&actions, closedBit: closedBit, now: now) {
-                word = granted
-            }
-            actions.found = .passedOn
-            return actions
-        }
-        word = grantFirst(first, &actions, closedBit: closedBit, now: now)
-        actions.found = .settled
-        return actions
-    }
-
-    /// Eventually fair mode, the section free with commands waiting and no claim on its way: the
-    /// first waiting command is woken to claim it, or granted it.
-    /// - Returns: the word to store after a grant; `nil` if the word stays.
-    private mutating func settleFree(_ actions: inout Actions, closedBit: Int, now: UInt64) -> Int? {
-        if table.waitingMayGiveUp > 0 { dropGivenUp(&actions, now: now) }
-        guard let first = table.firstWaitingEntry() else { return nil }
-        if mayFreeForBarging(first, now: now) {
-            wakeToClaim(&actions, first.slot)
-            return nil
-        }
-        return grantFirst(first, &actions, closedBit: closedBit, now: now)
-    }
-
-    /// Eventually fair mode, the section free: grants it to `first`, the first waiting command.
-    /// - Returns: the word to store.
-    private mutating func grantFirst(
-        _ first: CommandHeap.Entry, _ actions: inout Actions, closedBit: Int, now: UInt64
-    ) -> Int {
-        barging.granted(at: now, priority: CommandHeap.priority(of: first.key), slot: first.slot)
-        let popped = table.popWaiting()
-        assert(popped?.slot == first.slot, "the first waiting entry was not the one popped")
-        return grantPopped(
-            &actions, slot: first.slot, kind: table[first.slot].kind, closedBit: closedBit, now: now,
-            releaserQueue: 0)
     }
 
     /// Before a grant: the commands first in line that gave up (their deadline passed by `now`, or

@@ -133,7 +133,7 @@ extension CommandEngine {
 
     /// The parties of the listed shared reads running their closures now, in an array of its own:
     /// the caller reads it after the lock, while the next read to enter or leave changes the
-    /// record's list in place (see ``Figures/unshared`` for why a plain copy will not do).
+    /// record's list in place (see ``Statistics/unshared`` for why a plain copy will not do).
     final var readerParties: [ReaderParty] {
         // `map` builds a new array, where returning the list would share its storage.
         boosts.withLock { $0.readers.map { $0 } }

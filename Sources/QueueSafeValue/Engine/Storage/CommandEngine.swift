@@ -199,26 +199,26 @@ class CommandEngine: @unchecked Sendable {
 
     // MARK: Idle path
 
-    /// Ends the running command of `kind` and starts the next one, if any.
+    /// Ends the running command of `kind` and starts the next one, if any: ``releaseInline(_:releaserQueue:)``
+    /// behind a call, for async code, where the inlined release made every command slower.
     @usableFromInline
     final func release(_ kind: CommandKind) {
-        releaseBlocking(kind)
+        releaseInline(kind)
     }
 
-    /// ``release(_:)``, inlined into the caller: on the idle path a store and a compare-and-swap,
-    /// with no call (blocking commands use it with `.blocking`).
-    @inlinable
-    @inline(__always)
-    final func releaseBlocking(_ kind: CommandKind = .blocking) {
-        releaseReturningInline(kind)
-    }
-
-    /// The one release: the idle compare-and-swap, else ``releaseSlow(releaserQueue:)``.
-    /// - Returns: the successor the machine chose the releasing dispatched block to run inline.
+    /// The one release, inlined into the caller: on the idle path a store and a compare-and-swap,
+    /// with no call, else ``releaseSlow(releaserQueue:)``. A dispatched command's block first
+    /// clears the dispatched holder's slot (while the word still says held), so the blocking
+    /// release pays nothing for helping.
+    /// - Parameter releaserQueue: a dispatched block's queue, if it could run a granted successor
+    ///   for that queue inline (0: it cannot).
+    /// - Returns: the successor the machine chose the releasing dispatched block to run inline
+    ///   (see ``EngineStateMachine/Starter/releasingBlock``); every other grant was started already.
     @inlinable
     @inline(__always)
     @discardableResult
-    final func releaseReturningInline(_ kind: CommandKind, releaserQueue: Int = 0) -> Waiter? {
+    final func releaseInline(_ kind: CommandKind, releaserQueue: Int = 0) -> Waiter? {
+        if kind == .dispatched { word(.pendingDispatch).storeRelaxed(0) }
         // Cleared first: once the word says free, another thread may take the section and set them.
         // The words are loaded once for both (the store would make the compiler load them again).
         let words = self.words
@@ -274,24 +274,11 @@ class CommandEngine: @unchecked Sendable {
     }
 
     /// A command asked for the section through the lock: if a monitor runs and does not watch this
-    /// engine yet, it does from now on (so that its long holds are sampled; see `CommandEngine+Monitor.swift`). One load of a C global
+    /// engine yet, it does from now on (so that its long holds are sampled; see `CommandEngine+Reports.swift`). One load of a C global
     /// (`qsv_monitor_word`) when no monitor runs.
     @inline(__always)
     final func noteContention() {
         if qsv_monitor_load() != 0 { watchFromNowOn() }
-    }
-
-    /// ``release(_:)`` for a dispatched command's block running on `queue` (its identity).
-    /// Clears the dispatched holder's slot first (while the word still says held), so the blocking
-    /// release pays nothing for helping.
-    /// - Parameter inlineQueue: the block could run a granted successor for this queue inline
-    ///   (0: it cannot).
-    /// - Returns: the successor the machine chose this block to run (see
-    ///   ``EngineStateMachine/Starter/releasingBlock``); every other grant was started already.
-    @inline(__always)
-    final func releaseDispatched(inlineQueue: Int) -> Waiter? {
-        pendingDispatch.storeRelaxed(0)
-        return releaseReturningInline(.dispatched, releaserQueue: inlineQueue)
     }
 
     /// A release the idle path could not take: the machine decides, and the actions are performed

@@ -209,3 +209,64 @@ extension CommandEngine {
             SectionEntry(engine: ObjectIdentifier(self), generation: generation))
     }
 }
+
+// MARK: - Checking that code runs inside a critical section
+
+extension CommandEngine {
+    /// Whether the caller runs inside this engine's critical section: on the thread that runs a
+    /// blocking or dispatch closure in it, in the task (or a child task of the task) that runs an
+    /// awaiting closure or a `CommandQueue` operation in it, or in the closure of a shared read
+    /// (its thread, or its task and that task's children), listed as a reader party while it runs.
+    final func isCallerInside() -> Bool {
+        let thread = currentThreadID()
+        // Only the holder's own thread writes its id here, and it clears it before it releases.
+        return ownerThread.loadRelaxed() == thread || isInsideRunningSection() || isInsideSharedRead(thread: thread)
+    }
+
+    final func preconditionCallerInside(
+        _ message: () -> String,
+        what: String,
+        file: StaticString,
+        line: UInt
+    ) {
+        guard !isCallerInside() else { return }
+        let text = message()
+        preconditionFailure(
+            "not inside the critical section of \(displayName) (\(what))" + (text.isEmpty ? "" : ": \(text)"),
+            file: file, line: line)
+    }
+}
+
+// MARK: - Holders
+
+extension CommandEngine {
+    /// Who holds the section now, as far as deadlock detection can follow it: the thread running a
+    /// synchronous closure in it (or waiting for its `done()`), else the task whose awaiting
+    /// closure or operation holds it; none otherwise. While shared reads hold: each of them that
+    /// runs its closure (or waits for its `done()` on its thread).
+    final var holderNodes: [WaitForGraph<DeadlockDetector.EngineHandle>.Node] {
+        if EngineWord.readersHold(state.loadAcquire()) {
+            return readerParties.map { $0.thread != 0 ? .thread($0.thread) : .task($0.task) }
+                + idleReaderThreads().map { .thread($0) }
+        }
+        let thread = ownerThread.loadAcquire()
+        if thread != 0 { return [.thread(thread)] }
+        let task = ownerTask.loadAcquire()
+        if task != 0 { return [.task(task)] }
+        return []
+    }
+}
+
+// MARK: - Tickets in the graph
+
+extension CommandEngine {
+    /// A ticket as the wait-for graph keeps it (``EngineStateMachine/Ticket/packed``).
+    static func packedTicket(_ ticket: Ticket) -> UInt64 {
+        ticket.packed
+    }
+
+    /// The ticket ``packedTicket(_:)`` packed.
+    static func unpackedTicket(_ packed: UInt64) -> Ticket {
+        Ticket(packed: packed)
+    }
+}

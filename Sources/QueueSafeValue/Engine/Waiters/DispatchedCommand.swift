@@ -229,7 +229,7 @@ class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
             return finish(changed: true, inlineQueue: inlineQueue, deliverHere: deliverHere)
         case .map(let transform):
             let deliver = map(transform)  // inside the section: before the release
-            _ = engine.releaseDispatched(inlineQueue: 0)
+            _ = engine.releaseInline(.dispatched)
             return (nil, deliver)
         case .readManual(let body):
             let value = engine.pointer.pointee
@@ -262,14 +262,14 @@ class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
     ) {
         let change = changed && engine.observing.loadRelaxed() != 0 ? engine.captureChange() : nil
         guard let completion else {
-            let next = engine.releaseDispatched(inlineQueue: change == nil ? inlineQueue : 0)
+            let next = engine.releaseInline(.dispatched, releaserQueue: change == nil ? inlineQueue : 0)
             guard let change else { return (successor(next), nil) }
             engine.deliverChange(change)
             return (nil, nil)
         }
         let result = engine.pointer.pointee
-        // mutant(completion-offers-its-queue): _ = engine.releaseDispatched(inlineQueue: inlineQueue)
-        _ = engine.releaseDispatched(inlineQueue: 0)
+        // mutant(completion-offers-its-queue): _ = engine.releaseInline(.dispatched, releaserQueue: inlineQueue)
+        _ = engine.releaseInline(.dispatched)
         if let change { engine.deliverChange(change) }
         if deliverHere {
             completion(.success(result))

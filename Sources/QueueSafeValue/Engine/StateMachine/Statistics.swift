@@ -5,7 +5,7 @@
 // <doc:FindingWhatHoldsYourValue#Statistics>).
 
 /// What a value's engine counts while its statistics are on.
-struct Figures {
+struct Statistics {
     /// When counting began (or was last reset), on the machine's clock.
     var since: UInt64
     /// Commands that had to wait.
@@ -61,7 +61,7 @@ struct Figures {
     /// would then read storage the next hand-on writes in place. That is safe (the hand-on writes in
     /// place only once the read has let its copy go), but the reference count that orders the two
     /// is kept by the Swift runtime, which ThreadSanitizer does not see, so it reported a race.
-    var unshared: Figures {
+    var unshared: Statistics {
         var copy = self
         // `map` builds new arrays, where `Array(_:)` of an array shares its storage.
         copy.waits = waits.map { ($0.priority, $0.counts.map { $0 }) }
@@ -73,24 +73,24 @@ extension EngineStateMachine {
     // MARK: Statistics
 
     /// Turns the statistics on (from zero, at `now`) or off.
-    mutating func collectFigures(_ on: Bool, now: UInt64) {
-        figures = on ? Figures(since: now) : nil
+    mutating func collectStatistics(_ on: Bool, now: UInt64) {
+        statistics = on ? Statistics(since: now) : nil
     }
 
     /// The statistics, and a fresh start if `reset`; `nil` while they are off. What it returns
     /// shares no storage with the machine, which the caller reads after the lock: after a reset
     /// the machine keeps nothing of it; otherwise it is a copy with arrays of its own (see
-    /// ``Figures/unshared``).
-    mutating func readFigures(reset: Bool, now: UInt64) -> Figures? {
-        guard let current = figures else { return nil }
+    /// ``Statistics/unshared``).
+    mutating func readStatistics(reset: Bool, now: UInt64) -> Statistics? {
+        guard let current = statistics else { return nil }
         guard reset else { return current.unshared }
-        figures = Figures(since: now)
+        statistics = Statistics(since: now)
         return current
     }
 
     /// A command that waited was refused: a timeout, or a deadlock.
     mutating func noteRefusal(deadlock: Bool) {
-        guard figures != nil else { return }
-        if deadlock { figures?.deadlocks += 1 } else { figures?.timeouts += 1 }
+        guard statistics != nil else { return }
+        if deadlock { statistics?.deadlocks += 1 } else { statistics?.timeouts += 1 }
     }
 }
