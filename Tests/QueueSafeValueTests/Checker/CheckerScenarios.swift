@@ -433,7 +433,7 @@ enum CheckerScenarios {
     /// A running operation of a queue of width 2 cancelled while it holds its slot: it gives the
     /// slot back when it ends, and the waiting operations run.
     static let widthCancelRunning = CheckerScenario(
-        name: "command queue of width 2: a running operation cancelled", preemptionBound: 1, needsTaskExecutors: true
+        name: "command queue of width 2: a running operation cancelled", preemptionBound: 2, needsTaskExecutors: true
     ) { world in
         let run = CheckerRun(world)
         let queue = try! CommandQueue(label: "cancelling queue", width: 2)
