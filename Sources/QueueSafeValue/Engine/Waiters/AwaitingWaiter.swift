@@ -41,7 +41,7 @@ final class AwaitingWaiter: Waiter, @unchecked Sendable {
     var deadline: UInt64 = 0
 
     override func givesUp(at now: UInt64) -> EngineStateMachine.GiveUp {
-        if deadline != 0 && deadline <= (now != 0 ? now : SyncPoints.coarseNow()) { return .timedOut }
+        if Self.deadline(deadline, hasPassedAt: now) { return .timedOut }
         // An operation whose task was cancelled before it could take its turn (`task` is attached
         // under the engine lock, and only operations have one).
         if let task, task.isCancelled { return .cancelled }

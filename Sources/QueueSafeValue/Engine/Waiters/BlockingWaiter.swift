@@ -98,7 +98,7 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     override var threadToBoost: Int { thread }
 
     override func givesUp(at now: UInt64) -> EngineStateMachine.GiveUp {
-        deadline != 0 && deadline <= (now != 0 ? now : SyncPoints.coarseNow()) ? .timedOut : .stays
+        Self.deadline(deadline, hasPassedAt: now) ? .timedOut : .stays
     }
 
     override func expired(_ diagnostics: QueueDiagnostics) {

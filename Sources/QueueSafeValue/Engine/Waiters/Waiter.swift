@@ -139,6 +139,13 @@ class Waiter: @unchecked Sendable {
     /// with a deadline then reads the engine's coarse clock itself).
     func givesUp(at now: UInt64) -> EngineStateMachine.GiveUp { .stays }
 
+    /// Whether `deadline` (`uptimeNanoseconds`; 0: none) has passed at `now`, read as
+    /// ``givesUp(at:)`` reads it (0: the engine's coarse clock, read here).
+    @inline(__always)
+    static func deadline(_ deadline: UInt64, hasPassedAt now: UInt64) -> Bool {
+        deadline != 0 && deadline <= (now != 0 ? now : SyncPoints.coarseNow())
+    }
+
     /// Under the engine lock: the machine found this command's deadline passed before its turn
     /// (``EngineStateMachine/Other/expired(_:)``); `diagnostics` is the queue as it was. The
     /// command keeps them for its error.
