@@ -106,8 +106,11 @@ import Testing
                 transferWaits.signal()
                 // The other thread parks waiting for the ledger first, so this wait closes the
                 // cycle and is the one refused.
-                waitUntil("the other thread waits for the ledger") { ledger.diagnostics.waitingCount == 1 }
-                usleep(20_000)  // past its spin: parked and registered
+                waitUntil("the other thread is registered, parked, as waiting for the ledger") {
+                    DeadlockDetector.shared.registeredWaits.values.contains {
+                        $0.engine.engine.takeUnretainedValue() === ledger.engine
+                    }
+                }
                 try audit.wait.withLock { $0.append("alice -10") }
             }
         } catch QueueSafeValueError.deadlock {
