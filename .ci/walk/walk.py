@@ -115,6 +115,8 @@ def report(title, entries):
 
 
 begin = gdb.Breakpoint("$s4Walk9walkBeginyyF", internal=True)
+# The release walk begins inside the holder's closure: the walk is titled by the holder's side.
+titles = {"contended-release": "contended-blocking (the releasing holder)"}
 gdb.execute("run %s > /dev/null 2>&1" % scenario, to_string=True)
 gdb.execute("finish", to_string=True)
 begin.delete()
@@ -139,7 +141,7 @@ if scenario == "dispatch":
 # Only the walked thread runs while it is stepped, unless the walk needs another thread to run (a
 # contended command waits for the holder's release).
 gdb.execute("set scheduler-locking %s" % ("off" if scenario in ("contended-blocking", "awaiting") else "on"))
-report(scenario + " (calling thread)", walk("walkEnd"))
+report(titles.get(scenario, scenario + " (calling thread)"), walk("walkEnd"))
 
 if scenario == "dispatch":
     # The block: caught where it first enters the dispatched command's code on the queue's thread.

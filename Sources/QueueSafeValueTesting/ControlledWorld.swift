@@ -635,7 +635,10 @@
             traceHere("lock")
             let thread = current
             let taken = HeldLock(role: LockRole(role), site: site)
-            lock.withLock { noteNestings(of: thread, taking: taken) }
+            lock.withLock {
+                noteNestings(of: thread, taking: taken)
+                if isEngine(role) { engineLockSections[thread.origin, default: []].append(site) }
+            }
             reschedule(thread, branch: false)  // another thread may take it first
             while true {
                 let free = lock.withLock { () -> Bool in
@@ -849,6 +852,20 @@
 
         /// Every nesting of a lock inside another that the run took, by role (see ``LockOrder``).
         private(set) var nestings: [LockNesting: LockNesting.Witness] = [:]
+        /// Where the threads of each party (``VirtualThread/origin``) took an engine's lock, in
+        /// order: the lock sections its commands cost, helpers and jobs that work for it included.
+        private(set) var engineLockSections: [String: [LockSite]] = [:]
+        /// Which roles are an engine's lock, by the guarded type, as first asked.
+        private var engineRoles: [ObjectIdentifier: Bool] = [:]
+
+        /// Under the world's lock: whether a lock guarding `guarded` is an engine's.
+        private func isEngine(_ guarded: Any.Type) -> Bool {
+            let id = ObjectIdentifier(guarded)
+            if let known = engineRoles[id] { return known }
+            let isEngine = LockRole(guarded).isEngine
+            engineRoles[id] = isEngine
+            return isEngine
+        }
         /// The runtime's lock, as a held lock's identity.
         private static let runtimeLock = ObjectIdentifier(LockRole.self)
 

@@ -29,6 +29,16 @@
             }
         }
 
+        /// An engine's lock (the one a command's lock sections are counted by). Reads the type's
+        /// name: ask once per type.
+        var isEngine: Bool {
+            if case .guarding(let type) = self {
+                String(reflecting: type).hasSuffix(".EngineStateMachine")
+            } else {
+                false
+            }
+        }
+
         var description: String {
             switch self {
             case .guarding(let type): Self.name(of: type)

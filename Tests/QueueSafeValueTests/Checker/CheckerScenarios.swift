@@ -15,6 +15,10 @@ struct CheckerScenario: Sendable {
     /// watchOS 11, visionOS 2: below those the scenario is skipped. Checked on every platform
     /// against what its runs start (`StorageChecker.expectEveryScheduleHolds`).
     var needsTaskExecutors = false
+    /// The most engine-lock sections each named party may take in any run (its commands' places,
+    /// parks, grants and releases: ``ControlledWorld/engineLockSections``); a run in which one
+    /// takes more fails.
+    var lockSectionLimits: [String: Int] = [:]
     /// Builds one run's world and returns its final check.
     let build: @Sendable (ControlledWorld) -> () -> String?
 }
@@ -25,7 +29,9 @@ extension CheckerScenario {
     func simulating(_ platform: RecordingPriorityBackend.Platform) -> CheckerScenario {
         let build = self.build
         return CheckerScenario(
-            name: "\(name), under \(platform)", preemptionBound: preemptionBound, needsTaskExecutors: needsTaskExecutors
+            name: "\(name), under \(platform)", preemptionBound: preemptionBound,
+            needsTaskExecutors: needsTaskExecutors,
+            lockSectionLimits: lockSectionLimits
         ) { world in
             world.simulate(platform)
             return build(world)
@@ -1204,6 +1210,78 @@ enum CheckerScenarios {
                 return "\(inner) ran although it was refused"
             }
             return nil
+        }
+    }
+}
+
+// MARK: Lock sections per command
+
+extension CheckerScenarios {
+    /// The scenarios that count each command's sections of the engine's lock (see
+    /// `CheckerScenario.lockSectionLimits`): a holder and one waiter of each shape; either may
+    /// come first. A party that waits takes 1 to take its place and 1 to park or suspend (its
+    /// urgency, the raise of its holder and its helper role included); its release takes 1 when
+    /// someone waits behind it. A dispatch command takes 1 to take its place, and its block 1 to
+    /// release. A timed waiter that gives up takes 2 more: to leave, and to count the timeout.
+    /// The queue's party runs two commands, the dispatch command and the waiter that helps it.
+    static let lockSections = [
+        contended("blocking", limits: ["holder": 2, "waiter": 2]) { world, run, value, _ in
+            world.spawn("waiter") { run.blocking("waiter", value.wait, .high) }
+        },
+        contended("blocking command of a real-time thread", limits: ["holder": 2, "waiter": 2]) {
+            world, run, value, _ in
+            world.spawn("waiter", urgency: 20) { run.blocking("waiter", value.wait, .high) }
+        },
+        contended("awaiting", tasks: true, limits: ["holder": 2, "waiter": 2]) { world, run, value, _ in
+            if #available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *) {
+                StorageChecker.startedTask(in: world)
+                Task(executorPreference: world.taskExecutor(named: "waiter")) {
+                    _ = try? await value.async.priority(.high).set { count in
+                        run.enter("waiter")
+                        count += 1
+                        run.exit("waiter")
+                    }
+                    run.end("waiter", "ran")
+                }
+            }
+        },
+        contended("dispatch", limits: ["holder": 2, "waiter": 1, "queue 'Q'": 1]) { world, run, value, queue in
+            world.spawn("waiter") { run.dispatch("waiter", value, .high, on: queue) }
+        },
+        contended("timed blocking", limits: ["holder": 2, "waiter": 4]) { world, run, value, _ in
+            world.spawn("waiter") { run.blocking("waiter", value.wait(timeout: .milliseconds(1)), .high) }
+        },
+        contended("blocking on its queue behind a dispatch command for it", limits: ["holder": 3, "queue 'Q'": 4]) {
+            world, run, value, queue in
+            world.submit(
+                {
+                    dispatchOnItsQueue(run, "dispatched", value, .high, on: queue)
+                    run.blocking("waiter", value.wait, .low)
+                }, to: queue)
+        },
+    ]
+
+    /// A blocking holder at low priority, and the waiter `spawn` starts.
+    private static func contended(
+        _ shape: String, tasks: Bool = false, limits: [String: Int],
+        spawn: @escaping @Sendable (ControlledWorld, CheckerRun, QueueSafeValue<Int>, DispatchQueue) -> Void
+    ) -> CheckerScenario {
+        CheckerScenario(
+            name: "lock sections: a contended \(shape)", preemptionBound: 2, needsTaskExecutors: tasks,
+            lockSectionLimits: limits
+        ) { world in
+            let run = CheckerRun(world)
+            let value = QueueSafeValue(value: 0, label: "counted")
+            let queue = DispatchQueue(label: "Q")
+            world.quiescentCheck = run.quiescentCheck([value.engine])
+            world.spawn("holder") { run.blocking("holder", value.wait, .low) }
+            spawn(world, run, value, queue)
+            return {
+                let helped = shape.hasSuffix("for it")
+                return run.finalCheck(
+                    value.engine, commands: ["holder", "waiter"] + (helped ? ["dispatched"] : []),
+                    delivering: shape == "dispatch" ? ["waiter"] : helped ? ["dispatched"] : [])
+            }
         }
     }
 }

@@ -14,32 +14,34 @@ extension Explorers {
 
         /// The scenarios as written: priority inheritance runs Linux's policy (the world's default)
         /// unless a scenario chooses another.
-        static let onLinux: [CheckerScenario] = [
-            CheckerScenarios.mixedCommands, CheckerScenarios.arrivalOrder, CheckerScenarios.deadlines,
-            CheckerScenarios.monitorWatchdog,
-            CheckerScenarios.cancellation, CheckerScenarios.manualCompletions, CheckerScenarios.containerRelease,
-            CheckerScenarios.cancelAllOperations, CheckerScenarios.attachRaces, CheckerScenarios.discardable,
-            CheckerScenarios.standardOperations, CheckerScenarios.widthSlots, CheckerScenarios.widthLowered,
-            CheckerScenarios.widthReprioritized, CheckerScenarios.widthCancelRunning,
-            CheckerScenarios.cancelRacingTheGrant, CheckerScenarios.releaseRacingADeadline,
-            CheckerScenarios.boundedOvertaking, CheckerScenarios.eventualFairness,
-            CheckerScenarios.eventualMixedCommands, CheckerScenarios.eventualIssuerOrder,
-            CheckerScenarios.waiterBehindItsQueue,
-            CheckerScenarios.twoDispatchAndTwoWaiters, CheckerScenarios.dispatchArrivingFromOffTheQueue,
-            CheckerScenarios.timedWaiterOnTheQueue, CheckerScenarios.silentSuccessorsInline,
-            CheckerScenarios.silentCommandsOfTwoQueues, CheckerScenarios.dispatchBehindAThread,
-            CheckerScenarios.waiterOnAnotherQueue, CheckerScenarios.queueTaggedAfterTheWaiterParked,
-            CheckerScenarios.boostAndCancellation, CheckerScenarios.inheritanceChain,
-            CheckerScenarios.inheritanceChainTimedWaiter, CheckerScenarios.inheritanceChainThroughATask,
-            CheckerScenarios.inheritanceChainOfThreads, CheckerScenarios.appleHolderThatReachesItsWaiter,
-            CheckerScenarios.engineLockOrder,
-            CheckerScenarios.lockOrderCycle, CheckerScenarios.lockOrderCycleWithATask, CheckerScenarios.lockOrderChain,
-            CheckerScenarios.sharedReads, CheckerScenarios.readsAndTheWaitingOrder,
-            CheckerScenarios.idleReadersAndAWriter,
-            CheckerScenarios.idleAndListedReaders, CheckerScenarios.readersAndADeadline,
-            CheckerScenarios.readsForTheWaitersQueue,
-            CheckerScenarios.readersAndContainerRelease, CheckerScenarios.lockOrderCycleThroughReads,
-        ]
+        static let onLinux: [CheckerScenario] =
+            [
+                CheckerScenarios.mixedCommands, CheckerScenarios.arrivalOrder, CheckerScenarios.deadlines,
+                CheckerScenarios.monitorWatchdog,
+                CheckerScenarios.cancellation, CheckerScenarios.manualCompletions, CheckerScenarios.containerRelease,
+                CheckerScenarios.cancelAllOperations, CheckerScenarios.attachRaces, CheckerScenarios.discardable,
+                CheckerScenarios.standardOperations, CheckerScenarios.widthSlots, CheckerScenarios.widthLowered,
+                CheckerScenarios.widthReprioritized, CheckerScenarios.widthCancelRunning,
+                CheckerScenarios.cancelRacingTheGrant, CheckerScenarios.releaseRacingADeadline,
+                CheckerScenarios.boundedOvertaking, CheckerScenarios.eventualFairness,
+                CheckerScenarios.eventualMixedCommands, CheckerScenarios.eventualIssuerOrder,
+                CheckerScenarios.waiterBehindItsQueue,
+                CheckerScenarios.twoDispatchAndTwoWaiters, CheckerScenarios.dispatchArrivingFromOffTheQueue,
+                CheckerScenarios.timedWaiterOnTheQueue, CheckerScenarios.silentSuccessorsInline,
+                CheckerScenarios.silentCommandsOfTwoQueues, CheckerScenarios.dispatchBehindAThread,
+                CheckerScenarios.waiterOnAnotherQueue, CheckerScenarios.queueTaggedAfterTheWaiterParked,
+                CheckerScenarios.boostAndCancellation, CheckerScenarios.inheritanceChain,
+                CheckerScenarios.inheritanceChainTimedWaiter, CheckerScenarios.inheritanceChainThroughATask,
+                CheckerScenarios.inheritanceChainOfThreads, CheckerScenarios.appleHolderThatReachesItsWaiter,
+                CheckerScenarios.engineLockOrder,
+                CheckerScenarios.lockOrderCycle, CheckerScenarios.lockOrderCycleWithATask,
+                CheckerScenarios.lockOrderChain,
+                CheckerScenarios.sharedReads, CheckerScenarios.readsAndTheWaitingOrder,
+                CheckerScenarios.idleReadersAndAWriter,
+                CheckerScenarios.idleAndListedReaders, CheckerScenarios.readersAndADeadline,
+                CheckerScenarios.readsForTheWaitersQueue,
+                CheckerScenarios.readersAndContainerRelease, CheckerScenarios.lockOrderCycleThroughReads,
+            ] + CheckerScenarios.lockSections
 
         @Test(
             .enabled(if: !TestEnvironment.isThreadSanitizerActive, "the checker runs without ThreadSanitizer"),
@@ -70,6 +72,22 @@ enum StorageChecker {
     /// scenarios whose names contain one of the parts run.
     static let selected: [Substring]? = ProcessInfo.processInfo.environment["CHECKER_SCENARIOS"].flatMap {
         $0.isEmpty ? nil : $0.split(separator: ";")
+    }
+
+    /// A run's engine-lock sections per party against the scenario's limits; the most seen so far
+    /// is kept in `most`.
+    static func sectionsCheck(
+        _ world: ControlledWorld, _ limits: [String: Int], most: Locked<[String: [LockSite]]>
+    ) -> String? {
+        guard !limits.isEmpty else { return nil }
+        let taken = world.engineLockSections
+        most.withLock { most in most.merge(taken) { $0.count >= $1.count ? $0 : $1 } }
+        for (party, limit) in limits.sorted(by: { $0.key < $1.key }) where taken[party, default: []].count > limit {
+            let sites = taken[party, default: []]
+            return "\(party) took \(sites.count) sections of the engine's lock, more than its \(limit): at "
+                + sites.map(\.description).joined(separator: ", ")
+        }
+        return nil
     }
 
     /// Whether this system has task executors, which the scenarios with tasks need.
@@ -109,6 +127,7 @@ enum StorageChecker {
             TestEnvironment.isAddressSanitizerActive ? min(1, scenario.preemptionBound) : scenario.preemptionBound
         let started = Date()
         let startedATask = Locked(false)
+        let mostSections = Locked<[String: [LockSite]]>([:])
         let report = await withCheckedContinuation {
             (continuation: CheckedContinuation<ScheduleExplorer.Report, Never>) in
             Thread {
@@ -120,7 +139,7 @@ enum StorageChecker {
                         let finalCheck = scenario.build(world)
                         return {
                             startedTasks.withLock { $0[id] = nil }
-                            return finalCheck()
+                            return finalCheck() ?? sectionsCheck(world, scenario.lockSectionLimits, most: mostSections)
                         }
                     })
             }.start()
@@ -130,6 +149,13 @@ enum StorageChecker {
             "Checker: \(scenario.name): \(report.runs) schedules (at most \(bound) preemptions"
                 + "\(report.isComplete ? "" : ", cut by the budget")), \(report.steps) steps, "
                 + String(format: "%.1f s", seconds))
+        if !scenario.lockSectionLimits.isEmpty {
+            for (party, sites) in mostSections.value.sorted(by: { $0.key < $1.key }) {
+                print(
+                    "Checker: \(scenario.name): \(party) took at most \(sites.count) engine-lock sections, as at "
+                        + sites.map(\.description).joined(separator: ", "))
+            }
+        }
         if report.violation != nil { failed.set(true) }
         // What lets an older Apple system skip the scenario instead of crashing in `worldTask` (a
         // run cut short by a violation may not have reached its tasks).

@@ -98,17 +98,17 @@ extension EngineStateMachine.Actions {
 
     /// The commands that left the queue, in order.
     var left: [Int] {
-        others.compactMap { if case .left(let handle) = $0 { handle.number } else { nil } }
+        others.compactMap { if case .left(let handle, _) = $0 { handle.number } else { nil } }
     }
 
     /// The commands that expired (their deadline had passed when a grant came to them), in order.
     var expired: [Int] {
-        others.compactMap { if case .expired(let handle) = $0 { handle.number } else { nil } }
+        others.compactMap { if case .expired(let handle, _) = $0 { handle.number } else { nil } }
     }
 
     /// The commands whose tasks are cancelled, in order.
     var cancelled: [Int] {
-        others.compactMap { if case .cancel(let handle) = $0 { handle.number } else { nil } }
+        others.compactMap { if case .cancel(let handle, _) = $0 { handle.number } else { nil } }
     }
 
     /// The manual-completion command to finish, if any.

@@ -26,7 +26,7 @@ import Testing
             for other in actions.others {
                 switch other {
                 case .startReader(let handle), .helpReader(let handle, _): granted.append(handle.number)
-                case .left, .expired, .cancel, .finish, .claim, .longHoldEnded: break
+                case .left, .expired, .cancel, .finish, .claim, .longHoldEnded, .report: break
                 }
             }
             return granted

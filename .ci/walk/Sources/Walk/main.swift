@@ -34,6 +34,17 @@ case "contended-blocking":
     try value.wait.withLock { $0 += 1 }
     walkEnd()
 
+case "contended-release":
+    // This thread holds the value while another waits for it (parked: it has waited longer than
+    // its spin); the walk is this thread's release, which hands the value on.
+    try value.wait.withLock { _ in
+        Thread.detachNewThread { try? value.wait.withLock { $0 += 1 } }
+        while value.diagnostics.waiting.isEmpty { usleep(1000) }
+        usleep(200_000)
+        walkBegin()
+    }
+    walkEnd()
+
 case "dispatch":
     let schedule = value.async(performIn: DispatchQueue(label: "walk"))
     let done = DispatchSemaphore(value: 0)
@@ -59,6 +70,7 @@ case "awaiting":
     done.wait()
 
 default:
-    FileHandle.standardError.write(Data("usage: Walk idle-blocking|contended-blocking|dispatch|awaiting\n".utf8))
+    FileHandle.standardError.write(
+        Data("usage: Walk idle-blocking|contended-blocking|contended-release|dispatch|awaiting\n".utf8))
     exit(2)
 }

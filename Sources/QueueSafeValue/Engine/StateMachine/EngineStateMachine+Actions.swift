@@ -43,14 +43,17 @@ extension EngineStateMachine {
         static let unknownWait = UInt32.max
     }
 
-    /// A rarer action, kept out of the fields every release copies.
+    /// A rarer effect, kept out of the fields every release copies: the one vocabulary for them. The
+    /// machine names each effect; the storage, in the transition's lock section, attaches what it
+    /// needs from the waiter there (a continuation, a task: guarded by the engine lock), and adds
+    /// the monitor's reports (``report(_:)``). After unlocking it carries them out in order.
     enum Other {
         /// The command left the queue and will never run: its suspended task is resumed (it then
-        /// reads its verdict under the lock and throws).
-        case left(Handle)
+        /// reads its verdict and throws). `resume`: its continuation, taken under the lock.
+        case left(Handle, resume: TurnContinuation? = nil)
         /// The command's task is cancelled (``cancelAll()``: the operations that left, and the
-        /// holder).
-        case cancel(Handle)
+        /// holder). `task`: the task, read under the lock.
+        case cancel(Handle, task: (any CancellableTask)? = nil)
         /// A manual-completion command's completion arrived after its closure returned: finish it
         /// (wake its blocked thread, or release and deliver its dispatched completion).
         case finish(Handle)
@@ -65,13 +68,15 @@ extension EngineStateMachine {
         /// meanwhile may take it first.
         case claim(Handle)
         /// A waiting command's deadline had passed when a grant came to it (``dropGivenUp(_:now:)``):
-        /// it left the queue and fails with `.timedOut` (its suspended task is resumed, its parked
-        /// thread woken).
-        case expired(Handle)
+        /// it left the queue and fails with `.timedOut`: its suspended task is resumed (`resume`,
+        /// taken under the lock), or else its parked thread woken.
+        case expired(Handle, resume: TurnContinuation? = nil)
         /// A hold the monitor reported as long (``Hold/isReportedLong``) ended, after at least
         /// `nanoseconds`: the storage reports its end, naming the holder from the words that still
-        /// name it.
+        /// name it (under the lock, it becomes a ``report(_:)``).
         case longHoldEnded(nanoseconds: UInt64)
+        /// Tell the running monitor (the storage's: a long hold's end, a long wait).
+        case report(QueueMonitor.Event)
     }
 
     /// What the storage performs after a transition, once the engine lock is released, in this
@@ -97,7 +102,8 @@ extension EngineStateMachine {
         /// The rarer actions, in order.
         var others: [Other] = []
 
-        init() {}
+        // Transparent: a debug build's `perform` makes one per transition, inline as before.
+        @_transparent init() {}
     }
 
     /// What a transition that answers its caller found (``Actions/found``).

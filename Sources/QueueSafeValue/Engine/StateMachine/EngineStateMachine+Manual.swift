@@ -28,7 +28,7 @@ extension EngineStateMachine {
         switch table[ticket.slot].manual {
         case .running:
             table[ticket.slot].manual = .closureReturned
-            return .waitForCompletion
+            return .waitForCompletion(boosted: isHoldBoosted)
         case .completionArrived:
             return .release
         case .notManual, .closureReturned:

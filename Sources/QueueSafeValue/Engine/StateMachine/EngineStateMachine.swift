@@ -87,7 +87,8 @@ struct EngineStateMachine {
         /// The completion arrived already: the caller releases the section now.
         case release
         /// The completion has not arrived: wait until it does (its arrival finishes the command).
-        case waitForCompletion
+        /// `boosted`: the hold is raised, so a thread that stops running its code ends its boost.
+        case waitForCompletion(boosted: Bool)
         /// Nothing to do (the ticket is stale).
         case none
     }

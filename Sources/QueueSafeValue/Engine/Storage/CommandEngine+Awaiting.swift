@@ -46,8 +46,6 @@ extension CommandEngine {
             return
         case .refused(let error):
             throw reportingRefusal(error.namingQueue(), site: site.kept, priority: priority)
-        case .expired:
-            preconditionFailure("enqueue refuses an expired command")
         case .queued(let ticket):
             waiter.ticket = ticket
             try await waitForTurn(waiter, deadline: deadline, cancellable: cancellable)
@@ -84,25 +82,24 @@ extension CommandEngine {
         waiter.keptSite = site.kept
         waiter.issuedPriority = priority
         waiter.deadline = deadline?.uptimeNanoseconds ?? 0
-        var admitted: Machine.Admission?
         // A discarded operation that was parked may have been a reason for a boost: `perform`
         // lowers it.
-        perform { machine in
-            let actions = machine.discardPending()
-            admitted = transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
+        let placed = perform { machine, actions in
+            actions = machine.discardPending()
+            let placed = transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
                 let admission = machine.enqueueOperation(
                     waiter, priority: priority, discardable: discardable, handled: handled, word: &word,
                     now: machineNow(precise: waiter.deadline != 0), deadline: waiter.deadline)
-                return refusingExpired(admission, machine, word: word)
+                return placement(admission, machine, word: word)
             }
             // Granted at once, to a queue of width above 1: it holds one slot, as a shared holder.
-            if case .granted = admitted, machine.operationsShare { waiter.isGrantedShared = true }
+            if case .granted = placed, machine.operationsShare { waiter.isGrantedShared = true }
             SyncPoints.note(discardable ? "a discardable operation is enqueued" : "an operation is enqueued")
-            return actions
-        }
-        guard let admission = admitted else { preconditionFailure("the transition ran under the lock") }
-        switch admission {
-        case .granted(let ticket?):
+            return placed
+        }.answer
+        switch placed {
+        case .granted(let ticket):
+            guard let ticket else { preconditionFailure("a command queue tracks its operations") }
             waiter.ticket = ticket
             if !waiter.isGrantedShared { keepHolderSite(waiter.keptSite, priority: priority) }
             return (waiter, true)
@@ -115,8 +112,6 @@ extension CommandEngine {
             // nothing, so it never suspends).
             waiter.refusal = error.namingQueue()
             return (waiter, false)
-        case .granted(nil), .expired:
-            preconditionFailure("a command queue tracks its operations, and refuses an expired one")
         }
     }
 
@@ -359,9 +354,11 @@ extension CommandEngine {
         }
         timer?.cancel()
         if !nodes.isEmpty { DeadlockDetector.shared.unregister(nodes) }
-        let (granted, refusal) = machine.withLock { _ in (waiter.isGranted, waiter.refusal) }
-        if !granted {
-            guard let refusal else { throw .cancelled }
+        // No lock section to read the verdict: whoever decided it wrote it under the engine lock
+        // and resumed this task after unlocking (or this task saw it decided, under the lock, and
+        // resumed itself), so the resumption publishes it.
+        if !waiter.isGranted {
+            guard let refusal = waiter.refusal else { throw .cancelled }
             throw reportingRefusal(
                 refusal.namingQueue(), site: waiter.keptSite, priority: waiter.issuedPriority ?? .medium)
         }
@@ -384,9 +381,9 @@ extension CommandEngine {
         await withTaskPriorityEscalationHandler {
             await suspendForTurn(waiter, nodes: nodes, deadline: deadline, timer: timer)
         } onPriorityEscalated: { [self] _, escalated in
-            // No chain walk under the runtime's lock (see `inheritUrgency`).
+            // No chain walk under the runtime's lock (see `park`).
             SyncPoints.insideRuntimeLock {
-                inheritUrgency(ticket, .ofTask(escalated), party: nodes, walks: false)
+                _ = park(ticket, .ofTask(escalated), party: nodes, walks: false) { _ in }
             }
         }
     }
@@ -411,27 +408,19 @@ extension CommandEngine {
                 nodes.isEmpty
                 ? DeadlockDetector.Registration(verdict: .wait, names: [:])
                 : DeadlockDetector.shared.register(nodes, waitingFor: self, ticket: ticket, poolThread: false)
-            let urgency = Urgency.ofTask(Task.currentPriority)
-            let (waiting, raised) = machine.withLock { machine in
-                guard registration.verdict == .wait, machine.isWaiting(ticket) else { return (false, false) }
-                waiter.continuation = continuation
-                waiter.waitingTask = currentTaskID()
-                // A wait registered for nothing inherits nothing from elsewhere: its own urgency is
-                // parked in this same trip through the lock.
-                let raised =
-                    nodes.isEmpty
-                    && machine.park(ticket, urgency: urgency, holderBits: state.loadAcquire() & EngineWord.holderMask)
-                return (true, raised)
-            }
+            // While it waits, the holder runs at least at this task's priority, and at what the
+            // task inherits from sections it holds (read after its registration: a raise that
+            // reached it before cannot be missed), decided in the section that stores the
+            // continuation. A wait that would deadlock parks nothing: it leaves.
+            let waits = registration.verdict == .wait
+            let waiting =
+                park(ticket, waits ? .ofTask(Task.currentPriority) : .none, party: waits ? nodes : []) { machine in
+                    guard waits, machine.isWaiting(ticket) else { return false }
+                    waiter.continuation = continuation
+                    waiter.waitingTask = currentTaskID()
+                    return true
+                }.result
             if waiting {
-                // While it waits, the holder runs at least at this task's priority, and at what the
-                // task inherits from sections it holds (read after its registration: a raise that
-                // reached it before cannot be missed, see `passOnInherited`).
-                if !nodes.isEmpty {
-                    inheritUrgency(ticket, urgency, party: nodes)
-                } else if raised {
-                    raiseHolder()
-                }
                 if let deadline, let timer {
                     // A deadline already past gives up now, like `wait(timeout:)`.
                     if deadline <= SyncPoints.now() {

@@ -34,7 +34,6 @@ extension CommandEngine {
             case .granted: holds = true
             case .queued: holds = false
             case .refused(let error): throw error
-            case .expired: preconditionFailure("a dispatch command has no deadline")
             }
         }
         // mutant(dispatch-before-publish): if holds { command.start(); publishGrantedDispatch(command, helper: nil); return false }
@@ -170,29 +169,42 @@ extension CommandEngine {
     ///
     /// Called when the waiter is about to park, not when it joins the queue: a hand-off that the
     /// spin catches pays nothing for helping, and a command of its queue waits at most one spin.
-    /// Called again when a queue is tagged while the waiter is parked without knowing its queue.
+    /// With `party`, the waiter parks in the same lock section (see ``park(_:_:party:walks:_:)``):
+    /// its helper role and its urgency cost one section, or none when it has neither. Called
+    /// again, without a party, when a queue is tagged while the waiter is parked without knowing
+    /// its queue.
     /// - Returns: the tagging epoch read before the queues were, if the thread's innermost queue is
     ///   unknown (it may be a queue nothing has tagged yet): the waiter then asks to be told of new
-    ///   tags (see ``DeadlockDetector/tagQueue(_:)``). `nil` if it knows its queue.
-    final func becomeHelper(_ ticket: Ticket) -> Int? {
+    ///   tags (see ``DeadlockDetector/tagQueue(_:)``), `nil` if it knows its queue; and what the
+    ///   party inherited as it parked.
+    final func becomeHelper(_ ticket: Ticket, parking party: [Node]? = nil) -> (tagEpoch: Int?, inherited: Urgency) {
         let epoch = DeadlockDetector.shared.tagEpoch
         let (queues, innermostKnown) = QueueTag.currentIdentities
-        if !queues.isEmpty {
-            takeOverPendingDispatch(runningOn: queues)
-            // Shared reads granted for these queues whose blocks have not started are taken in the
-            // same lock section as the registration: later ones are handed over as jobs.
-            let readers = machine.withLock { machine in
-                machine.registerHelper(ticket, queues: queues)
-                return machine.takeUnstartedReaders(forQueues: queues)
-            }
-            if !readers.isEmpty {
-                BlockingWaiter.withoutThreadWaiter {
-                    for reader in readers { reader.runOnHelper() }
-                }
-            }
-            takeOverPendingDispatch(runningOn: queues)
+        if !queues.isEmpty { takeOverPendingDispatch(runningOn: queues) }
+        // Shared reads granted for these queues whose blocks have not started are taken in the
+        // same lock section as the registration: later ones are handed over as jobs.
+        let register = { (machine: inout Machine) -> [Waiter] in
+            guard !queues.isEmpty else { return [] }
+            machine.registerHelper(ticket, queues: queues)
+            return machine.takeUnstartedReaders(forQueues: queues)
         }
-        return innermostKnown ? nil : epoch
+        var readers: [Waiter] = []
+        var inherited = Urgency.none
+        // Ended by the waiter, once registered for deadlock detection (see `BlockingWaiter`).
+        if party != nil { SyncPoints.inheritance(true) }
+        let urgency = party == nil ? Urgency.none : .ofCurrentThread()
+        if let party, !queues.isEmpty || mayRaise(urgency, party: party) {
+            (readers, inherited) = park(ticket, urgency, party: party, register)
+        } else if !queues.isEmpty {
+            readers = machine.withLock(register)
+        }
+        if !readers.isEmpty {
+            BlockingWaiter.withoutThreadWaiter {
+                for reader in readers { reader.runOnHelper() }
+            }
+        }
+        if !queues.isEmpty { takeOverPendingDispatch(runningOn: queues) }
+        return (innermostKnown ? nil : epoch, inherited)
     }
 
     /// If the holder is a dispatched command whose block has not started, takes it over: runs it

@@ -7,45 +7,26 @@ import QueueSafeValueShims
 //
 // - `prepare(_:_:)`, under the engine lock, right after the transition: marks the granted waiter,
 //   publishes a granted dispatched command (in the dispatched holder's slot, or as a helper's job),
-//   and reads from the waiters what the rest needs (their continuations and tasks are guarded by
-//   this lock). It runs no user code, signals nothing and releases no reference.
+//   and attaches to the rarer effects what they need from their waiters (their continuations and
+//   tasks are guarded by this lock). It runs no user code, signals nothing and releases no
+//   reference.
 // - `carryOut(_:nextHolder:_:)`, after unlocking: raises and starts the grant as the machine chose, ends
 //   the releaser's boost, frees the value, lets go of an ended holder, then carries out the rarer
 //   actions in order: resumes the tasks of commands that left, cancels tasks, finishes a manual
 //   completion, starts shared reads.
 extension CommandEngine {
-    /// A rarer action (``EngineStateMachine/Other``) with what it needs from its waiter, read under
-    /// the engine lock by ``prepare(_:_:)``.
-    enum Deferred {
-        /// The task of a command that left: resume it.
-        case resume(TurnContinuation)
-        /// Cancel this task (``CommandQueue/cancelAll()``).
-        case cancel(any CancellableTask)
-        /// A manual completion arrived after the closure returned: finish the command.
-        case finish(Waiter)
-        /// A shared read granted beside the first grant: start it.
-        case start(Waiter)
-        /// A waiting thread was handed a shared read to run: wake it.
-        case postJob(Waiter)
-        /// A waiting thread is woken to claim a free section (eventually fair mode).
-        case postClaim(Waiter)
-        /// A waiting thread is woken: its command left the queue (it expired).
-        case postLeft(Waiter)
-        /// Tell the running monitor.
-        case report(QueueMonitor.Event)
-    }
-
     /// The thread and task of a newly granted holder that inherits an urgency (see
     /// ``raiseNextHolder(_:_:)``), read under the lock.
     typealias NextHolder = (thread: Int, task: Int)
 
     /// What ``perform(_:)`` hands back: what the transition found for its caller
-    /// (``EngineStateMachine/Actions/found``), and the granted command the machine chose the
-    /// releasing block to run (``EngineStateMachine/Starter/releasingBlock``): the caller claims
-    /// and runs it inline.
-    struct Performed {
+    /// (``EngineStateMachine/Actions/found``), the granted command the machine chose the
+    /// releasing block to run (``EngineStateMachine/Starter/releasingBlock``: the caller claims
+    /// and runs it inline), and the answer of a transition that has one besides its actions.
+    struct Performed<Answer> {
         var found: Machine.Found
         var inline: Waiter?
+        var answer: Answer
     }
 
     /// Runs one transition under the engine lock and carries out its actions after unlocking.
@@ -54,69 +35,70 @@ extension CommandEngine {
     /// - Returns: what the transition found, and a command to run inline, if any.
     @inline(__always)
     @discardableResult
-    final func perform(_ transition: (inout Machine) -> Machine.Actions) -> Performed {
+    final func perform(_ transition: (inout Machine) -> Machine.Actions) -> Performed<Void> {
+        perform { machine, actions in actions = transition(&machine) }
+    }
+
+    /// ``perform(_:)`` for a transition that answers its caller besides its actions (an enqueue's
+    /// admission): it returns the answer and leaves its actions in `actions`.
+    @inline(__always)
+    final func perform<Answer>(
+        _ transition: (inout Machine, inout Machine.Actions) -> Answer
+    ) -> Performed<Answer> {
         // The actions may hand a raise on to the nextHolder, or end the releaser's own.
         SyncPoints.inheritance(true)
         defer { SyncPoints.inheritance(false) }
-        var deferred: [Deferred] = []
         var nextHolder: NextHolder = (0, 0)
         // The actions leave the lock section as its result, never through a captured variable:
         // the compiler then moves them instead of copying every reference they hold.
-        var actions = machine.withLock { machine in
-            var actions = transition(&machine)
-            // A command that expired keeps the queue as the release that passed it over left it,
-            // for its error (rare: only here does the lock section read the whole machine).
-            for case .expired(let waiter) in actions.others {
-                waiter.expired(snapshot(machine, word: state.loadAcquire()))
-            }
-            nextHolder = prepare(&actions, &deferred)
-            return actions
+        let answer: Answer
+        var actions: Machine.Actions
+        (answer, actions) = machine.withLock { machine in
+            var actions = Machine.Actions()
+            let answer = transition(&machine, &actions)
+            nextHolder = prepare(&actions, machine)
+            return (answer, actions)
         }
         // A waiter left: the boost it asked for ends with it (see `PriorityInheritance.swift`).
         // mutant(boost-sync-dropped): let lowersBoost = false
         let lowersBoost = actions.lowersBoost
         defer { if lowersBoost { lowerBoost() } }
         let found = actions.found
-        return Performed(found: found, inline: carryOut(&actions, nextHolder: nextHolder, deferred))
+        return Performed(found: found, inline: carryOut(&actions, nextHolder: nextHolder), answer: answer)
     }
 
     /// Under the engine lock, in the lock section of the transition that returned `actions`:
     /// marks the granted waiter, publishes a granted dispatched command (see
-    /// ``publishGrantedDispatch(_:helper:)``), and reads from the waiters what the rarer actions
-    /// need.
+    /// ``publishGrantedDispatch(_:helper:)``), and attaches to the rarer effects what they need
+    /// from their waiters.
     /// - Returns: the nextHolder's thread and task, if the grant inherits an urgency.
     @inline(__always)
-    private func prepare(_ actions: inout Machine.Actions, _ deferred: inout [Deferred]) -> NextHolder {
-        for other in actions.others {
-            switch other {
-            case .left(let waiter):
+    private func prepare(_ actions: inout Machine.Actions, _ machine: borrowing Machine) -> NextHolder {
+        for index in actions.others.indices {
+            switch actions.others[index] {
+            case .left(let waiter, _):
                 // mutant(prepare-drops-left): break
-                if let continuation = waiter.continuationToResume { deferred.append(.resume(continuation)) }
-            case .expired(let waiter):
-                if let continuation = waiter.continuationToResume {
-                    deferred.append(.resume(continuation))
-                } else {
-                    deferred.append(.postLeft(waiter))
-                }
-            case .cancel(let waiter):
+                actions.others[index] = .left(waiter, resume: waiter.continuationToResume)
+            case .expired(let waiter, _):
+                // Its error shows the queue as the release that passed it over left it (rare: only
+                // here does the lock section read the whole machine).
+                waiter.expired(snapshot(machine, word: state.loadAcquire()))
+                actions.others[index] = .expired(waiter, resume: waiter.continuationToResume)
+            case .cancel(let waiter, _):
                 // Read here: a holder's task is dropped by its release, after that release unlocks.
-                if let task = waiter.taskToCancel { deferred.append(.cancel(task)) }
-            case .finish(let waiter):
-                deferred.append(.finish(waiter))
+                actions.others[index] = .cancel(waiter, task: waiter.taskToCancel)
             case .startReader(let reader):
                 reader.isGranted = true
                 reader.isGrantedShared = true
-                deferred.append(.start(reader))
             case .helpReader(let reader, let helper):
                 reader.isGranted = true
                 reader.isGrantedShared = true
                 helper.assignJob(reader)
-                deferred.append(.postJob(helper))
-            case .claim(let waiter):
-                deferred.append(.postClaim(waiter))
             case .longHoldEnded(let nanoseconds):
                 // Before the grant below: the holder's words still name the hold that ended.
-                if let event = longHoldEnded(nanoseconds: nanoseconds) { deferred.append(.report(event)) }
+                if let event = longHoldEnded(nanoseconds: nanoseconds) { actions.others[index] = .report(event) }
+            case .finish, .claim, .report:
+                break
             }
         }
         // Moved out and back, so that reading it retains nothing.
@@ -134,7 +116,7 @@ extension CommandEngine {
             if UInt(waited) >= UInt(bitPattern: threshold),
                 let event = longWait(of: next, waited: waited, endedSite: holderSite.site)
             {
-                deferred.append(.report(event))
+                actions.others.append(.report(event))
             }
         }
         // Before it can start: a report that reads the section held reads its holder's call site.
@@ -160,7 +142,7 @@ extension CommandEngine {
     /// ``EngineStateMachine/Actions`` gives.
     /// - Returns: the granted command when the machine chose the releasing block to run it.
     @inline(__always)
-    private func carryOut(_ actions: inout Machine.Actions, nextHolder: NextHolder, _ deferred: [Deferred]) -> Waiter? {
+    private func carryOut(_ actions: inout Machine.Actions, nextHolder: NextHolder) -> Waiter? {
         // A boosted holder hands the section on while still boosted, and only then goes back to
         // its own priority (below): at its own priority it might not get the processor to hand it on.
         var inline: Waiter?
@@ -184,16 +166,18 @@ extension CommandEngine {
         if actions.freeValue { freeValue() }
         // Its release is the last to touch it: the machine forgot it in the same transition.
         actions.ended.take()?.endHold()
-        for item in deferred {
-            switch item {
-            case .resume(let continuation): continuation.resumeFromAnotherThread()
-            case .cancel(let task): task.cancel()
+        for other in actions.others {
+            switch other {
+            case .left(_, let continuation): continuation?.resumeFromAnotherThread()
+            case .expired(let waiter, let continuation):
+                if let continuation { continuation.resumeFromAnotherThread() } else { waiter.postLeft() }
+            case .cancel(_, let task): task?.cancel()
             case .finish(let command): command.finishManualCompletion()
-            case .start(let reader): reader.start()
-            case .postJob(let helper): helper.postJob()
-            case .postClaim(let waiter): waiter.postClaim()
-            case .postLeft(let waiter): waiter.postLeft()
+            case .startReader(let reader): reader.start()
+            case .helpReader(_, let helper): helper.postJob()
+            case .claim(let waiter): waiter.postClaim()
             case .report(let event): report(event)
+            case .longHoldEnded: break  // nothing to report (see `prepare`)
             }
         }
         // Architecture, "More threads than cores": the new holder waits on this processor, and

@@ -49,10 +49,10 @@ extension CommandEngine {
         priority: CommandPriority,
         reentrant: Bool,
         deadline: UInt64 = 0
-    ) -> Machine.Admission {
+    ) -> Placement {
         SyncPoints.commandPoint("read arrives at", self, kind)
         waiter.issuedPriority = priority
-        let admission = machine.withLock { machine in
+        let placed = machine.withLock { machine in
             transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
                 let admission = machine.enqueue(
                     waiter, kind: kind, priority: priority, reentrant: reentrant, word: &word,
@@ -61,11 +61,11 @@ extension CommandEngine {
                 case .granted(let ticket?), .queued(let ticket): waiter.readerTicket = ticket
                 case .granted(nil), .refused, .expired: break
                 }
-                return refusingExpired(admission, machine, word: word)
+                return placement(admission, machine, word: word)
             }
         }
-        if case .queued = admission { noteContention() }
-        return admission
+        if case .queued = placed { noteContention() }
+        return placed
     }
 
     /// The shared read `ticket` ends: it gives its share back; the last reader hands the section
@@ -212,12 +212,12 @@ extension CommandEngine {
         {
         case .granted(let granted?):
             ticket = granted
-        case .granted(nil), .expired:
-            preconditionFailure("a shared read is granted with a ticket, and an expired one refused")
+        case .granted(nil):
+            preconditionFailure("a shared read is granted with a ticket")
         case .refused(let error):
             return .failure(reportingRefusal(error.namingQueue(), site: site.kept, priority: priority))
         case .queued(let queued):
-            if let error = waiter.waitForGrant(engine: self, ticket: queued, deadline: deadline) {
+            if let error = waitForGrant(waiter, ticket: queued, deadline: deadline) {
                 return .failure(reportingRefusal(error, site: site.kept, priority: priority))
             }
             ticket = queued
@@ -276,8 +276,8 @@ extension CommandEngine {
         {
         case .granted(let ticket?):
             return Self.readerToken(ticket)
-        case .granted(nil), .expired:
-            preconditionFailure("a shared read is granted with a ticket, and an expired one refused")
+        case .granted(nil):
+            preconditionFailure("a shared read is granted with a ticket")
         case .refused(let error):
             throw reportingRefusal(error.namingQueue(), site: site.kept, priority: priority)
         case .queued(let ticket):

@@ -229,19 +229,28 @@ class CommandEngine: @unchecked Sendable {
 
     // MARK: Transitions
 
+    /// Where a command that asked for the section through the lock stands: the machine's
+    /// ``EngineStateMachine/Admission``, with an expired command refused (see ``placement(_:_:word:)``).
+    enum Placement {
+        /// It holds the section now (the ticket is an operation's holder record).
+        case granted(Ticket?)
+        /// It waits in the queue, and is started when its turn comes.
+        case queued(Ticket)
+        /// It never runs.
+        case refused(QueueSafeValueError)
+    }
+
     /// Asks the machine for the section on behalf of `waiter`.
     /// - Parameter deadline: when a timed command gives up (`uptimeNanoseconds`; 0: never).
-    /// - Returns: the machine's admission, an expired one refused with `.timedOut` (see
-    ///   ``refusingExpired(_:_:word:)``).
     final func enqueue(
         _ waiter: Waiter,
         kind: CommandKind,
         priority: CommandPriority,
         reentrant: Bool = false,
         deadline: UInt64 = 0
-    ) -> Machine.Admission {
+    ) -> Placement {
         waiter.issuedPriority = priority
-        let admission = machine.withLock { machine in
+        let placed = machine.withLock { machine in
             transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
                 let admission = machine.enqueue(
                     waiter, kind: kind, priority: priority, reentrant: reentrant, word: &word,
@@ -249,20 +258,24 @@ class CommandEngine: @unchecked Sendable {
                 // Granted at once: it holds the section now, as if it had taken it on the idle path.
                 if case .granted = admission { keepHolderSite(waiter.keptSite, priority: priority) }
                 if case .queued = admission { noteHead(machine) }
-                return refusingExpired(admission, machine, word: word)
+                return placement(admission, machine, word: word)
             }
         }
         noteContention()
-        return admission
+        return placed
     }
 
-    /// Under the lock: an admission the machine found ``EngineStateMachine/Admission/expired`` (the
-    /// command's deadline had passed and the section is held) becomes a `.timedOut` refusal with a
-    /// snapshot of the queue; any other is returned as it is.
+    /// Under the lock: the placement of `admission`; one the machine found
+    /// ``EngineStateMachine/Admission/expired`` (the command's deadline had passed and the section
+    /// is held) is a `.timedOut` refusal with a snapshot of the queue.
     @inline(__always)
-    final func refusingExpired(_ admission: Machine.Admission, _ machine: Machine, word: Int) -> Machine.Admission {
-        guard case .expired = admission else { return admission }
-        return .refused(.timedOut(snapshot(machine, word: word)))
+    final func placement(_ admission: Machine.Admission, _ machine: Machine, word: Int) -> Placement {
+        switch admission {
+        case .granted(let ticket): .granted(ticket)
+        case .queued(let ticket): .queued(ticket)
+        case .refused(let error): .refused(error)
+        case .expired: .refused(.timedOut(snapshot(machine, word: word)))
+        }
     }
 
     /// Under the lock, after a transition that may have changed the waiting order's head: stores
@@ -370,8 +383,8 @@ class CommandEngine: @unchecked Sendable {
     /// holding the section without the calling thread (it waits for its completion), that thread
     /// ends the boost it may have inherited.
     final func manualClosureReturned(_ ticket: Ticket) -> Machine.ManualStep {
-        let (step, boosted) = machine.withLock { ($0.manualClosureReturned(ticket), $0.isHoldBoosted) }
-        if boosted, case .waitForCompletion = step, ownerThread.loadRelaxed() == 0 { endBoostOfCurrentThread() }
+        let step = machine.withLock { $0.manualClosureReturned(ticket) }
+        if case .waitForCompletion(boosted: true) = step, ownerThread.loadRelaxed() == 0 { endBoostOfCurrentThread() }
         return step
     }
 

@@ -104,37 +104,62 @@ extension CommandEngine {
     /// The waiting command `ticket` is about to park or suspend at `urgency`, on behalf of `party`
     /// (its thread and task nodes, registered for deadlock detection or about to be), which may
     /// inherit an urgency from sections it holds: raise the holder if it runs less urgently, and
-    /// pass the raise down the chain if the holder waits in turn. Costs one locked step when the
-    /// holder already inherits at least as much.
+    /// pass the raise down the chain if the holder waits in turn.
+    ///
+    /// One section of the engine lock, in which `step` (the rest of the waiter's business there:
+    /// its helper role, its continuation) runs first. When the park may raise anything, the section
+    /// runs inside the boost lock, so that the raise is applied from the decision read in it rather
+    /// than read again; a park that raises nothing costs no boost lock.
     /// - Parameter walks: whether to pass a raise down the chain: not from a task's escalation
     ///   handler, which runs under the task's lock in the runtime (the walk takes the deadlock
     ///   detector's lock, under which shared reads' parties are read under boost locks, under which
     ///   tasks are escalated: a cycle). An escalated task that waits passes the escalation on
     ///   through the runtime instead, task to task.
-    final func inheritUrgency(_ ticket: Ticket, _ urgency: Urgency, party: [Node] = [], walks: Bool = true) {
+    /// - Returns: what `step` returned, and what the party inherited as it parked (see
+    ///   ``passOnInherited(_:party:parkedWith:)``).
+    final func park<R>(
+        _ ticket: Ticket, _ urgency: Urgency, party: [Node] = [], walks: Bool = true,
+        _ step: (inout Machine) -> R
+    ) -> (result: R, inherited: Urgency) {
         SyncPoints.inheritance(true)
         defer { SyncPoints.inheritance(false) }
         let registry = BoostRegistry.shared
-        let raised = withMachineLocked { machine in
-            let inherited = party.isEmpty || registry.isEmpty ? Urgency.none : registry.inherited(of: party)
-            return machine.park(
-                ticket, urgency: urgency, inherited: inherited, holderBits: state.loadAcquire() & EngineWord.holderMask)
+        // Read under the engine lock, so that the newest value wins against a chain walk's refresh.
+        let inherits = !party.isEmpty && !registry.isEmpty
+        guard mayRaise(urgency, party: party) else { return (withMachineLocked { step(&$0) }, .none) }
+        var escalations = Escalations()
+        defer { escalations.make() }
+        let (result, inherited, changed) = boosts.withLock { record in
+            let (result, inherited, target) = withMachineLocked { machine in
+                let result = step(&machine)
+                let inherited = inherits ? registry.inherited(of: party) : Urgency.none
+                let raised = machine.park(
+                    ticket, urgency: urgency, inherited: inherited,
+                    holderBits: state.loadAcquire() & EngineWord.holderMask)
+                return (result, inherited, raised ? boostTarget(&machine) : nil)
+            }
+            // mutant(park-raise-dropped): return (result, inherited, [Node]())
+            return (result, inherited, target.map { applyBoost($0, nextHolder: nil, &record, &escalations) } ?? [])
         }
-        if raised { raiseHolder(walks: walks) }
-    }
-
-    /// A waiter's park raised what the holder must run at (``EngineStateMachine/park(_:urgency:inherited:holderBits:)``
-    /// returned `true`): the holder follows, then, if `walks`, the chain behind it. Call after
-    /// unlocking.
-    final func raiseHolder(walks: Bool = true) {
-        let changed = syncBoost()
         if walks { Self.walkChain(from: changed) }
+        return (result, inherited)
     }
 
-    /// The waiting command `ticket` has registered `party` for deadlock detection: a raise that
-    /// reached the party before the chain walk could see where it waits is passed on now.
-    final func passOnInherited(_ ticket: Ticket, party: [Node]) {
-        guard !BoostRegistry.shared.isEmpty else { return }
+    /// Whether a park at `urgency` on behalf of `party` may raise anything: it has an urgency, or
+    /// the party may inherit one.
+    @inline(__always)
+    final func mayRaise(_ urgency: Urgency, party: [Node]) -> Bool {
+        !urgency.isNone || (!party.isEmpty && !BoostRegistry.shared.isEmpty)
+    }
+
+    /// The waiting command `ticket` has registered `party` for deadlock detection, having parked
+    /// with `inherited`: a raise that reached the party before the chain walk could see where it
+    /// waits is passed on now. Takes the engine lock only if what the party inherits changed.
+    final func passOnInherited(_ ticket: Ticket, party: [Node], parkedWith inherited: Urgency) {
+        let registry = BoostRegistry.shared
+        guard !party.isEmpty, !registry.isEmpty || !inherited.isNone else { return }
+        // mutant(pass-on-always-refreshes): _ = inherited
+        guard registry.inherited(of: party) != inherited else { return }
         Self.walkChain(from: refreshInherited(ticket, party: party))
     }
 
@@ -187,41 +212,58 @@ extension CommandEngine {
     /// - Returns: the parties whose inherited urgency changed (for the chain walk).
     @discardableResult
     final func syncBoost(nextHolder: NextHolder? = nil) -> [Node] {
-        let registry = BoostRegistry.shared
-        let source = ObjectIdentifier(self)
         var escalations = Escalations()
         defer { escalations.make() }
-        return boosts.withLock { record -> [Node] in
-            let (urgency, thread, task) = withMachineLocked { machine in
-                (machine.beginBoost(), ownerThread.loadAcquire(), ownerTask.loadAcquire())
-            }
-            if !urgency.isNone {
-                // The holder is alive: waiters keep it from releasing without the lock, and its
-                // release takes this lock to end what it got, after this.
-                if let nextHolder {
-                    if nextHolder.thread != 0 { record.targets.insert(.thread(nextHolder.thread)) }
-                    if nextHolder.task != 0 { target(task: nextHolder.task, urgency, &record, &escalations) }
-                }
-                if thread != 0 { record.targets.insert(.thread(thread)) }
-                if task != 0 { target(task: task, urgency, &record, &escalations) }
-                for reader in record.readers {
-                    if reader.thread != 0 { record.targets.insert(.thread(reader.thread)) }
-                    if reader.task != 0 { target(task: reader.task, urgency, &record, &escalations) }
-                }
-                // Readers on the idle path: listed in their threads' records, and alive while they
-                // are (an idle reader leaves its record before it leaves the section; one raised
-                // here leaves through the lock, since waiters set `slowRelease`, and ends its boost).
-                if EngineWord.idleReaders(state.loadAcquire()) > 0 {
-                    for thread in idleReaderThreads() { record.targets.insert(.thread(thread)) }
-                }
-            }
-            var changed: [Node] = []
-            for node in record.targets {
-                if apply(urgency, to: node, registry: registry, source: source, &escalations) { changed.append(node) }
-            }
-            if urgency.isNone { record.targets = [] }
-            return changed
+        return boosts.withLock { record in
+            applyBoost(withMachineLocked { boostTarget(&$0) }, nextHolder: nextHolder, &record, &escalations)
         }
+    }
+
+    /// What the parties raised for the current hold must be brought to, read under the engine lock:
+    /// the urgency the holder inherits (``EngineStateMachine/beginBoost()``), and the holder's thread
+    /// and task.
+    typealias BoostTarget = (urgency: Urgency, thread: Int, task: Int)
+
+    /// Under the engine lock, inside the boost lock: the ``BoostTarget`` now.
+    @inline(__always)
+    final func boostTarget(_ machine: inout Machine) -> BoostTarget {
+        (machine.beginBoost(), ownerThread.loadAcquire(), ownerTask.loadAcquire())
+    }
+
+    /// Under the boost lock, after reading `boost` under the engine lock inside it: brings the
+    /// raised parties to it. - Returns: the parties whose inherited urgency changed.
+    private func applyBoost(
+        _ boost: BoostTarget, nextHolder: NextHolder?, _ record: inout BoostRecord, _ escalations: inout Escalations
+    ) -> [Node] {
+        let registry = BoostRegistry.shared
+        let source = ObjectIdentifier(self)
+        let (urgency, thread, task) = boost
+        if !urgency.isNone {
+            // The holder is alive: waiters keep it from releasing without the lock, and its
+            // release takes this lock to end what it got, after this.
+            if let nextHolder {
+                if nextHolder.thread != 0 { record.targets.insert(.thread(nextHolder.thread)) }
+                if nextHolder.task != 0 { target(task: nextHolder.task, urgency, &record, &escalations) }
+            }
+            if thread != 0 { record.targets.insert(.thread(thread)) }
+            if task != 0 { target(task: task, urgency, &record, &escalations) }
+            for reader in record.readers {
+                if reader.thread != 0 { record.targets.insert(.thread(reader.thread)) }
+                if reader.task != 0 { target(task: reader.task, urgency, &record, &escalations) }
+            }
+            // Readers on the idle path: listed in their threads' records, and alive while they
+            // are (an idle reader leaves its record before it leaves the section; one raised
+            // here leaves through the lock, since waiters set `slowRelease`, and ends its boost).
+            if EngineWord.idleReaders(state.loadAcquire()) > 0 {
+                for thread in idleReaderThreads() { record.targets.insert(.thread(thread)) }
+            }
+        }
+        var changed: [Node] = []
+        for node in record.targets {
+            if apply(urgency, to: node, registry: registry, source: source, &escalations) { changed.append(node) }
+        }
+        if urgency.isNone { record.targets = [] }
+        return changed
     }
 
     /// Under the boost lock: lists the holding task `task` as a target if what it inherits has a

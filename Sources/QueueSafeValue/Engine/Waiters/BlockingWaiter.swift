@@ -53,7 +53,7 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     static let headYieldEvery = 4
     /// Whether a holder can run while this thread spins: with one processor online the head
     /// yields at every poll too (its spin would only delay the holder it waits for).
-    private static let otherProcessors = sysconf(Int32(_SC_NPROCESSORS_ONLN)) > 1
+    static let otherProcessors = sysconf(Int32(_SC_NPROCESSORS_ONLN)) > 1
 
     private let word = AtomicWord(0)
     /// The processor this thread last polled its word on (-1: unknown), for the granting thread's
@@ -145,208 +145,60 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
         if current & Self.parked != 0 { parker.unpark() }
     }
 
-    /// Blocks until the engine grants this waiter, or until `deadline`; meanwhile runs the dispatch
-    /// commands handed to it (see *helping*).
-    ///
-    /// Exactly one of "granted" and "gave up" wins: the state machine decides, under the engine
-    /// lock, in ``CommandEngine/leaveWithSnapshot(_:)``.
-    /// - Returns: `nil` when granted; `.timedOut` when the deadline passed first; `.deadlock` when
-    ///   parking would have closed a wait cycle or starved the cooperative pool.
-    func waitForGrant(
-        engine: CommandEngine,
-        ticket: CommandEngine.Ticket,
-        deadline: DispatchTime?
-    ) -> QueueSafeValueError? {
-        // Eventually fair mode: this thread was woken to claim a free section and is on its way.
-        var claiming = false
-        while true {
-            // Before each spin, and as it parks: a deadline that passed while
-            // this thread did not run ends the wait here.
-            if let deadline, SyncPoints.now() >= deadline {
-                return giveUp(engine: engine, ticket: ticket)
-            }
-            switch spin(engine: engine, ticket: ticket, claiming: &claiming) {
-            case .granted: return nil
-            case .gaveUp(let error): return error
-            case .spun: break
-            }
-            if claiming {
-                // No longer on its way: the next release wakes it again.
-                claiming = false
-                if engine.claim(ticket, parking: true) == .settled { return awaitVerdict() }
-            }
-            switch park(engine: engine, ticket: ticket, deadline: deadline) {
-            case .granted: return nil
-            case .gaveUp(let error): return error
-            case .claim: claiming = true
-            }
-        }
-    }
-
-    /// How a spin ended.
-    private enum SpinResult {
-        case granted
-        case gaveUp(QueueSafeValueError)
-        /// It spun out its polls: it parks next.
-        case spun
-    }
-
-    /// Polls the word for a while (``spinLimit`` turns), running the jobs handed over meanwhile and,
-    /// in the eventually fair mode, claiming a section that was freed for this thread.
-    ///
-    /// Only the waiter the next grant goes to keeps its CPU: the engine's `head` or `handedTo` hint
-    /// names it. It polls without yielding for ``headPatience`` polls (the holder is running on
-    /// another CPU, or is about to), and then yields every ``headYieldEvery``. Where the processor
-    /// it runs on is unknown (Apple platforms), it also yields on its first poll while the holder
-    /// has not started (whoever was handed the section may be waiting for this CPU); where it is
-    /// known, the releasing thread gave that CPU away already if the new holder waited on it (see
-    /// ``waitsOnCallersProcessor``). Every other waiter yields at every poll: it cannot be granted
-    /// before the head is, and its CPU is better spent on the holder or the head. With one
-    /// processor online every waiter yields at every poll.
-    /// - Returns: whether the section was granted.
-    ///
-    private func spin(engine: CommandEngine, ticket: CommandEngine.Ticket, claiming: inout Bool) -> SpinResult {
-        let me = Int(bitPattern: UInt(bitPattern: ObjectIdentifier(self)))
-        let mayKeepProcessor = Self.otherProcessors
-        var here = noteProcessor()
-        for round in 1...SyncPoints.spinLimit(Self.spinLimit) {
-            let current = word.loadAcquire()
-            // One test for the bits a poll usually finds clear.
-            if current & (Self.granted | Self.leftBit | Self.jobBit | Self.claimBit) != 0 {
-                if current & Self.granted != 0 { return .granted }
-                if current & Self.leftBit != 0 { return .gaveUp(tookLeave()) }
-                if current & Self.jobBit != 0 { runJob() }
-                if current & Self.claimBit != 0 {
-                    _ = word.fetchAnd(~Self.claimBit)
-                    claiming = true
-                }
-            }
-            // On its way to a free section: claim it once the word shows no holder.
-            if claiming && !EngineWord.isHeld(engine.state.loadAcquire()) {
-                switch engine.claim(ticket, parking: false) {
-                case .settled:
-                    return awaitVerdict().map { .gaveUp($0) } ?? .granted
-                case .passedOn: claiming = false
-                default: break
-                }
-            }
-            // Architecture, "More threads than cores": the head spins, the others yield (the holder
-            // or the head may be waiting for this CPU).
-            let isHead = engine.word(.head).loadRelaxed() == me || engine.word(.handedTo).loadRelaxed() == me
-            let yields =
-                !isHead || !mayKeepProcessor
-                || (round == 1 && here < 0 && engine.ownerThread.loadRelaxed() == 0)
-                || (round > Self.headPatience && round % Self.headYieldEvery == 0)
-            // A command with a deadline parks instead of yielding: on a busy machine a yield can
-            // keep the thread off its processor for a scheduler tick, long past a short deadline,
-            // where a timed park wakes it when the deadline passes.
-            if yields && hasDeadline() { break }
-            SyncPoints.relax(givingProcessorAway: yields)
-            if yields { here = noteProcessor() }
-        }
-        return .spun
-    }
-
-    /// Whether the current command has a deadline. Out of line: the spin asks only where it would
-    /// yield, and its polls stay as short as an untimed command's.
-    @inline(never)
-    private func hasDeadline() -> Bool {
-        deadline != 0
-    }
-
-    /// The deadline passed while this thread did not park: it leaves the queue, unless the machine
-    /// decided first (granted it, or found it expired).
-    /// - Returns: `.timedOut`, or the machine's earlier verdict (`nil`: granted).
-    private func giveUp(engine: CommandEngine, ticket: CommandEngine.Ticket) -> QueueSafeValueError? {
-        if let diagnostics = engine.leaveWithSnapshot(ticket) {
-            runJobHandedBeforeLeaving()
-            return .timedOut(diagnostics)
-        }
-        return awaitVerdict()
-    }
-
     /// The machine took the command out of the queue (``leftBit``): its error, once any job handed
     /// to this thread before is run.
-    private func tookLeave() -> QueueSafeValueError {
+    func tookLeave() -> QueueSafeValueError {
         runJobHandedBeforeLeaving()
         guard let refusal else { preconditionFailure("a waiter left the queue without a reason") }
         self.refusal = nil
         return refusal.namingQueue()
     }
 
+    /// What this waiter's word says at one poll of the engine's spin
+    /// (``CommandEngine/waitForGrant(_:ticket:deadline:)``), once it has run a job handed to it and
+    /// noted a wake-up to claim a free section (`claiming`): granted, or taken out of the queue with
+    /// an error; `nil` while it waits on.
+    func poll(claiming: inout Bool) -> Verdict? {
+        let current = word.loadAcquire()
+        // One test for the bits a poll usually finds clear.
+        guard current & (Self.granted | Self.leftBit | Self.jobBit | Self.claimBit) != 0 else { return nil }
+        if current & Self.granted != 0 { return .granted }
+        if current & Self.leftBit != 0 { return .gaveUp(tookLeave()) }
+        if current & Self.jobBit != 0 { runJob() }
+        if current & Self.claimBit != 0 {
+            _ = word.fetchAnd(~Self.claimBit)
+            claiming = true
+        }
+        return nil
+    }
+
+    /// How a wait, or a part of it, ended.
+    enum Verdict {
+        case granted
+        case gaveUp(QueueSafeValueError)
+    }
+
+    /// This waiter's identity, as the engine's `head` and `handedTo` hints name it.
+    var address: Int { Int(bitPattern: UInt(bitPattern: ObjectIdentifier(self))) }
+
+    /// Whether the current command has a deadline. Out of line: the spin asks only where it would
+    /// yield, and its polls stay as short as an untimed command's.
+    @inline(never)
+    func hasDeadline() -> Bool {
+        deadline != 0
+    }
+
     /// Stores where this thread waits, for the thread that grants it (``waitsOnCallersProcessor``),
     /// and returns it (-1: unknown, and nothing is stored). Called as the spin starts and after each
     /// yield (which may have moved the thread), not at every poll: where the C library cannot read
     /// it from the thread's restartable-sequence area, each read is a call of its own.
-    private func noteProcessor() -> Int {
+    func noteProcessor() -> Int {
         let here = SyncPoints.currentProcessor()
         if here >= 0 && processor.loadRelaxed() != here { processor.storeRelaxed(here) }
         return here
     }
 
-    /// How a park ended.
-    private enum ParkResult {
-        case granted
-        case gaveUp(QueueSafeValueError)
-        /// Eventually fair mode: woken to claim the section a release freed.
-        case claim
-    }
-
-    /// The parking half of ``waitForGrant(engine:ticket:deadline:)``: registered for deadlock
-    /// detection while parked, unregistered before it does anything else.
-    private func park(
-        engine: CommandEngine,
-        ticket: CommandEngine.Ticket,
-        deadline: DispatchTime?
-    ) -> ParkResult {
-        // Before it blocks its queue for longer than a spin: see *helping*.
-        var tagEpoch = engine.becomeHelper(ticket)
-        let nodes = DeadlockDetector.currentNodes()
-        let poolThread = nodes.count > 1 && qsv_is_main_thread() == 0
-        // While it is parked, the holder runs at least as urgently as this thread, and as what this
-        // thread inherits from sections it holds (a chain). From here until it is registered and
-        // has passed that on, the chains it may extend lag.
-        SyncPoints.inheritance(true)
-        var inheritancePending = true
-        engine.inheritUrgency(ticket, .ofCurrentThread(), party: nodes)
-        while true {
-            // About to park: would that close a cycle, or starve the cooperative pool?
-            let registration = DeadlockDetector.shared.register(
-                nodes, waitingFor: engine, ticket: ticket, poolThread: poolThread, watcher: tagEpoch.map { (self, $0) })
-            if inheritancePending {
-                // A raise that reached this thread before the chain walk could see where it waits.
-                if registration.verdict == .wait { engine.passOnInherited(ticket, party: nodes) }
-                SyncPoints.inheritance(false)
-                inheritancePending = false
-            }
-            guard registration.verdict == .wait else {
-                return refuse(registration, engine: engine, ticket: ticket).map { .gaveUp($0) } ?? .granted
-            }
-            let outcome = parkOnce(deadline: deadline)
-            // Unregistered before anything else, and before leaving the queue: a party that gave
-            // up must not look like a waiter to another thread's walk.
-            DeadlockDetector.shared.unregister(nodes, watcher: tagEpoch == nil ? nil : self)
-            switch outcome {
-            case .granted:
-                return .granted
-            case .job:
-                runJob()
-            case .recheck:
-                // A queue was tagged: it may be the one this thread runs on.
-                tagEpoch = engine.becomeHelper(ticket)
-            case .claim:
-                return .claim
-            case .left:
-                return .gaveUp(tookLeave())
-            case .deadlinePassed:
-                // Unless granted (or found expired) at the same instant: then its start() (or its
-                // leave) sets a bit without a signal (not parked).
-                return giveUp(engine: engine, ticket: ticket).map { .gaveUp($0) } ?? .granted
-            }
-        }
-    }
-
-    private enum ParkOutcome {
+    enum ParkOutcome {
         case granted
         case job
         case recheck
@@ -356,7 +208,7 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     }
 
     /// Parks until a grant, a job, a new queue tag or the deadline.
-    private func parkOnce(deadline: DispatchTime?) -> ParkOutcome {
+    func parkOnce(deadline: DispatchTime?) -> ParkOutcome {
         while true {
             let current = word.loadAcquire()
             if current & Self.granted != 0 { return .granted }
@@ -387,26 +239,11 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
         }
     }
 
-    /// Waiting would deadlock: leave the queue and report why, unless the grant came first.
-    private func refuse(
-        _ registration: DeadlockDetector.Registration,
-        engine: CommandEngine,
-        ticket: CommandEngine.Ticket
-    ) -> QueueSafeValueError? {
-        if let diagnostics = engine.leaveWithSnapshot(ticket) {
-            runJobHandedBeforeLeaving()
-            return .deadlock(
-                DeadlockDetector.report(
-                    registration, diagnostics: diagnostics, waiterDescription: DeadlockDetector.describeCurrent()))
-        }
-        return awaitVerdict()
-    }
-
     /// A waiter that left the queue may have been handed a job just before: the granting thread
     /// chose it as a helper under the engine lock, before the leave took that lock (so `job` is
     /// visible here), and posts `job` after unlocking. The job's command holds the section and
     /// nothing else will run it: this thread runs it before it reports why it gave up.
-    private func runJobHandedBeforeLeaving() {
+    func runJobHandedBeforeLeaving() {
         guard jobs.withLock({ !$0.isEmpty }) else { return }
         while word.loadAcquire() & Self.jobBit == 0 { SyncPoints.yield() }
         runJob()
@@ -416,7 +253,7 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     /// (it expired). The start() or the leave is on its way (briefly: the deciding thread is
     /// between unlocking and posting it).
     /// - Returns: `nil` once granted, or the error it left with.
-    private func awaitVerdict() -> QueueSafeValueError? {
+    func awaitVerdict() -> QueueSafeValueError? {
         while true {
             let current = word.loadAcquire()
             if current & Self.granted != 0 { return nil }
@@ -427,7 +264,7 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
 
     /// Runs the dispatch commands handed to this thread, with a waiter of its own for their own
     /// waits. (The bit is cleared first: a job handed over meanwhile sets it again.)
-    private func runJob() {
+    func runJob() {
         _ = word.fetchAnd(~Self.jobBit)
         let commands = jobs.withLock { jobs in
             defer { jobs = [] }

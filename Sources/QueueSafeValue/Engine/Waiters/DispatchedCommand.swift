@@ -109,8 +109,6 @@ class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
             break
         case .refused(let error):
             SyncPoints.async(queue) { command.deliverFailure(error) }
-        case .expired:
-            preconditionFailure("a dispatch command has no deadline")
         }
     }
 
