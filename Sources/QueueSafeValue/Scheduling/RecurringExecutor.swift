@@ -110,7 +110,7 @@ public final class RecurringExecutor: Sendable {
 
     /// Stops the executor, as ``stop()`` does.
     deinit {
-        core.stop()
+        core.apply { $0.stop() }
     }
 
     // MARK: Control
@@ -128,7 +128,7 @@ public final class RecurringExecutor: Sendable {
     /// ``RecurringExecutorEvent/Kind/policyChanged(from:to:)`` unless `policy` equals the current one, in which
     /// case nothing happens (a wait in progress is not restarted). Ignored after ``stop()``.
     public func setPolicy(_ policy: RecurringPolicy) {
-        core.setPolicy(policy)
+        core.apply { $0.setPolicy(policy) }
     }
 
     /// Requests a run now, and returns at once.
@@ -138,7 +138,7 @@ public final class RecurringExecutor: Sendable {
     /// Requests made before the requested run starts collapse into one run, whose trigger is the
     /// latest request. Ignored after ``stop()``.
     public func runNow() {
-        core.runNow()
+        core.apply { $0.runNow() }
     }
 
     /// Requests a run now, as ``runNow()`` does, and returns how the run that served the request
@@ -190,7 +190,7 @@ public final class RecurringExecutor: Sendable {
     /// those of the running operation get its outcome when it returns. Calling it again does
     /// nothing; ``runNow()``, ``runNowAndWait()`` and ``setPolicy(_:)`` are ignored from now on.
     public func stop() {
-        core.stop()
+        core.apply { $0.stop() }
     }
 
     /// Stops the executor (see ``stop()``) and returns once its loop has ended: the last operation
@@ -200,7 +200,7 @@ public final class RecurringExecutor: Sendable {
     /// Waits as long as the running operation takes to return; calling it from inside the operation
     /// waits forever.
     public func stopAndWait() async {
-        core.stop()
+        stop()
         await core.waitUntilEnded()
     }
 

@@ -84,24 +84,25 @@ final class RecurringExecutorCore: @unchecked Sendable {
     private func apply<R>(_ transition: (inout Machine) -> (R, Machine.Actions)) -> R {
         let (result, work) = guarded.withLock { guarded -> (R, AfterUnlock) in
             let (result, actions) = transition(&guarded.machine)
-            return (result, Self.queue(actions, in: &guarded, hasHandler: eventHandler != nil))
+            return (result, queue(actions, in: &guarded))
         }
         perform(work)
         return result
     }
 
-    private func apply(_ transition: (inout Machine) -> Machine.Actions) {
+    /// The public executor's commands (`setPolicy(_:)`, `runNow()`, `stop()`) are these transitions.
+    func apply(_ transition: (inout Machine) -> Machine.Actions) {
         apply { machine in ((), transition(&machine)) }
     }
 
     /// Under the lock: stamps the events and puts them, the outcomes and the end in the outbox.
-    private static func queue(_ actions: Machine.Actions, in guarded: inout Guarded, hasHandler: Bool) -> AfterUnlock {
+    private func queue(_ actions: Machine.Actions, in guarded: inout Guarded) -> AfterUnlock {
         var work = AfterUnlock(cancel: actions.cancel, resumeDriver: actions.resumeDriver)
         let outboxCount = guarded.outbox.count
         if !actions.events.isEmpty {
             let now = SyncPoints.now()
             let subscribers = Array(guarded.subscribers.values)
-            if hasHandler || !subscribers.isEmpty {
+            if eventHandler != nil || !subscribers.isEmpty {
                 for kind in actions.events {
                     guarded.outbox.append(.event(RecurringExecutorEvent(kind, at: now), subscribers))
                 }
@@ -158,18 +159,6 @@ final class RecurringExecutorCore: @unchecked Sendable {
         guarded.withLock { $0.machine.policy }
     }
 
-    func setPolicy(_ policy: RecurringPolicy) {
-        apply { $0.setPolicy(policy) }
-    }
-
-    func runNow() {
-        apply { $0.runNow() }
-    }
-
-    func stop() {
-        apply { $0.stop() }
-    }
-
     func runNowAndWait() async throws(QueueSafeValueError) -> RecurringRunOutcome {
         if Self.runningExecutor == ObjectIdentifier(self) {
             // The requested run cannot start before this operation returns, which waits for it.
@@ -199,15 +188,13 @@ final class RecurringExecutorCore: @unchecked Sendable {
     }
 
     private func attach(caller id: UInt64, _ continuation: Caller) {
-        let (attachment, work) = guarded.withLock { guarded -> (Machine.CallerAttachment, AfterUnlock) in
-            let attachment = guarded.machine.attachCaller(id, continuation)
-            guard case .resolved(let outcome) = attachment else { return (attachment, AfterUnlock()) }
-            // Behind every delivery already queued: the run's end event comes first.
+        let attachment = apply { machine -> (Machine.CallerAttachment, Machine.Actions) in
+            let attachment = machine.attachCaller(id, continuation)
             var actions = Machine.Actions()
-            actions.outcomes = [(continuation, outcome)]
-            return (attachment, Self.queue(actions, in: &guarded, hasHandler: eventHandler != nil))
+            // Through the outbox, behind every delivery already queued: the run's end event comes first.
+            if case .resolved(let outcome) = attachment { actions.outcomes = [(continuation, outcome)] }
+            return (attachment, actions)
         }
-        perform(work)
         if case .cancelled = attachment { continuation.resume(throwing: QueueSafeValueError.cancelled) }
     }
 
@@ -215,15 +202,11 @@ final class RecurringExecutorCore: @unchecked Sendable {
     func waitUntilEnded() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let work = guarded.withLock { guarded -> AfterUnlock in
-                guard guarded.machine.isEnded else {
-                    guarded.stopWaiters.append(continuation)
-                    return AfterUnlock()
-                }
-                // Behind every delivery already queued, the streams' end included.
-                var actions = Machine.Actions()
-                actions.ended = true
                 guarded.stopWaiters.append(continuation)
-                return Self.queue(actions, in: &guarded, hasHandler: eventHandler != nil)
+                // Once ended, resumed through the outbox, behind every delivery queued (the streams' end included).
+                var actions = Machine.Actions()
+                actions.ended = guarded.machine.isEnded
+                return queue(actions, in: &guarded)
             }
             perform(work)
         }
@@ -250,8 +233,7 @@ final class RecurringExecutorCore: @unchecked Sendable {
 
     private func removeSubscriber(_ id: UInt64) {
         // Released after unlocking: dropping the last reference may call back into `onTermination`.
-        let removed = guarded.withLock { $0.subscribers.removeValue(forKey: id) }
-        _ = removed
+        _ = guarded.withLock { $0.subscribers.removeValue(forKey: id) }
     }
 
     // MARK: The loop
