@@ -149,108 +149,82 @@ public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {  // `
     private func getInOwnTask(ticket: Int) async throws -> Value {
         if Task.isCancelled { throw QueueSafeValueError.cancelled }
         let call = Call()
-        // Inherits the caller's priority and task-locals (so `get()` from inside `refresh` still
-        // fails with `.reentrantAccess`), not its cancellation.
-        let task = SyncPoints.task { call.finish(await self.command(ticket: ticket, call: call)) }
-        call.setTask(task)
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
-                call.attach(continuation)
+                guard call.attach(continuation) else { return }
+                // Inherits the caller's priority and task-locals (so `get()` from inside `refresh` still
+                // fails with `.reentrantAccess`), not its cancellation.
+                call.setTask(SyncPoints.task { call.finish(await self.command(ticket: ticket, call: call)) })
             }
         } onCancel: {
             call.cancel()
         }
     }
 
-    /// One `get()` call whose command runs in a task of its own: the caller may leave before the
-    /// command ends.
+    /// One `get()` call whose command runs in a task of its own, started once the caller's
+    /// continuation is kept: the caller may leave before the command ends.
     // @unchecked Sendable: every stored property is guarded by `state`'s lock
     private final class Call: @unchecked Sendable {
-        enum Phase {
-            /// The command waits for its turn: a cancellation cancels its task.
-            case queued
-            /// The command runs: a cancellation lets it finish.
-            case inSection
-            /// The caller left (before its command started, or while it ran); the command's result
-            /// goes to nobody.
-            case left(whileRunning: Bool)
-            /// The command ended.
-            case ended
-        }
-
         struct State {
-            var phase = Phase.queued
-            var task: Task<Void, Never>?
+            /// The caller, until the command's result or the caller's cancellation resumes it.
             var continuation: CheckedContinuation<Value, any Error>?
-            var result: Result<Value, any Error>?
+            var task: Task<Void, Never>?
+            /// The command got the section: a cancellation lets it finish.
+            var inSection = false
+            /// The caller was cancelled: the command's result goes to nobody.
+            var left = false
         }
 
         private let state = LockedState<State>.make(State())
 
+        /// Keeps the caller's continuation. Returns `false`, having resumed it, if the caller left
+        /// already: the command is then never started.
+        func attach(_ continuation: CheckedContinuation<Value, any Error>) -> Bool {
+            let left = state.withLock { state in
+                if !state.left { state.continuation = continuation }
+                return state.left
+            }
+            if left { continuation.resume(throwing: QueueSafeValueError.cancelled) }
+            return !left
+        }
+
+        /// Keeps the command's task, or cancels it at once if its caller left before it started.
         func setTask(_ task: Task<Void, Never>) {
-            state.withLock { $0.task = task }
+            let cancel = state.withLock { state in
+                state.task = task
+                return state.left && !state.inSection
+            }
+            if cancel { task.cancel() }
         }
 
         /// The command got the section: returns whether it should run (its caller did not leave).
         func enterSection() -> Bool {
             state.withLock { state in
-                guard case .queued = state.phase else { return false }
-                state.phase = .inSection
-                return true
+                state.inSection = !state.left
+                return state.inSection
             }
-        }
-
-        func attach(_ continuation: CheckedContinuation<Value, any Error>) {
-            let resumeWith = state.withLock { state -> Result<Value, any Error>? in
-                switch state.phase {
-                case .left(let whileRunning): return .failure(Self.leaving(whileRunning: whileRunning))
-                case .ended: return state.result
-                case .queued, .inSection:
-                    state.continuation = continuation
-                    return nil
-                }
-            }
-            if let resumeWith { continuation.resumeFromAnotherThread(with: resumeWith) }
         }
 
         func finish(_ result: Result<Value, any Error>) {
-            let continuation = state.withLock { state -> CheckedContinuation<Value, any Error>? in
-                state.task = nil
-                guard case .left = state.phase else {
-                    state.phase = .ended
-                    state.result = result
-                    defer { state.continuation = nil }
-                    return state.continuation
-                }
-                return nil
+            let continuation = state.withLock { state in
+                defer { (state.continuation, state.task) = (nil, nil) }
+                return state.continuation
             }
             continuation?.resumeFromAnotherThread(with: result)
         }
 
-        /// What a caller that left throws: `.cancelled` if its command had not started (it never
-        /// runs), `CancellationError` if it was running (it finishes, for the callers behind it).
-        static func leaving(whileRunning: Bool) -> any Error {
-            whileRunning ? CancellationError() : QueueSafeValueError.cancelled
-        }
-
-        /// The caller's task was cancelled: it leaves. A command still waiting for its turn is
+        /// The caller's task was cancelled: it leaves at once. A command still waiting for its turn is
         /// cancelled (it leaves the queue, and the caller throws `.cancelled`); a running one
-        /// finishes (and the caller throws `CancellationError`).
+        /// finishes, for the callers behind it (and the caller throws `CancellationError`).
         func cancel() {
-            let (continuation, task, whileRunning) = state.withLock {
-                state -> (CheckedContinuation<Value, any Error>?, Task<Void, Never>?, Bool) in
-                let whileRunning: Bool
-                switch state.phase {
-                case .queued: whileRunning = false
-                case .inSection: whileRunning = true
-                case .left, .ended: return (nil, nil, false)
-                }
-                state.phase = .left(whileRunning: whileRunning)
+            let (continuation, task, inSection) = state.withLock { state in
+                state.left = true
                 defer { state.continuation = nil }
-                return (state.continuation, whileRunning ? nil : state.task, whileRunning)
+                return (state.continuation, state.inSection ? nil : state.task, state.inSection)
             }
             task?.cancel()
-            continuation?.resumeFromAnotherThread(with: .failure(Self.leaving(whileRunning: whileRunning)))
+            let error: any Error = inSection ? CancellationError() : QueueSafeValueError.cancelled
+            continuation?.resumeFromAnotherThread(with: .failure(error))
         }
     }
 
