@@ -46,13 +46,6 @@ final class RecurringExecutorCore: @unchecked Sendable {
         var drainScheduled = false
     }
 
-    /// Work to do after unlocking.
-    private struct AfterUnlock {
-        var cancel: [Task<Void, any Error>] = []
-        var resumeDriver: CheckedContinuation<Void, Never>?
-        var scheduleDrain = false
-    }
-
     /// The executor whose operation the current task runs (for `runNowAndWait()`'s reentrancy check).
     @TaskLocal static var runningExecutor: ObjectIdentifier?
 
@@ -82,11 +75,11 @@ final class RecurringExecutorCore: @unchecked Sendable {
     /// Runs `transition` on the machine under the lock, queues its events and outcomes, and
     /// performs the rest after unlocking. Returns what `transition` returned besides its actions.
     private func apply<R>(_ transition: (inout Machine) -> (R, Machine.Actions)) -> R {
-        let (result, work) = guarded.withLock { guarded -> (R, AfterUnlock) in
+        let (result, actions, drain) = guarded.withLock { guarded -> (R, Machine.Actions, Bool) in
             let (result, actions) = transition(&guarded.machine)
-            return (result, queue(actions, in: &guarded))
+            return (result, actions, queue(actions, in: &guarded))
         }
-        perform(work)
+        perform(actions, drain: drain)
         return result
     }
 
@@ -96,8 +89,8 @@ final class RecurringExecutorCore: @unchecked Sendable {
     }
 
     /// Under the lock: stamps the events and puts them, the outcomes and the end in the outbox.
-    private func queue(_ actions: Machine.Actions, in guarded: inout Guarded) -> AfterUnlock {
-        var work = AfterUnlock(cancel: actions.cancel, resumeDriver: actions.resumeDriver)
+    /// Returns whether a drain of the outbox must be scheduled.
+    private func queue(_ actions: Machine.Actions, in guarded: inout Guarded) -> Bool {
         let outboxCount = guarded.outbox.count
         if !actions.events.isEmpty {
             let now = SyncPoints.now()
@@ -116,17 +109,16 @@ final class RecurringExecutorCore: @unchecked Sendable {
             guarded.subscribers = [:]
             guarded.stopWaiters = []
         }
-        if guarded.outbox.count > outboxCount && !guarded.drainScheduled {
-            guarded.drainScheduled = true
-            work.scheduleDrain = true
-        }
-        return work
+        guard guarded.outbox.count > outboxCount && !guarded.drainScheduled else { return false }
+        guarded.drainScheduled = true
+        return true
     }
 
-    private func perform(_ work: AfterUnlock) {
-        for task in work.cancel { task.cancel() }
-        work.resumeDriver?.resumeFromAnotherThread()
-        if work.scheduleDrain {
+    /// After unlocking: the actions that are not deliveries.
+    private func perform(_ actions: Machine.Actions, drain: Bool) {
+        for task in actions.cancel { task.cancel() }
+        actions.resumeDriver?.resumeFromAnotherThread()
+        if drain {
             SyncPoints.async(deliveryQueue) { self.drain() }
         }
     }
@@ -171,20 +163,16 @@ final class RecurringExecutorCore: @unchecked Sendable {
             guarded.withLock { $0.machine.abandonCaller(id) }
             throw .cancelled
         }
-        let result: Result<RecurringRunOutcome, QueueSafeValueError> = await withTaskCancellationHandler {
-            do {
-                return .success(
-                    try await withCheckedThrowingContinuation { (continuation: Caller) in
-                        attach(caller: id, continuation)
-                    })
-            } catch {
-                return .failure(error as? QueueSafeValueError ?? .cancelled)
+        do {
+            return try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { (continuation: Caller) in attach(caller: id, continuation) }
+            } onCancel: {
+                let record = guarded.withLock { $0.machine.cancelCaller(id) }
+                record?.continuation?.resumeFromAnotherThread(with: .failure(QueueSafeValueError.cancelled))
             }
-        } onCancel: {
-            let record = guarded.withLock { $0.machine.cancelCaller(id) }
-            record?.continuation?.resumeFromAnotherThread(with: .failure(QueueSafeValueError.cancelled))
+        } catch {
+            throw .cancelled  // the only error a caller is resumed with
         }
-        return try result.get()
     }
 
     private func attach(caller id: UInt64, _ continuation: Caller) {
@@ -201,21 +189,20 @@ final class RecurringExecutorCore: @unchecked Sendable {
     /// Returns once the loop has ended and every event, `.stopped` included, was delivered.
     func waitUntilEnded() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let work = guarded.withLock { guarded -> AfterUnlock in
+            var actions = Machine.Actions()
+            let drain = guarded.withLock { guarded in
                 guarded.stopWaiters.append(continuation)
                 // Once ended, resumed through the outbox, behind every delivery queued (the streams' end included).
-                var actions = Machine.Actions()
                 actions.ended = guarded.machine.isEnded
                 return queue(actions, in: &guarded)
             }
-            perform(work)
+            perform(actions, drain: drain)
         }
     }
 
     func events(bufferingPolicy: Subscriber.BufferingPolicy) -> AsyncStream<RecurringExecutorEvent> {
-        var subscriber: Subscriber?
-        let stream = AsyncStream(RecurringExecutorEvent.self, bufferingPolicy: bufferingPolicy) { subscriber = $0 }
-        guard let subscriber else { return stream }
+        let (stream, subscriber) = AsyncStream.makeStream(
+            of: RecurringExecutorEvent.self, bufferingPolicy: bufferingPolicy)
         let id: UInt64 = guarded.withLock {
             $0.nextSubscriberID += 1
             return $0.nextSubscriberID
@@ -260,11 +247,10 @@ final class RecurringExecutorCore: @unchecked Sendable {
             let sleep = SyncPoints.throwingTask(detached: true) { [weak self] in
                 do {
                     try await sleeper.sleep(nanoseconds: nanoseconds)
+                    self?.apply { $0.intervalElapsed(token) }
                 } catch {
                     self?.apply { $0.sleepFailed(token, error: error) }
-                    return
                 }
-                self?.apply { $0.intervalElapsed(token) }
             }
             apply { $0.attachSleep(token, sleep) }
         }
