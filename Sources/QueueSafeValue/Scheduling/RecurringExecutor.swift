@@ -76,12 +76,12 @@ public final class RecurringExecutor: Sendable {
         SyncPoints.task(detached: true) { await core.runLoop() }
     }
 
-    /// Creates an executor whose every run is an awaiting `set` command on `value`: the operation gets
+    /// Creates an executor whose every run is an awaiting `withLock` command on `value`: the operation gets
     /// in-place access to the value inside its critical section, which lasts across the operation's
     /// suspension points, so runs interleave with every other command on the value in the value's
     /// priority order and never overlap one.
     ///
-    /// The run is `value.async.priority(priority).set { try await operation(&$0) }` in a detached
+    /// The run is `value.async.priority(priority).withLock { try await operation(&$0) }` in a detached
     /// task. Cancelling the run while it waits for its turn takes it out of the queue (it never
     /// starts; the run reports ``RecurringExecutorEvent/Kind/cancelled(run:)``). Changes the operation
     /// made to the value are kept even if it throws afterwards. The executor retains `value`.
@@ -96,15 +96,7 @@ public final class RecurringExecutor: Sendable {
         operation: @escaping @Sendable (inout Value) async throws -> Void
     ) {
         self.init(policy: policy, runningOn: .detached, sleeper: sleeper, eventHandler: eventHandler) {
-            var thrown: (any Error)?
-            try await value.async.priority(priority).set { current in
-                do {
-                    try await operation(&current)
-                } catch {
-                    thrown = error
-                }
-            }
-            if let thrown { throw thrown }
+            try await value.async.priority(priority).withLock { try await operation(&$0) }
         }
     }
 

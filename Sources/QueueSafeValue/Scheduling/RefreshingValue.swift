@@ -12,7 +12,7 @@
 /// let token = try await tokens.get()   // in every request, concurrently
 /// ```
 ///
-/// ``get()`` is one awaiting `set` command on ``store``: it checks the value and, if it needs a
+/// ``get()`` is one awaiting `withLock` command on ``store``: it checks the value and, if it needs a
 /// refresh, awaits `refresh` **inside the same critical section**, which lasts across that `await`.
 /// Every other caller (and every other command on ``store``) queues behind it and, in its turn,
 /// finds the fresh value. So 100 concurrent callers that all find the value expired cause exactly one
@@ -132,16 +132,15 @@ public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {  // `
     /// `get()`'s command: checks the value, and refreshes it if needed, in one critical section.
     /// `call`, when set, is the caller that may leave before the command ends.
     private func command(ticket: Int, call: Call?) async -> Result<Value, any Error> {
-        var outcome: Result<Value, any Error> = .failure(QueueSafeValueError.cancelled)
         do {
-            try await store.async.priority(priority).set { value in
-                guard call?.enterSection() ?? true else { return }  // its caller left: touch nothing
-                outcome = await self.resolve(&value, ticket: ticket)
+            return try await store.async.priority(priority).withLock { value in
+                // Its caller left: touch nothing (the result goes to nobody).
+                guard call?.enterSection() ?? true else { return .failure(QueueSafeValueError.cancelled) }
+                return await self.resolve(&value, ticket: ticket)
             }
         } catch {
-            outcome = .failure(error)
+            return .failure(error)
         }
-        return outcome
     }
 
     /// `get()` with ``RefreshCancellation/letRefreshFinish``: the command runs in a task of its own,
@@ -304,13 +303,10 @@ extension RefreshingValue where Value: Equatable {
     /// - Throws: as ``invalidate()``.
     @discardableResult
     public func invalidate(ifStillEqualTo rejected: Value) async throws(QueueSafeValueError) -> Bool {
-        var marked = false
-        try await store.async.priority(priority).set { value in
-            if value == rejected {
-                self.section.isInvalidated = true
-                marked = true
-            }
+        try await store.async.priority(priority).withLock { value in
+            guard value == rejected else { return false }
+            self.section.isInvalidated = true
+            return true
         }
-        return marked
     }
 }
