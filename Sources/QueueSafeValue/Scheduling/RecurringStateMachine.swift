@@ -3,11 +3,10 @@
 /// Every decision of a ``RecurringExecutor``, as a plain value: what the driver does next, which
 /// run serves which `runNow()`, when a wait ends, how a run ended, and what each of those emits.
 ///
-/// No locks, tasks, continuations, sleepers or dispatch live here. ``RecurringExecutorCore`` owns
-/// one machine, calls a transition with its lock held and, after unlocking, performs the
-/// ``Actions`` it returned: cancel a task, resume the driver, deliver the events and the callers'
-/// outcomes. The three handles are what the core needs for that; the machine only stores them and
-/// hands them back, so the tests drive the very same transitions with plain integers.
+/// No locks, tasks, continuations, sleepers or dispatch live here: ``RecurringExecutorCore`` calls
+/// each transition under its lock and performs the ``Actions`` it returned after unlocking. The
+/// machine only stores the three handles the core needs for that and hands them back, so the tests
+/// drive the very same transitions with plain values.
 ///
 /// - `Driver`: resumes the driver task suspended in a wait (a continuation).
 /// - `Job`: a task to cancel: a wait's sleep, or a run's operation.
@@ -61,17 +60,15 @@ struct RecurringStateMachine<Driver, Job, Caller> {
     enum Step: Equatable {
         /// Start run `number` and report its end with ``runEnded(_:result:)``.
         case run(number: UInt64)
-        /// Sleep for `nanoseconds` (or only wait, when `nil`), then wait until wait `token` is
-        /// woken.
+        /// Sleep for `nanoseconds` (only wait, when `nil`) until wait `token` is woken.
         case wait(token: UInt64, nanoseconds: UInt64?)
         /// The loop is over.
         case end
     }
 
-    /// What the core does after unlocking, in this order: deliver `events`, then `outcomes`, then
-    /// (if `ended`) finish the streams and resume the callers of `stopAndWait()` — all through its
-    /// delivery queue, in the order of the transitions; and, at once, cancel `cancel` and resume
-    /// `resumeDriver`.
+    /// What the core does after unlocking: deliver `events`, `outcomes` and (if `ended`) the end, in
+    /// that order, behind the deliveries of earlier transitions; cancel `cancel` and resume
+    /// `resumeDriver` at once.
     struct Actions {
         var events: [Event] = []
         var outcomes: [(caller: Caller, outcome: RecurringRunOutcome)] = []

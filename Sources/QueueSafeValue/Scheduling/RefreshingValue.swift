@@ -21,15 +21,8 @@
 /// A failed refresh is reported to every caller that was already waiting when it failed (they throw
 /// the same error, without a refresh storm); the next caller to arrive after the failure tries again.
 ///
-/// **Cancelling the caller that is refreshing** (``RefreshCancellation``): by default
-/// (``RefreshCancellation/letRefreshFinish``) the refresh in flight is not cancelled. The cancelled
-/// caller throws `CancellationError` at once, while the refresh goes on in the background, still inside the critical section, and its value is stored and returned to the
-/// callers waiting behind it: one refresh, even when its initiator gave up. That is the default
-/// because aborting a refresh midway can cost more than finishing it: a single-use refresh token
-/// may already be spent on the server, and a second refresh would then fail. With
-/// ``RefreshCancellation/cancelRefresh`` the refresh runs in the caller's task and sees its
-/// cancellation; a refresh that throws because of it is not shared: that caller gets the error and
-/// the next waiter refreshes again.
+/// **Cancelling the caller that is refreshing**: by default the refresh in flight finishes, still
+/// inside the critical section, for the callers waiting behind it; see ``RefreshCancellation``.
 ///
 /// The value can also be read and written through ``store`` directly (for instance by a
 /// ``RecurringExecutor`` that refreshes it ahead of expiry); those commands take their turn in the
@@ -104,21 +97,16 @@ public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {  // `
     /// one refresh runs at a time, with every other caller queued behind it.
     ///
     /// With ``RefreshCancellation/letRefreshFinish`` (the default) the command runs in a task of its
-    /// own, which inherits the caller's priority and task-locals, and the call awaits it. When the
-    /// calling task is cancelled, the call returns at once: if its command was still waiting for its
-    /// turn, the command leaves the queue and never runs, and the call throws
-    /// ``QueueSafeValueError/cancelled``; if the command had started (it may be refreshing), it
-    /// finishes, its value is stored and the callers behind it get it, and the call throws
-    /// `CancellationError`, Swift's error for a task that stopped waiting for work that goes on.
-    /// With ``RefreshCancellation/cancelRefresh`` the command runs in the calling task.
+    /// own, which inherits the caller's priority and task-locals, and a cancelled call returns at once
+    /// (see there). With ``RefreshCancellation/cancelRefresh`` the command runs in the calling task.
     ///
     /// - Throws: the refresh's error when the refresh run by this call failed, or when one failed
     ///   while this call was waiting for its turn; ``QueueSafeValueError/cancelled`` when the calling
-    ///   task was cancelled before its command started, `CancellationError` when it was cancelled
-    ///   after (see above; with ``RefreshCancellation/cancelRefresh`` a refresh cancelled with the
-    ///   caller throws its own error instead);
-    ///   ``QueueSafeValueError/reentrantAccess`` when called from inside a critical section of
-    ///   ``store`` (including from `refresh`).
+    ///   task was cancelled before its command started (it never runs), `CancellationError` when it
+    ///   was cancelled after (the command finishes for the callers behind it; with
+    ///   ``RefreshCancellation/cancelRefresh`` a refresh cancelled with the caller throws its own
+    ///   error instead); ``QueueSafeValueError/reentrantAccess`` when called from inside a critical
+    ///   section of ``store`` (including from `refresh`).
     public func get() async throws -> Value {
         let ticket = arrivals.fetchAdd(1)
         switch cancellation {
@@ -283,10 +271,10 @@ public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {  // `
 public enum RefreshCancellation: Sendable, Hashable {
     /// The refresh finishes (the default): the cancelled caller throws `CancellationError` at once
     /// (``QueueSafeValueError/cancelled`` if its command had not started yet, and then never runs),
-    /// the refresh goes on inside the critical section in
-    /// a task of its own, and its value is stored and returned to the callers waiting behind it.
-    /// One refresh, whoever gives up: the safe choice when a refresh spends something, such as a
-    /// single-use refresh token. Costs one task per ``RefreshingValue/get()``.
+    /// the refresh goes on inside the critical section in a task of its own, and its value is stored
+    /// and returned to the callers waiting behind it. One refresh, whoever gives up: the safe choice
+    /// when a refresh spends something, such as a single-use refresh token, which a second refresh
+    /// would find spent. Costs one task per ``RefreshingValue/get()``.
     case letRefreshFinish
     /// The refresh runs in the caller's task and sees its cancellation (`Task.isCancelled`,
     /// `Task.sleep` and `URLSession` throwing): for refreshes that are cheap to redo and should not
