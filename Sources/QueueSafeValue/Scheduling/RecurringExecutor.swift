@@ -14,31 +14,18 @@
 ///
 /// Guarantees:
 /// - **One run at a time.** A run starts only after the previous one has ended, whatever triggered
-///   it.
-/// - **Interval** (``RecurringPolicy``): the executor waits that long after each run (and after it
-///   starts waiting) before running by itself. A policy change takes effect at once: a wait in
-///   progress restarts with the new policy, a run in progress is left alone and the new policy
-///   applies to the wait after it. A change never causes a run by itself, and an abandoned wait
-///   never causes one either.
-/// - **On demand** (``runNow()``): a running operation is asked to stop through task cancellation;
-///   once it has ended, the requested run starts. Calls that arrive before that run starts collapse
-///   into it (the latest call's number is its trigger); a call that arrives while it runs preempts it
-///   in turn. After an on-demand run the interval starts from zero again.
-/// - **Awaitable** (``runNowAndWait()``): as `runNow()`, and returns how the run that served the
-///   request ended (``RecurringRunOutcome``). Cancelling the caller abandons the wait, never the run.
+///   it: the interval of the ``RecurringPolicy`` (see ``setPolicy(_:)``), or a request
+///   (``runNow()``, ``runNowAndWait()``), which first cancels the running operation's task. After an
+///   on-demand run the interval starts from zero again.
 /// - **Robust.** An operation that throws reports ``RecurringExecutorEvent/Kind/failed(run:error:)``
 ///   and the executor carries on. An operation that ignores cancellation delays the hand-off until
 ///   it returns, but the executor never loses track: the pending request runs right after it. A
-///   sleeper that throws reports ``RecurringExecutorEvent/Kind/sleeperFailed(_:)`` and stops the
-///   executor.
-/// - **Events** (``RecurringExecutorEvent``, each with a monotonic timestamp) go to the
-///   `eventHandler` and to every stream from ``events(bufferingPolicy:)``, in the order the
-///   transitions happened, the same order on both.
-/// - **Lifetime.** ``stop()``, or releasing the executor, cancels the running operation and ends the
-///   loop once it has returned; then ``RecurringExecutorEvent/Kind/stopped`` is emitted, the event streams
-///   finish, and the executor's tasks and closures are released. The executor does not retain
-///   itself: an operation or event handler that captures it strongly keeps it alive (capture it
-///   `weak`, as with a `Timer`).
+///   sleeper that throws stops the executor (see ``RecurringSleeper``).
+/// - **Events** (``RecurringExecutorEvent``) go to the `eventHandler` and to every stream from
+///   ``events(bufferingPolicy:)``, in the order the transitions happened, the same order on both.
+/// - **Lifetime.** Releasing the executor stops it as ``stop()`` does, and its tasks and closures are
+///   released once its loop has ended. The executor does not retain itself: an operation or event
+///   handler that captures it strongly keeps it alive (capture it `weak`, as with a `Timer`).
 ///
 /// The executor is `Sendable`: every method may be called from any thread, task or actor, at any
 /// time, and none of them blocks or suspends except ``stopAndWait()``.
@@ -76,17 +63,16 @@ public final class RecurringExecutor: Sendable {
         SyncPoints.task(detached: true) { await core.runLoop() }
     }
 
-    /// Creates an executor whose every run is an awaiting `set` command on `value`: the operation gets
-    /// in-place access to the value inside its critical section, which lasts across the operation's
-    /// suspension points, so runs interleave with every other command on the value in the value's
-    /// priority order and never overlap one.
+    /// Creates an executor whose every run, in a detached task, is
+    /// `value.async.priority(priority).withLock { try await operation(&$0) }`: the operation has
+    /// in-place access to the value in a critical section that lasts across its suspension points,
+    /// so runs take their turn with every other command on the value, in its priority order, and
+    /// never overlap one.
     ///
-    /// The run is `value.async.priority(priority).set { try await operation(&$0) }` in a detached
-    /// task. Cancelling the run while it waits for its turn takes it out of the queue (it never
-    /// starts; the run reports ``RecurringExecutorEvent/Kind/cancelled(run:)``). Changes the operation
-    /// made to the value are kept even if it throws afterwards. The executor retains `value`.
-    ///
-    /// The other parameters are those of ``init(policy:runningOn:sleeper:eventHandler:operation:)``.
+    /// A run cancelled while it waits for its turn leaves the queue and never starts
+    /// (``RecurringExecutorEvent/Kind/cancelled(run:)``). Changes the operation made to the value are
+    /// kept even if it throws afterwards. The executor retains `value`. The other parameters are
+    /// those of ``init(policy:runningOn:sleeper:eventHandler:operation:)``.
     public convenience init<Value: Sendable>(
         updating value: QueueSafeValue<Value>,
         priority: CommandPriority = .medium,
@@ -96,21 +82,13 @@ public final class RecurringExecutor: Sendable {
         operation: @escaping @Sendable (inout Value) async throws -> Void
     ) {
         self.init(policy: policy, runningOn: .detached, sleeper: sleeper, eventHandler: eventHandler) {
-            var thrown: (any Error)?
-            try await value.async.priority(priority).set { current in
-                do {
-                    try await operation(&current)
-                } catch {
-                    thrown = error
-                }
-            }
-            if let thrown { throw thrown }
+            try await value.async.priority(priority).withLock { try await operation(&$0) }
         }
     }
 
     /// Stops the executor, as ``stop()`` does.
     deinit {
-        core.stop()
+        core.apply { $0.stop() }
     }
 
     // MARK: Control
@@ -124,11 +102,12 @@ public final class RecurringExecutor: Sendable {
     ///
     /// If the executor is waiting, the wait restarts with `policy` (a new interval counts from this
     /// call; ``RecurringPolicy/onDemand`` waits for ``runNow()`` only). A running operation is not
-    /// disturbed; the new policy applies to the wait after it. Emits
-    /// ``RecurringExecutorEvent/Kind/policyChanged(from:to:)`` unless `policy` equals the current one, in which
-    /// case nothing happens (a wait in progress is not restarted). Ignored after ``stop()``.
+    /// disturbed; the new policy applies to the wait after it. A change never causes a run by itself.
+    /// Emits ``RecurringExecutorEvent/Kind/policyChanged(from:to:)`` unless `policy` equals the
+    /// current one, in which case nothing happens (a wait in progress is not restarted). Ignored
+    /// after ``stop()``.
     public func setPolicy(_ policy: RecurringPolicy) {
-        core.setPolicy(policy)
+        core.apply { $0.setPolicy(policy) }
     }
 
     /// Requests a run now, and returns at once.
@@ -136,19 +115,17 @@ public final class RecurringExecutor: Sendable {
     /// Emits ``RecurringExecutorEvent/Kind/requested(request:)``. A wait in progress ends; a running
     /// operation's task is cancelled, and the requested run starts once that operation has returned.
     /// Requests made before the requested run starts collapse into one run, whose trigger is the
-    /// latest request. Ignored after ``stop()``.
+    /// latest request; one made while it runs preempts it in turn. Ignored after ``stop()``.
     public func runNow() {
-        core.runNow()
+        core.apply { $0.runNow() }
     }
 
     /// Requests a run now, as ``runNow()`` does, and returns how the run that served the request
     /// ended.
     ///
     /// The request is made at once, in the caller's order with the other calls, and emits
-    /// ``RecurringExecutorEvent/Kind/requested(request:)``. It is served by the first run that
-    /// starts after it, the same run as every request that collapsed with it; if that run ends
-    /// cancelled because a later request preempted it, the request goes on to that later request's
-    /// run. So the outcome always names the run that did the work for this call:
+    /// ``RecurringExecutorEvent/Kind/requested(request:)``. The outcome names the run that did the
+    /// work for this call (see ``RecurringRunOutcome`` for which run serves a request):
     ///
     /// ```swift
     /// let executor = RecurringExecutor { /* the work of one run */ }
@@ -171,8 +148,7 @@ public final class RecurringExecutor: Sendable {
     /// arrived is returned instead. A task that is cancelled before the call still makes the
     /// request, then throws.
     ///
-    /// - Returns: the outcome; ``RecurringRunOutcome/stopped`` when the executor was stopped (or
-    ///   released, or its sleeper failed) before a run served the request, or had stopped already.
+    /// - Returns: the outcome, ``RecurringRunOutcome/stopped`` if no run served the request.
     /// - Throws: ``QueueSafeValueError/cancelled`` when the calling task is cancelled first;
     ///   ``QueueSafeValueError/reentrantAccess``, without making a request, when called from inside
     ///   this executor's own operation (or a task it created that inherits its task-locals), where it
@@ -190,7 +166,7 @@ public final class RecurringExecutor: Sendable {
     /// those of the running operation get its outcome when it returns. Calling it again does
     /// nothing; ``runNow()``, ``runNowAndWait()`` and ``setPolicy(_:)`` are ignored from now on.
     public func stop() {
-        core.stop()
+        core.apply { $0.stop() }
     }
 
     /// Stops the executor (see ``stop()``) and returns once its loop has ended: the last operation
@@ -200,7 +176,7 @@ public final class RecurringExecutor: Sendable {
     /// Waits as long as the running operation takes to return; calling it from inside the operation
     /// waits forever.
     public func stopAndWait() async {
-        core.stop()
+        stop()
         await core.waitUntilEnded()
     }
 

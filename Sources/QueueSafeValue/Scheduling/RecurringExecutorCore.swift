@@ -46,13 +46,6 @@ final class RecurringExecutorCore: @unchecked Sendable {
         var drainScheduled = false
     }
 
-    /// Work to do after unlocking.
-    private struct AfterUnlock {
-        var cancel: [Task<Void, any Error>] = []
-        var resumeDriver: CheckedContinuation<Void, Never>?
-        var scheduleDrain = false
-    }
-
     /// The executor whose operation the current task runs (for `runNowAndWait()`'s reentrancy check).
     @TaskLocal static var runningExecutor: ObjectIdentifier?
 
@@ -82,26 +75,27 @@ final class RecurringExecutorCore: @unchecked Sendable {
     /// Runs `transition` on the machine under the lock, queues its events and outcomes, and
     /// performs the rest after unlocking. Returns what `transition` returned besides its actions.
     private func apply<R>(_ transition: (inout Machine) -> (R, Machine.Actions)) -> R {
-        let (result, work) = guarded.withLock { guarded -> (R, AfterUnlock) in
+        let (result, actions, drain) = guarded.withLock { guarded -> (R, Machine.Actions, Bool) in
             let (result, actions) = transition(&guarded.machine)
-            return (result, Self.queue(actions, in: &guarded, hasHandler: eventHandler != nil))
+            return (result, actions, queue(actions, in: &guarded))
         }
-        perform(work)
+        perform(actions, drain: drain)
         return result
     }
 
-    private func apply(_ transition: (inout Machine) -> Machine.Actions) {
+    /// The public executor's commands (`setPolicy(_:)`, `runNow()`, `stop()`) are these transitions.
+    func apply(_ transition: (inout Machine) -> Machine.Actions) {
         apply { machine in ((), transition(&machine)) }
     }
 
     /// Under the lock: stamps the events and puts them, the outcomes and the end in the outbox.
-    private static func queue(_ actions: Machine.Actions, in guarded: inout Guarded, hasHandler: Bool) -> AfterUnlock {
-        var work = AfterUnlock(cancel: actions.cancel, resumeDriver: actions.resumeDriver)
+    /// Returns whether a drain of the outbox must be scheduled.
+    private func queue(_ actions: Machine.Actions, in guarded: inout Guarded) -> Bool {
         let outboxCount = guarded.outbox.count
         if !actions.events.isEmpty {
             let now = SyncPoints.now()
             let subscribers = Array(guarded.subscribers.values)
-            if hasHandler || !subscribers.isEmpty {
+            if eventHandler != nil || !subscribers.isEmpty {
                 for kind in actions.events {
                     guarded.outbox.append(.event(RecurringExecutorEvent(kind, at: now), subscribers))
                 }
@@ -115,17 +109,16 @@ final class RecurringExecutorCore: @unchecked Sendable {
             guarded.subscribers = [:]
             guarded.stopWaiters = []
         }
-        if guarded.outbox.count > outboxCount && !guarded.drainScheduled {
-            guarded.drainScheduled = true
-            work.scheduleDrain = true
-        }
-        return work
+        guard guarded.outbox.count > outboxCount && !guarded.drainScheduled else { return false }
+        guarded.drainScheduled = true
+        return true
     }
 
-    private func perform(_ work: AfterUnlock) {
-        for task in work.cancel { task.cancel() }
-        work.resumeDriver?.resumeFromAnotherThread()
-        if work.scheduleDrain {
+    /// After unlocking: the actions that are not deliveries.
+    private func perform(_ actions: Machine.Actions, drain: Bool) {
+        for task in actions.cancel { task.cancel() }
+        actions.resumeDriver?.resumeFromAnotherThread()
+        if drain {
             SyncPoints.async(deliveryQueue) { self.drain() }
         }
     }
@@ -158,18 +151,6 @@ final class RecurringExecutorCore: @unchecked Sendable {
         guarded.withLock { $0.machine.policy }
     }
 
-    func setPolicy(_ policy: RecurringPolicy) {
-        apply { $0.setPolicy(policy) }
-    }
-
-    func runNow() {
-        apply { $0.runNow() }
-    }
-
-    func stop() {
-        apply { $0.stop() }
-    }
-
     func runNowAndWait() async throws(QueueSafeValueError) -> RecurringRunOutcome {
         if Self.runningExecutor == ObjectIdentifier(self) {
             // The requested run cannot start before this operation returns, which waits for it.
@@ -182,57 +163,46 @@ final class RecurringExecutorCore: @unchecked Sendable {
             guarded.withLock { $0.machine.abandonCaller(id) }
             throw .cancelled
         }
-        let result: Result<RecurringRunOutcome, QueueSafeValueError> = await withTaskCancellationHandler {
-            do {
-                return .success(
-                    try await withCheckedThrowingContinuation { (continuation: Caller) in
-                        attach(caller: id, continuation)
-                    })
-            } catch {
-                return .failure(error as? QueueSafeValueError ?? .cancelled)
+        do {
+            return try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { (continuation: Caller) in attach(caller: id, continuation) }
+            } onCancel: {
+                let record = guarded.withLock { $0.machine.cancelCaller(id) }
+                record?.continuation?.resumeFromAnotherThread(with: .failure(QueueSafeValueError.cancelled))
             }
-        } onCancel: {
-            let record = guarded.withLock { $0.machine.cancelCaller(id) }
-            record?.continuation?.resumeFromAnotherThread(with: .failure(QueueSafeValueError.cancelled))
+        } catch {
+            throw .cancelled  // the only error a caller is resumed with
         }
-        return try result.get()
     }
 
     private func attach(caller id: UInt64, _ continuation: Caller) {
-        let (attachment, work) = guarded.withLock { guarded -> (Machine.CallerAttachment, AfterUnlock) in
-            let attachment = guarded.machine.attachCaller(id, continuation)
-            guard case .resolved(let outcome) = attachment else { return (attachment, AfterUnlock()) }
-            // Behind every delivery already queued: the run's end event comes first.
+        let attachment = apply { machine -> (Machine.CallerAttachment, Machine.Actions) in
+            let attachment = machine.attachCaller(id, continuation)
             var actions = Machine.Actions()
-            actions.outcomes = [(continuation, outcome)]
-            return (attachment, Self.queue(actions, in: &guarded, hasHandler: eventHandler != nil))
+            // Through the outbox, behind every delivery already queued: the run's end event comes first.
+            if case .resolved(let outcome) = attachment { actions.outcomes = [(continuation, outcome)] }
+            return (attachment, actions)
         }
-        perform(work)
         if case .cancelled = attachment { continuation.resume(throwing: QueueSafeValueError.cancelled) }
     }
 
     /// Returns once the loop has ended and every event, `.stopped` included, was delivered.
     func waitUntilEnded() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let work = guarded.withLock { guarded -> AfterUnlock in
-                guard guarded.machine.isEnded else {
-                    guarded.stopWaiters.append(continuation)
-                    return AfterUnlock()
-                }
-                // Behind every delivery already queued, the streams' end included.
-                var actions = Machine.Actions()
-                actions.ended = true
+            var actions = Machine.Actions()
+            let drain = guarded.withLock { guarded in
                 guarded.stopWaiters.append(continuation)
-                return Self.queue(actions, in: &guarded, hasHandler: eventHandler != nil)
+                // Once ended, resumed through the outbox, behind every delivery queued (the streams' end included).
+                actions.ended = guarded.machine.isEnded
+                return queue(actions, in: &guarded)
             }
-            perform(work)
+            perform(actions, drain: drain)
         }
     }
 
     func events(bufferingPolicy: Subscriber.BufferingPolicy) -> AsyncStream<RecurringExecutorEvent> {
-        var subscriber: Subscriber?
-        let stream = AsyncStream(RecurringExecutorEvent.self, bufferingPolicy: bufferingPolicy) { subscriber = $0 }
-        guard let subscriber else { return stream }
+        let (stream, subscriber) = AsyncStream.makeStream(
+            of: RecurringExecutorEvent.self, bufferingPolicy: bufferingPolicy)
         let id: UInt64 = guarded.withLock {
             $0.nextSubscriberID += 1
             return $0.nextSubscriberID
@@ -250,8 +220,7 @@ final class RecurringExecutorCore: @unchecked Sendable {
 
     private func removeSubscriber(_ id: UInt64) {
         // Released after unlocking: dropping the last reference may call back into `onTermination`.
-        let removed = guarded.withLock { $0.subscribers.removeValue(forKey: id) }
-        _ = removed
+        _ = guarded.withLock { $0.subscribers.removeValue(forKey: id) }
     }
 
     // MARK: The loop
@@ -278,11 +247,10 @@ final class RecurringExecutorCore: @unchecked Sendable {
             let sleep = SyncPoints.throwingTask(detached: true) { [weak self] in
                 do {
                     try await sleeper.sleep(nanoseconds: nanoseconds)
+                    self?.apply { $0.intervalElapsed(token) }
                 } catch {
                     self?.apply { $0.sleepFailed(token, error: error) }
-                    return
                 }
-                self?.apply { $0.intervalElapsed(token) }
             }
             apply { $0.attachSleep(token, sleep) }
         }

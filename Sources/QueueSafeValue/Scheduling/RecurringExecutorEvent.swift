@@ -28,10 +28,9 @@ public struct RecurringExecutorEvent: Sendable, Equatable, CustomStringConvertib
     /// When it happened: `DispatchTime.now()` read at the transition, under the executor's lock.
     ///
     /// A monotonic instant (system uptime; it does not jump with the wall clock and, on Apple
-    /// platforms, does not advance while the device sleeps), available from macOS 10.15 / iOS 13.
-    /// Compare two events' `uptimeNanoseconds` to measure, for instance, how long a run took; an
-    /// event emitted later never has an earlier timestamp. It is the real clock even when the
-    /// executor's ``RecurringSleeper`` is a test clock.
+    /// platforms, does not advance while the device sleeps): compare two events' `uptimeNanoseconds`
+    /// to measure how long a run took. It is the real clock even when the executor's
+    /// ``RecurringSleeper`` is a test clock.
     public let timestamp: DispatchTime
 
     /// An event of `kind` at `timestamp` (for tests and for code that forwards events).
@@ -75,9 +74,8 @@ public struct RecurringExecutorEvent: Sendable, Equatable, CustomStringConvertib
         /// ``RecurringExecutor/setPolicy(_:)`` changed the policy from `from` to `to`. The new policy
         /// applies to the next wait; a wait in progress restarts with it.
         case policyChanged(from: RecurringPolicy, to: RecurringPolicy)
-        /// The ``RecurringSleeper`` threw while the executor waited for an interval (a sleep the
-        /// executor did not cancel; whatever the error, `CancellationError` included). The executor
-        /// stops: ``stopped`` follows once the loop has ended, and later requests are ignored.
+        /// The ``RecurringSleeper`` threw while the executor waited on it (a sleep it did not cancel,
+        /// whatever the error): the executor stops, and ``stopped`` follows once the loop has ended.
         case sleeperFailed(RecurringExecutorFailure)
         /// The executor stopped: its loop ended and no operation of it is running. Always the last
         /// event; the event streams finish right after it.

@@ -10,10 +10,7 @@ import Dispatch
 ///
 /// The interval is a **delay between runs**, not a rate: it is counted from the end of the previous
 /// run (or from the moment the executor started waiting), so runs never overlap and never bunch up
-/// after a slow run.
-///
-/// An interval policy is validated when it is made: it can only hold a positive, finite interval of
-/// at least one nanosecond.
+/// after a slow run. An interval policy is checked when it is made (see each factory's errors).
 ///
 /// ```swift
 /// let every5Seconds = try RecurringPolicy.interval(seconds: 5)

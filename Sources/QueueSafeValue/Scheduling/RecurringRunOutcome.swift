@@ -12,9 +12,8 @@ public enum RecurringRunOutcome: Sendable, Equatable, CustomStringConvertible {
     case finished(run: UInt64)
     /// Run `run` served the request, and its operation threw `error`.
     case failed(run: UInt64, error: RecurringExecutorFailure)
-    /// Run `run` served the request, and it ended cancelled: ``RecurringExecutor/stop()`` stopped
-    /// it, or its operation threw a cancellation error of its own (for instance because it was
-    /// cancelled while it waited for its turn in a ``CommandQueue``).
+    /// Run `run` served the request, and it ended cancelled (``RecurringExecutor/stop()`` stopped it,
+    /// or it threw a cancellation error: see ``RecurringExecutorEvent/Kind/cancelled(run:)``).
     case cancelled(run: UInt64)
     /// No run served the request: the executor was stopped (by ``RecurringExecutor/stop()``, its
     /// release, or a failed sleeper) before the run for it started, or had stopped already.

@@ -1,14 +1,11 @@
 // MARK: - RecurringSleeper
 
-/// The clock of a ``RecurringExecutor``: how it waits for an interval to elapse.
-///
-/// The default, ``TaskRecurringSleeper``, uses `Task.sleep(nanoseconds:)`. Tests inject their own
-/// sleeper to make time a thing they control, so interval behaviour is tested without real waits.
+/// The clock of a ``RecurringExecutor``: how it waits for an interval to elapse. The default,
+/// ``TaskRecurringSleeper``, uses `Task.sleep(nanoseconds:)`; tests inject their own to control time.
 ///
 /// The executor calls ``sleep(nanoseconds:)`` from a task of its own, once per wait, and cancels that
 /// task when the wait is cut short (`runNow()`, a policy change, a stop). Whatever a cancelled
-/// sleep does then is ignored: a sleeper that returns normally after being cancelled cannot cause a
-/// run, because the executor ignores a wait it has abandoned.
+/// sleep does then is ignored: returning normally after being cancelled cannot cause a run.
 ///
 /// A sleep that throws while the executor still waits on it (one it did not cancel) is a broken
 /// clock, whatever the error, `CancellationError` included: the executor emits
@@ -17,10 +14,8 @@
 /// sleeper that fails at once would make a retry loop spin.
 public protocol RecurringSleeper: Sendable {
     /// Suspends for `nanoseconds`, then returns.
-    ///
-    /// - Throws: when the calling task is cancelled, `CancellationError` (or any error): the
-    ///   executor cancelled the sleep and ignores how it ends. Any throw without a cancellation
-    ///   stops the executor (see above).
+    /// - Throws: any error once the calling task is cancelled (ignored, see above); a throw without
+    ///   a cancellation stops the executor.
     func sleep(nanoseconds: UInt64) async throws
 }
 

@@ -3,11 +3,10 @@
 /// Every decision of a ``RecurringExecutor``, as a plain value: what the driver does next, which
 /// run serves which `runNow()`, when a wait ends, how a run ended, and what each of those emits.
 ///
-/// No locks, tasks, continuations, sleepers or dispatch live here. ``RecurringExecutorCore`` owns
-/// one machine, calls a transition with its lock held and, after unlocking, performs the
-/// ``Actions`` it returned: cancel a task, resume the driver, deliver the events and the callers'
-/// outcomes. The three handles are what the core needs for that; the machine only stores them and
-/// hands them back, so the tests drive the very same transitions with plain integers.
+/// No locks, tasks, continuations, sleepers or dispatch live here: ``RecurringExecutorCore`` calls
+/// each transition under its lock and performs the ``Actions`` it returned after unlocking. The
+/// machine only stores the three handles the core needs for that and hands them back, so the tests
+/// drive the very same transitions with plain values.
 ///
 /// - `Driver`: resumes the driver task suspended in a wait (a continuation).
 /// - `Job`: a task to cancel: a wait's sleep, or a run's operation.
@@ -61,17 +60,15 @@ struct RecurringStateMachine<Driver, Job, Caller> {
     enum Step: Equatable {
         /// Start run `number` and report its end with ``runEnded(_:result:)``.
         case run(number: UInt64)
-        /// Sleep for `nanoseconds` (or only wait, when `nil`), then wait until wait `token` is
-        /// woken.
+        /// Sleep for `nanoseconds` (only wait, when `nil`) until wait `token` is woken.
         case wait(token: UInt64, nanoseconds: UInt64?)
         /// The loop is over.
         case end
     }
 
-    /// What the core does after unlocking, in this order: deliver `events`, then `outcomes`, then
-    /// (if `ended`) finish the streams and resume the callers of `stopAndWait()` — all through its
-    /// delivery queue, in the order of the transitions; and, at once, cancel `cancel` and resume
-    /// `resumeDriver`.
+    /// What the core does after unlocking: deliver `events`, `outcomes` and (if `ended`) the end, in
+    /// that order, behind the deliveries of earlier transitions; cancel `cancel` and resume
+    /// `resumeDriver` at once.
     struct Actions {
         var events: [Event] = []
         var outcomes: [(caller: Caller, outcome: RecurringRunOutcome)] = []
@@ -135,24 +132,14 @@ struct RecurringStateMachine<Driver, Job, Caller> {
     /// `runNow()`: a new pending request; the wait in progress ends and the running operation is
     /// asked to stop. Ignored once stopping.
     mutating func runNow() -> Actions {
-        var actions = Actions()
-        guard !stopRequested else { return actions }
-        request(&actions)
-        return actions
+        request(registeringCaller: false).actions
     }
 
     /// `runNowAndWait()`: as ``runNow()``, and registers a caller that the run serving this request
     /// will resume. Returns `nil` (and does nothing) once stopping: the caller gets
     /// ``RecurringRunOutcome/stopped`` at once.
     mutating func runNowAndWait() -> (caller: UInt64?, actions: Actions) {
-        var actions = Actions()
-        guard !stopRequested else { return (nil, actions) }
-        callerCount += 1
-        let id = callerCount
-        callers[id] = CallerRecord()
-        pendingCallers.append(id)
-        request(&actions)
-        return (id, actions)
+        request(registeringCaller: true)
     }
 
     /// The continuation of caller `id` arrived.
@@ -232,32 +219,23 @@ struct RecurringStateMachine<Driver, Job, Caller> {
     /// The sleep of wait `token` started: keep its task, or cancel it at once if the wait is over.
     mutating func attachSleep(_ token: UInt64, _ sleep: Job) -> Actions {
         var actions = Actions()
-        guard case .waiting(var wait) = phase, wait.token == token, !wait.woken else {
-            actions.cancel.append(sleep)
-            return actions
-        }
-        wait.sleep = sleep
-        phase = .waiting(wait)
+        if !withLiveWait(token, { $0.sleep = sleep }) { actions.cancel.append(sleep) }
         return actions
     }
 
     /// The driver suspends in wait `token`. Returns `driver` when it must be resumed at once (the
     /// wait was woken already).
     mutating func attachDriver(_ token: UInt64, _ driver: Driver) -> Driver? {
-        guard case .waiting(var wait) = phase, wait.token == token, !wait.woken else { return driver }
-        wait.driver = driver
-        phase = .waiting(wait)
-        return nil
+        withLiveWait(token, { $0.driver = driver }) ? nil : driver
     }
 
     /// The sleep of wait `token` returned normally: the interval elapsed, unless the wait was
     /// abandoned (then nothing happens: an abandoned wait never causes a run).
     mutating func intervalElapsed(_ token: UInt64) -> Actions {
         var actions = Actions()
-        guard isLive(token) else { return actions }
+        guard wakeWait(&actions, token: token, cancellingSleep: false) else { return actions }  // the sleep is over
         intervalDue = true
         actions.events.append(.intervalElapsed)
-        wakeWait(&actions, cancellingSleep: false)  // the sleep is over: nothing to cancel
         return actions
     }
 
@@ -267,9 +245,8 @@ struct RecurringStateMachine<Driver, Job, Caller> {
     /// demand only would hide the failure).
     mutating func sleepFailed(_ token: UInt64, error: any Error) -> Actions {
         var actions = Actions()
-        guard isLive(token) else { return actions }
+        guard wakeWait(&actions, token: token, cancellingSleep: false) else { return actions }  // the sleep is over
         actions.events.append(.sleeperFailed(RecurringExecutorFailure(error)))
-        wakeWait(&actions, cancellingSleep: false)  // the sleep is over: nothing to cancel
         stop(&actions)
         return actions
     }
@@ -321,17 +298,22 @@ struct RecurringStateMachine<Driver, Job, Caller> {
 
     // MARK: Helpers
 
-    private func isLive(_ token: UInt64) -> Bool {
-        guard case .waiting(let wait) = phase else { return false }
-        return wait.token == token && !wait.woken
-    }
-
-    private mutating func request(_ actions: inout Actions) {
+    private mutating func request(registeringCaller: Bool) -> (caller: UInt64?, actions: Actions) {
+        var actions = Actions()
+        guard !stopRequested else { return (nil, actions) }
+        var caller: UInt64?
+        if registeringCaller {
+            callerCount += 1
+            caller = callerCount
+            callers[callerCount] = CallerRecord()
+            pendingCallers.append(callerCount)
+        }
         lastRequest += 1
         pendingRequest = lastRequest
         actions.events.append(.requested(request: lastRequest))
         wakeWait(&actions, cancellingSleep: true)
         askRunToStop(&actions)
+        return (caller, actions)
     }
 
     private mutating func stop(_ actions: inout Actions) {
@@ -344,16 +326,26 @@ struct RecurringStateMachine<Driver, Job, Caller> {
         askRunToStop(&actions)
     }
 
-    /// Ends the current wait, if any: the driver is resumed (and the sleep cancelled) after
-    /// unlocking.
-    private mutating func wakeWait(_ actions: inout Actions, cancellingSleep: Bool) {
-        guard case .waiting(var wait) = phase, !wait.woken else { return }
-        wait.woken = true
-        actions.resumeDriver = wait.driver
-        if cancellingSleep, let sleep = wait.sleep { actions.cancel.append(sleep) }
-        wait.driver = nil
-        wait.sleep = nil
+    /// Calls `body` with the wait in progress if it is wait `token` (any, when `nil`) and was not
+    /// woken yet; returns whether there was such a wait.
+    private mutating func withLiveWait(_ token: UInt64?, _ body: (inout Wait) -> Void) -> Bool {
+        guard case .waiting(var wait) = phase, token == nil || wait.token == token, !wait.woken else { return false }
+        body(&wait)
         phase = .waiting(wait)
+        return true
+    }
+
+    /// Ends that wait, if any: the driver is resumed (and the sleep cancelled) after unlocking.
+    /// Returns whether there was one.
+    @discardableResult
+    private mutating func wakeWait(_ actions: inout Actions, token: UInt64? = nil, cancellingSleep: Bool) -> Bool {
+        withLiveWait(token) { wait in
+            wait.woken = true
+            actions.resumeDriver = wait.driver
+            if cancellingSleep, let sleep = wait.sleep { actions.cancel.append(sleep) }
+            wait.driver = nil
+            wait.sleep = nil
+        }
     }
 
     /// Marks the running operation as asked to stop; its task is cancelled after unlocking (or as

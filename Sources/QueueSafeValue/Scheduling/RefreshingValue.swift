@@ -12,7 +12,7 @@
 /// let token = try await tokens.get()   // in every request, concurrently
 /// ```
 ///
-/// ``get()`` is one awaiting `set` command on ``store``: it checks the value and, if it needs a
+/// ``get()`` is one awaiting `withLock` command on ``store``: it checks the value and, if it needs a
 /// refresh, awaits `refresh` **inside the same critical section**, which lasts across that `await`.
 /// Every other caller (and every other command on ``store``) queues behind it and, in its turn,
 /// finds the fresh value. So 100 concurrent callers that all find the value expired cause exactly one
@@ -21,15 +21,8 @@
 /// A failed refresh is reported to every caller that was already waiting when it failed (they throw
 /// the same error, without a refresh storm); the next caller to arrive after the failure tries again.
 ///
-/// **Cancelling the caller that is refreshing** (``RefreshCancellation``): by default
-/// (``RefreshCancellation/letRefreshFinish``) the refresh in flight is not cancelled. The cancelled
-/// caller throws `CancellationError` at once, while the refresh goes on in the background, still inside the critical section, and its value is stored and returned to the
-/// callers waiting behind it: one refresh, even when its initiator gave up. That is the default
-/// because aborting a refresh midway can cost more than finishing it: a single-use refresh token
-/// may already be spent on the server, and a second refresh would then fail. With
-/// ``RefreshCancellation/cancelRefresh`` the refresh runs in the caller's task and sees its
-/// cancellation; a refresh that throws because of it is not shared: that caller gets the error and
-/// the next waiter refreshes again.
+/// **Cancelling the caller that is refreshing**: by default the refresh in flight finishes, still
+/// inside the critical section, for the callers waiting behind it; see ``RefreshCancellation``.
 ///
 /// The value can also be read and written through ``store`` directly (for instance by a
 /// ``RecurringExecutor`` that refreshes it ahead of expiry); those commands take their turn in the
@@ -104,21 +97,16 @@ public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {  // `
     /// one refresh runs at a time, with every other caller queued behind it.
     ///
     /// With ``RefreshCancellation/letRefreshFinish`` (the default) the command runs in a task of its
-    /// own, which inherits the caller's priority and task-locals, and the call awaits it. When the
-    /// calling task is cancelled, the call returns at once: if its command was still waiting for its
-    /// turn, the command leaves the queue and never runs, and the call throws
-    /// ``QueueSafeValueError/cancelled``; if the command had started (it may be refreshing), it
-    /// finishes, its value is stored and the callers behind it get it, and the call throws
-    /// `CancellationError`, Swift's error for a task that stopped waiting for work that goes on.
-    /// With ``RefreshCancellation/cancelRefresh`` the command runs in the calling task.
+    /// own, which inherits the caller's priority and task-locals, and a cancelled call returns at once
+    /// (see there). With ``RefreshCancellation/cancelRefresh`` the command runs in the calling task.
     ///
     /// - Throws: the refresh's error when the refresh run by this call failed, or when one failed
     ///   while this call was waiting for its turn; ``QueueSafeValueError/cancelled`` when the calling
-    ///   task was cancelled before its command started, `CancellationError` when it was cancelled
-    ///   after (see above; with ``RefreshCancellation/cancelRefresh`` a refresh cancelled with the
-    ///   caller throws its own error instead);
-    ///   ``QueueSafeValueError/reentrantAccess`` when called from inside a critical section of
-    ///   ``store`` (including from `refresh`).
+    ///   task was cancelled before its command started (it never runs), `CancellationError` when it
+    ///   was cancelled after (the command finishes for the callers behind it; with
+    ///   ``RefreshCancellation/cancelRefresh`` a refresh cancelled with the caller throws its own
+    ///   error instead); ``QueueSafeValueError/reentrantAccess`` when called from inside a critical
+    ///   section of ``store`` (including from `refresh`).
     public func get() async throws -> Value {
         let ticket = arrivals.fetchAdd(1)
         switch cancellation {
@@ -132,16 +120,15 @@ public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {  // `
     /// `get()`'s command: checks the value, and refreshes it if needed, in one critical section.
     /// `call`, when set, is the caller that may leave before the command ends.
     private func command(ticket: Int, call: Call?) async -> Result<Value, any Error> {
-        var outcome: Result<Value, any Error> = .failure(QueueSafeValueError.cancelled)
         do {
-            try await store.async.priority(priority).set { value in
-                guard call?.enterSection() ?? true else { return }  // its caller left: touch nothing
-                outcome = await self.resolve(&value, ticket: ticket)
+            return try await store.async.priority(priority).withLock { value in
+                // Its caller left: touch nothing (the result goes to nobody).
+                guard call?.enterSection() ?? true else { return .failure(QueueSafeValueError.cancelled) }
+                return await self.resolve(&value, ticket: ticket)
             }
         } catch {
-            outcome = .failure(error)
+            return .failure(error)
         }
-        return outcome
     }
 
     /// `get()` with ``RefreshCancellation/letRefreshFinish``: the command runs in a task of its own,
@@ -149,108 +136,82 @@ public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {  // `
     private func getInOwnTask(ticket: Int) async throws -> Value {
         if Task.isCancelled { throw QueueSafeValueError.cancelled }
         let call = Call()
-        // Inherits the caller's priority and task-locals (so `get()` from inside `refresh` still
-        // fails with `.reentrantAccess`), not its cancellation.
-        let task = SyncPoints.task { call.finish(await self.command(ticket: ticket, call: call)) }
-        call.setTask(task)
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
-                call.attach(continuation)
+                guard call.attach(continuation) else { return }
+                // Inherits the caller's priority and task-locals (so `get()` from inside `refresh` still
+                // fails with `.reentrantAccess`), not its cancellation.
+                call.setTask(SyncPoints.task { call.finish(await self.command(ticket: ticket, call: call)) })
             }
         } onCancel: {
             call.cancel()
         }
     }
 
-    /// One `get()` call whose command runs in a task of its own: the caller may leave before the
-    /// command ends.
+    /// One `get()` call whose command runs in a task of its own, started once the caller's
+    /// continuation is kept: the caller may leave before the command ends.
     // @unchecked Sendable: every stored property is guarded by `state`'s lock
     private final class Call: @unchecked Sendable {
-        enum Phase {
-            /// The command waits for its turn: a cancellation cancels its task.
-            case queued
-            /// The command runs: a cancellation lets it finish.
-            case inSection
-            /// The caller left (before its command started, or while it ran); the command's result
-            /// goes to nobody.
-            case left(whileRunning: Bool)
-            /// The command ended.
-            case ended
-        }
-
         struct State {
-            var phase = Phase.queued
-            var task: Task<Void, Never>?
+            /// The caller, until the command's result or the caller's cancellation resumes it.
             var continuation: CheckedContinuation<Value, any Error>?
-            var result: Result<Value, any Error>?
+            var task: Task<Void, Never>?
+            /// The command got the section: a cancellation lets it finish.
+            var inSection = false
+            /// The caller was cancelled: the command's result goes to nobody.
+            var left = false
         }
 
         private let state = LockedState<State>.make(State())
 
+        /// Keeps the caller's continuation. Returns `false`, having resumed it, if the caller left
+        /// already: the command is then never started.
+        func attach(_ continuation: CheckedContinuation<Value, any Error>) -> Bool {
+            let left = state.withLock { state in
+                if !state.left { state.continuation = continuation }
+                return state.left
+            }
+            if left { continuation.resume(throwing: QueueSafeValueError.cancelled) }
+            return !left
+        }
+
+        /// Keeps the command's task, or cancels it at once if its caller left before it started.
         func setTask(_ task: Task<Void, Never>) {
-            state.withLock { $0.task = task }
+            let cancel = state.withLock { state in
+                state.task = task
+                return state.left && !state.inSection
+            }
+            if cancel { task.cancel() }
         }
 
         /// The command got the section: returns whether it should run (its caller did not leave).
         func enterSection() -> Bool {
             state.withLock { state in
-                guard case .queued = state.phase else { return false }
-                state.phase = .inSection
-                return true
+                state.inSection = !state.left
+                return state.inSection
             }
-        }
-
-        func attach(_ continuation: CheckedContinuation<Value, any Error>) {
-            let resumeWith = state.withLock { state -> Result<Value, any Error>? in
-                switch state.phase {
-                case .left(let whileRunning): return .failure(Self.leaving(whileRunning: whileRunning))
-                case .ended: return state.result
-                case .queued, .inSection:
-                    state.continuation = continuation
-                    return nil
-                }
-            }
-            if let resumeWith { continuation.resumeFromAnotherThread(with: resumeWith) }
         }
 
         func finish(_ result: Result<Value, any Error>) {
-            let continuation = state.withLock { state -> CheckedContinuation<Value, any Error>? in
-                state.task = nil
-                guard case .left = state.phase else {
-                    state.phase = .ended
-                    state.result = result
-                    defer { state.continuation = nil }
-                    return state.continuation
-                }
-                return nil
+            let continuation = state.withLock { state in
+                defer { (state.continuation, state.task) = (nil, nil) }
+                return state.continuation
             }
             continuation?.resumeFromAnotherThread(with: result)
         }
 
-        /// What a caller that left throws: `.cancelled` if its command had not started (it never
-        /// runs), `CancellationError` if it was running (it finishes, for the callers behind it).
-        static func leaving(whileRunning: Bool) -> any Error {
-            whileRunning ? CancellationError() : QueueSafeValueError.cancelled
-        }
-
-        /// The caller's task was cancelled: it leaves. A command still waiting for its turn is
+        /// The caller's task was cancelled: it leaves at once. A command still waiting for its turn is
         /// cancelled (it leaves the queue, and the caller throws `.cancelled`); a running one
-        /// finishes (and the caller throws `CancellationError`).
+        /// finishes, for the callers behind it (and the caller throws `CancellationError`).
         func cancel() {
-            let (continuation, task, whileRunning) = state.withLock {
-                state -> (CheckedContinuation<Value, any Error>?, Task<Void, Never>?, Bool) in
-                let whileRunning: Bool
-                switch state.phase {
-                case .queued: whileRunning = false
-                case .inSection: whileRunning = true
-                case .left, .ended: return (nil, nil, false)
-                }
-                state.phase = .left(whileRunning: whileRunning)
+            let (continuation, task, inSection) = state.withLock { state in
+                state.left = true
                 defer { state.continuation = nil }
-                return (state.continuation, whileRunning ? nil : state.task, whileRunning)
+                return (state.continuation, state.inSection ? nil : state.task, state.inSection)
             }
             task?.cancel()
-            continuation?.resumeFromAnotherThread(with: .failure(Self.leaving(whileRunning: whileRunning)))
+            let error: any Error = inSection ? CancellationError() : QueueSafeValueError.cancelled
+            continuation?.resumeFromAnotherThread(with: .failure(error))
         }
     }
 
@@ -310,10 +271,10 @@ public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {  // `
 public enum RefreshCancellation: Sendable, Hashable {
     /// The refresh finishes (the default): the cancelled caller throws `CancellationError` at once
     /// (``QueueSafeValueError/cancelled`` if its command had not started yet, and then never runs),
-    /// the refresh goes on inside the critical section in
-    /// a task of its own, and its value is stored and returned to the callers waiting behind it.
-    /// One refresh, whoever gives up: the safe choice when a refresh spends something, such as a
-    /// single-use refresh token. Costs one task per ``RefreshingValue/get()``.
+    /// the refresh goes on inside the critical section in a task of its own, and its value is stored
+    /// and returned to the callers waiting behind it. One refresh, whoever gives up: the safe choice
+    /// when a refresh spends something, such as a single-use refresh token, which a second refresh
+    /// would find spent. Costs one task per ``RefreshingValue/get()``.
     case letRefreshFinish
     /// The refresh runs in the caller's task and sees its cancellation (`Task.isCancelled`,
     /// `Task.sleep` and `URLSession` throwing): for refreshes that are cheap to redo and should not
@@ -330,13 +291,10 @@ extension RefreshingValue where Value: Equatable {
     /// - Throws: as ``invalidate()``.
     @discardableResult
     public func invalidate(ifStillEqualTo rejected: Value) async throws(QueueSafeValueError) -> Bool {
-        var marked = false
-        try await store.async.priority(priority).set { value in
-            if value == rejected {
-                self.section.isInvalidated = true
-                marked = true
-            }
+        try await store.async.priority(priority).withLock { value in
+            guard value == rejected else { return false }
+            self.section.isInvalidated = true
+            return true
         }
-        return marked
     }
 }

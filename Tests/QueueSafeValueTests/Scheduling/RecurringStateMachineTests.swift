@@ -157,6 +157,26 @@ import Testing
                 (.setPolicy(.onDemand), Output(events: [.policyChanged(from: twentySeconds, to: .onDemand)])),
             ]),
         Scenario(
+            name: "a stale sleep of wait 1 ending while wait 2 is live is ignored; wait 2 ends on its own sleep",
+            policy: tenSeconds,
+            rows: sleepingTenSeconds(driver: 1) + [
+                (
+                    .setPolicy(twentySeconds),
+                    Output(events: [.policyChanged(from: tenSeconds, to: twentySeconds)], cancel: ["sleep1"], driver: 1)
+                ),
+                (
+                    .decide,
+                    Output(
+                        events: [.waiting(nextRunIn: 20)], result: "wait(token: 2, nanoseconds: Optional(20000000000))")
+                ),
+                (.attachSleep(token: 2, "sleep2"), Output()),
+                (.attachDriver(token: 2, 2), Output(result: "nil")),
+                (.elapsed(token: 1), Output()),
+                (.sleepFailed(token: 1, nil), Output()),
+                (.elapsed(token: 2), Output(events: [.intervalElapsed], driver: 2)),
+                (.decide, Output(events: [.started(run: 1, trigger: .interval)], result: "run(number: 1)")),
+            ]),
+        Scenario(
             name: "a sleep or driver that arrives after its wait was woken is cancelled or resumed at once",
             policy: tenSeconds,
             rows: [
