@@ -242,13 +242,9 @@ extension ValueEngine {
         let deadline: DispatchTime?
         do { deadline = try commandDeadline(after: timeout) } catch { return .failure(error) }
         if timeout != nil, let read = tryJoinReadersIdle() { return runIdleRead(read, body) }
-        switch acquireReaderBlocking(priority: priority, site: site, deadline: deadline) {
-        case .failure(let error):
-            return .failure(error)
-        case .success(let token):
-            let result = body(pointer.pointee)
-            releaseReaderBlocking(token)
-            return .success(result)
+        return acquireReaderBlocking(priority: priority, site: site, deadline: deadline).map { token in
+            defer { releaseReaderBlocking(token) }
+            return body(pointer.pointee)
         }
     }
 
@@ -273,13 +269,9 @@ extension ValueEngine {
         let deadline: DispatchTime?
         do { deadline = try commandDeadline(after: timeout) } catch { return .failure(error) }
         // A read with a manual completion keeps a record in the machine: it goes through the lock.
-        switch acquireReaderBlocking(priority: priority, site: site, deadline: deadline) {
-        case .failure(let error):
-            return .failure(error)
-        case .success(let token):
+        return acquireReaderBlocking(priority: priority, site: site, deadline: deadline).map { token in
+            defer { releaseReaderBlocking(token) }
             holdReaderUntilCompleted(token) { done in body(pointer.pointee, done) }
-            releaseReaderBlocking(token)
-            return .success(())
         }
     }
 
