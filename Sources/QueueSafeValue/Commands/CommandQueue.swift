@@ -429,7 +429,9 @@ public final class CommandQueue: Sendable {
     }
 
     /// Takes the place of an operation that inherited its isolation, and starts the task that waits
-    /// for the turn and runs it: returns the task and the operation's waiter (for its handle).
+    /// for the turn and runs it: returns the task and the operation's waiter (for its handle). The
+    /// operation is called from a non-escaping closure, so apart from the task nothing is allocated
+    /// for it.
     @inlinable
     func schedule<T: Sendable>(
         priority: CommandPriority,
@@ -440,41 +442,53 @@ public final class CommandQueue: Sendable {
         progress: OperationProgress? = nil,
         _ operation: @escaping @isolated(any) () async throws -> T
     ) -> (task: Task<T, any Error>, waiter: AwaitingWaiter) {
-        // Unsafe: `operation` is the caller's `sending` closure; only the operation's task ever calls
-        // it, once, which the compiler cannot see through the closure that captures it.
+        let isolation = operation.isolation
+        // Unsafe: `operation` is the caller's `sending` closure; only this one task ever calls it,
+        // once, which the compiler cannot see through the closure that captures it.
         nonisolated(unsafe) let operation = operation
-        return schedule(
-            priority: priority, policy: policy, site: site, deadline: deadline, isolation: operation.isolation,
-            awaiters: awaiters, progress: progress
-        ) { try await operation() }
+        return place(
+            priority: priority, policy: policy, site: site, deadline: deadline, awaiters: awaiters, progress: progress
+        ) {
+            placement in
+            Self.makeTask {
+                try await Self.takeTurn(placement, deadline: deadline, isolation: isolation) { try await operation() }
+            }
+        }
     }
 
-    /// Takes the operation's place now, synchronously, and starts the task that waits for the turn
-    /// and runs `body` on `isolation`, with no hop of its own. `body` is called from a non-escaping
-    /// closure, so apart from the task nothing is allocated for it.
+    /// Like the other `schedule`, for an operation whose isolation the caller names: `body` runs on
+    /// `isolation` with no hop of its own.
     @inlinable
     func schedule<T: Sendable>(
         priority: CommandPriority,
         policy: Policy,
         site: CallSite,
-        deadline: DispatchTime? = nil,
         isolation: (any Actor)?,
         awaiters: [Int] = [],
-        progress: OperationProgress? = nil,
         _ body: nonisolated(nonsending) @escaping () async throws -> T
     ) -> (task: Task<T, any Error>, waiter: AwaitingWaiter) {
         // Unsafe: `body` may hold the caller's `sending` operation; only this one task ever calls
         // it, once, which the compiler cannot see through the closure that captures it.
         nonisolated(unsafe) let body = body
+        return place(priority: priority, policy: policy, site: site, awaiters: awaiters) { placement in
+            Self.makeTask { try await Self.takeTurn(placement, deadline: nil, isolation: isolation, body) }
+        }
+    }
+
+    /// Takes the operation's place now, synchronously, then starts its task (`start`, given the
+    /// placement) and attaches it to the operation's waiter.
+    @inlinable
+    func place<T: Sendable>(
+        priority: CommandPriority, policy: Policy, site: CallSite, deadline: DispatchTime? = nil, awaiters: [Int],
+        progress: OperationProgress? = nil, start: (Placement) -> Task<T, any Error>
+    ) -> (task: Task<T, any Error>, waiter: AwaitingWaiter) {
         let discardable = policy == .discardable
         let (waiter, grantedAtOnce) = engine.enqueueOperation(
             priority: priority, site: site, discardable: discardable, handled: progress != nil, deadline: deadline)
-        let placement = Placement(
-            engine: engine, waiter: waiter, grantedAtOnce: grantedAtOnce, discardable: discardable,
-            startsInOrder: ordering == .startsInOrder, awaiters: awaiters, progress: progress)
-        let task = Self.makeTask {
-            try await Self.takeTurn(placement, deadline: deadline, isolation: isolation, body)
-        }
+        let task = start(
+            Placement(
+                engine: engine, waiter: waiter, grantedAtOnce: grantedAtOnce, discardable: discardable,
+                startsInOrder: ordering == .startsInOrder, awaiters: awaiters, progress: progress))
         engine.attach(task, to: waiter)
         return (task, waiter)
     }
