@@ -164,7 +164,7 @@ public final class CommandQueue: Sendable {
         @_inheritActorContext @_implicitSelfCapture _ operation: sending @escaping @isolated(any) () async throws -> T,
         file: StaticString = #fileID, line: UInt = #line
     ) -> Task<T, any Error> {
-        schedule(priority: priority, policy: policy, site: CallSite(file: file, line: line), operation)
+        schedule(priority: priority, policy: policy, site: CallSite(file: file, line: line), operation).task
     }
 
     /// Adds `operation` to the queue; when its turn comes it runs isolated to `actor`. On a
@@ -182,7 +182,7 @@ public final class CommandQueue: Sendable {
     ) -> Task<T, any Error> {
         schedule(priority: priority, policy: policy, site: CallSite(file: file, line: line), isolation: actor) {
             try await operation(actor)
-        }
+        }.task
     }
 
     /// Adds `operation` to the queue; when its turn comes it runs on the main actor.
@@ -197,7 +197,7 @@ public final class CommandQueue: Sendable {
     ) -> Task<T, any Error> {
         schedule(
             priority: priority, policy: policy, site: CallSite(file: file, line: line), isolation: MainActor.shared
-        ) { try await operation() }
+        ) { try await operation() }.task
     }
 
     /// Adds `operation` to the queue, as ``enqueue(priority:policy:_:file:line:)`` does, and returns a handle
@@ -214,7 +214,7 @@ public final class CommandQueue: Sendable {
         file: StaticString = #fileID, line: UInt = #line
     ) -> QueuedOperation<T> {
         let progress = OperationProgress(priority: priority)
-        let (task, waiter) = schedulePlaced(
+        let (task, waiter) = schedule(
             priority: priority, policy: policy, site: CallSite(file: file, line: line), progress: progress, operation)
         return QueuedOperation(task: task, engine: engine, waiter: waiter, progress: progress)
     }
@@ -237,7 +237,8 @@ public final class CommandQueue: Sendable {
         let deadline: DispatchTime?
         do { deadline = try commandDeadline(after: timeout) } catch { return Task { throw error } }
         return schedule(
-            priority: priority, policy: policy, site: CallSite(file: file, line: line), deadline: deadline, operation)
+            priority: priority, policy: policy, site: CallSite(file: file, line: line), deadline: deadline, operation
+        ).task
     }
 
     /// ``enqueue(priority:policy:timeout:_:file:line:)-(_,_,DispatchTimeInterval,_,_,_)`` with a `Duration`, kept to
@@ -280,12 +281,11 @@ public final class CommandQueue: Sendable {
         @_inheritActorContext @_implicitSelfCapture _ operation: sending @escaping @isolated(any) () async throws -> T,
         file: StaticString = #fileID, line: UInt = #line
     ) async throws -> T {
-        try checkCanAwaitOperation()
-        return try await awaitCancellably(
+        try await awaitOperation { _, awaiters in
             schedule(
-                priority: priority, policy: policy, site: CallSite(file: file, line: line),
-                awaiters: OperationAwaiters.forOperationAwaitedByCurrentTask(),
-                operation))
+                priority: priority, policy: policy, site: CallSite(file: file, line: line), awaiters: awaiters,
+                operation)
+        }
     }
 
     /// Like ``perform(priority:policy:_:file:line:)``, but the operation gives up if it has not started within
@@ -299,12 +299,11 @@ public final class CommandQueue: Sendable {
         @_inheritActorContext @_implicitSelfCapture _ operation: sending @escaping @isolated(any) () async throws -> T,
         file: StaticString = #fileID, line: UInt = #line
     ) async throws -> T {
-        try checkCanAwaitOperation()
-        let deadline = try commandDeadline(after: timeout)
-        return try await awaitCancellably(
+        try await awaitOperation(timeout: timeout) { deadline, awaiters in
             schedule(
                 priority: priority, policy: policy, site: CallSite(file: file, line: line), deadline: deadline,
-                awaiters: OperationAwaiters.forOperationAwaitedByCurrentTask(), operation))
+                awaiters: awaiters, operation)
+        }
     }
 
     /// ``perform(priority:policy:timeout:_:file:line:)-(_,_,DispatchTimeInterval,_,_,_)`` with a `Duration`, kept to
@@ -333,12 +332,12 @@ public final class CommandQueue: Sendable {
         _ operation: @escaping @Sendable (isolated A) async throws -> T,
         file: StaticString = #fileID, line: UInt = #line
     ) async throws -> T {
-        try checkCanAwaitOperation()
-        return try await awaitCancellably(
+        try await awaitOperation { _, awaiters in
             schedule(
                 priority: priority, policy: policy, site: CallSite(file: file, line: line), isolation: actor,
-                awaiters: OperationAwaiters.forOperationAwaitedByCurrentTask()
-            ) { try await operation(actor) })
+                awaiters: awaiters
+            ) { try await operation(actor) }
+        }
     }
 
     /// Like ``perform(priority:policy:_:file:line:)``, with the operation on the main actor.
@@ -349,12 +348,12 @@ public final class CommandQueue: Sendable {
         _ operation: sending @escaping @MainActor () async throws -> T,
         file: StaticString = #fileID, line: UInt = #line
     ) async throws -> T {
-        try checkCanAwaitOperation()
-        return try await awaitCancellably(
+        try await awaitOperation { _, awaiters in
             schedule(
                 priority: priority, policy: policy, site: CallSite(file: file, line: line), isolation: MainActor.shared,
-                awaiters: OperationAwaiters.forOperationAwaitedByCurrentTask()
-            ) { try await operation() })
+                awaiters: awaiters
+            ) { try await operation() }
+        }
     }
 
     // MARK: Cancellation
@@ -406,50 +405,35 @@ public final class CommandQueue: Sendable {
         }
     }
 
-    /// Takes the operation's place now, synchronously.
+    /// `perform`'s way in: refuses at once in a cancelled task (then the operation never runs, as
+    /// for `value.async`), inside an operation of this same one-at-a-time queue (it would wait for
+    /// itself) and on a negative `timeout`; otherwise has `schedule` place the operation, with its
+    /// deadline and the tasks that await it, and waits for its result. Cancelling the calling task
+    /// cancels the operation's.
     @inlinable
-    func place(
-        priority: CommandPriority, policy: Policy, site: CallSite, deadline: DispatchTime? = nil, awaiters: [Int],
-        progress: OperationProgress? = nil
-    ) -> Placement {
-        let discardable = policy == .discardable
-        let (waiter, grantedAtOnce) = engine.enqueueOperation(
-            priority: priority, site: site, discardable: discardable, handled: progress != nil, deadline: deadline)
-        return Placement(
-            engine: engine, waiter: waiter, grantedAtOnce: grantedAtOnce, discardable: discardable,
-            startsInOrder: ordering == .startsInOrder, awaiters: awaiters, progress: progress)
-    }
-
-    /// Why `perform` must not enqueue: its task was cancelled before the call (then the operation
-    /// never runs, as for `value.async`), or it runs inside an operation of this same one-at-a-time
-    /// queue (it would wait for itself).
-    @inlinable
-    func checkCanAwaitOperation() throws(QueueSafeValueError) {
-        if Task.isCancelled { throw .cancelled }
-        if engine.isInsideRunningSection() || engine.isInsideOperationSlot() { throw .reentrantAccess }
+    func awaitOperation<T: Sendable>(
+        timeout: DispatchTimeInterval? = nil,
+        _ schedule: (_ deadline: DispatchTime?, _ awaiters: [Int]) -> (task: Task<T, any Error>, waiter: AwaitingWaiter)
+    ) async throws -> T {
+        if Task.isCancelled { throw QueueSafeValueError.cancelled }
+        if engine.isInsideRunningSection() || engine.isInsideOperationSlot() {
+            throw QueueSafeValueError.reentrantAccess
+        }
+        let task = schedule(try commandDeadline(after: timeout), OperationAwaiters.forOperationAwaitedByCurrentTask())
+            .task
+        return try await withTaskCancellationHandler {
+            try await task.value
+        } onCancel: {
+            task.cancel()
+        }
     }
 
     /// Takes the place of an operation that inherited its isolation, and starts the task that waits
-    /// for the turn and runs it. The operation is called from a non-escaping closure, so apart from
-    /// the task nothing is allocated for it.
+    /// for the turn and runs it: returns the task and the operation's waiter (for its handle). The
+    /// operation is called from a non-escaping closure, so apart from the task nothing is allocated
+    /// for it.
     @inlinable
     func schedule<T: Sendable>(
-        priority: CommandPriority,
-        policy: Policy,
-        site: CallSite,
-        deadline: DispatchTime? = nil,
-        awaiters: [Int] = [],
-        _ operation: @escaping @isolated(any) () async throws -> T
-    ) -> Task<T, any Error> {
-        schedulePlaced(
-            priority: priority, policy: policy, site: site, deadline: deadline, awaiters: awaiters, operation
-        ).task
-    }
-
-    /// ``schedule(priority:policy:deadline:awaiters:_:)``, returning the operation's waiter too (for
-    /// its handle), and keeping `progress` up to date if given.
-    @inlinable
-    func schedulePlaced<T: Sendable>(
         priority: CommandPriority,
         policy: Policy,
         site: CallSite,
@@ -462,13 +446,14 @@ public final class CommandQueue: Sendable {
         // Unsafe: `operation` is the caller's `sending` closure; only this one task ever calls it,
         // once, which the compiler cannot see through the closure that captures it.
         nonisolated(unsafe) let operation = operation
-        let placement = place(
-            priority: priority, policy: policy, site: site, deadline: deadline, awaiters: awaiters, progress: progress)
-        let task = Self.makeTask {
-            try await Self.takeTurn(placement, deadline: deadline, isolation: isolation) { try await operation() }
+        return place(
+            priority: priority, policy: policy, site: site, deadline: deadline, awaiters: awaiters, progress: progress
+        ) {
+            placement in
+            Self.makeTask {
+                try await Self.takeTurn(placement, deadline: deadline, isolation: isolation) { try await operation() }
+            }
         }
-        engine.attach(task, to: placement.waiter)
-        return (task, placement.waiter)
     }
 
     /// Like the other `schedule`, for an operation whose isolation the caller names: `body` runs on
@@ -481,16 +466,31 @@ public final class CommandQueue: Sendable {
         isolation: (any Actor)?,
         awaiters: [Int] = [],
         _ body: nonisolated(nonsending) @escaping () async throws -> T
-    ) -> Task<T, any Error> {
+    ) -> (task: Task<T, any Error>, waiter: AwaitingWaiter) {
         // Unsafe: `body` may hold the caller's `sending` operation; only this one task ever calls
         // it, once, which the compiler cannot see through the closure that captures it.
         nonisolated(unsafe) let body = body
-        let placement = place(priority: priority, policy: policy, site: site, awaiters: awaiters)
-        let task = Self.makeTask {
-            try await Self.takeTurn(placement, deadline: nil, isolation: isolation, body)
+        return place(priority: priority, policy: policy, site: site, awaiters: awaiters) { placement in
+            Self.makeTask { try await Self.takeTurn(placement, deadline: nil, isolation: isolation, body) }
         }
-        engine.attach(task, to: placement.waiter)
-        return task
+    }
+
+    /// Takes the operation's place now, synchronously, then starts its task (`start`, given the
+    /// placement) and attaches it to the operation's waiter.
+    @inlinable
+    func place<T: Sendable>(
+        priority: CommandPriority, policy: Policy, site: CallSite, deadline: DispatchTime? = nil, awaiters: [Int],
+        progress: OperationProgress? = nil, start: (Placement) -> Task<T, any Error>
+    ) -> (task: Task<T, any Error>, waiter: AwaitingWaiter) {
+        let discardable = policy == .discardable
+        let (waiter, grantedAtOnce) = engine.enqueueOperation(
+            priority: priority, site: site, discardable: discardable, handled: progress != nil, deadline: deadline)
+        let task = start(
+            Placement(
+                engine: engine, waiter: waiter, grantedAtOnce: grantedAtOnce, discardable: discardable,
+                startsInOrder: ordering == .startsInOrder, awaiters: awaiters, progress: progress))
+        engine.attach(task, to: waiter)
+        return (task, waiter)
     }
 
     /// The task that runs an operation. (In debug builds, on a thread of the test suite's controlled
@@ -570,14 +570,5 @@ public final class CommandQueue: Sendable {
             return try await engine.runHeldOperationSlot(placement.waiter, isolation: isolation, body)
         }
         return try await engine.runHeldTaskSection(.operation, isolation: isolation, body)
-    }
-
-    @inlinable
-    func awaitCancellably<T: Sendable>(_ task: Task<T, any Error>) async throws -> T {
-        try await withTaskCancellationHandler {
-            try await task.value
-        } onCancel: {
-            task.cancel()
-        }
     }
 }

@@ -59,15 +59,16 @@ public enum LostUpdates {
 
     /// The default handler of debug builds: prints the report to standard error.
     public static let printWarning: @Sendable (LostUpdate) -> Void = { lost in
-        var standardError = StandardError()
-        print(lost.description, to: &standardError)
+        var line = lost.description + "\n"
+        line.withUTF8 { _ = write(2, $0.baseAddress, $0.count) }  // without Foundation
     }
 
-    private static let storage: LockedHandler = {
+    // Unsafe: the handler is touched only inside its own lock.
+    private nonisolated(unsafe) static let storage: LockedState<(@Sendable (LostUpdate) -> Void)?> = {
         #if DEBUG
-            LockedHandler(printWarning)
+            .make(printWarning)
         #else
-            LockedHandler(nil)
+            .make(nil)
         #endif
     }()
 
@@ -80,31 +81,4 @@ public enum LostUpdates {
             return
         }
     }
-}
-
-/// The handler behind a lock.
-// @unchecked Sendable: the handler is only touched with the lock held
-private final class LockedHandler: @unchecked Sendable {
-    private let handler: LockedState<(@Sendable (LostUpdate) -> Void)?>
-
-    init(_ handler: (@Sendable (LostUpdate) -> Void)?) {
-        self.handler = LockedState.make(handler)
-    }
-
-    func withLock<R>(_ body: (inout (@Sendable (LostUpdate) -> Void)?) -> R) -> R {
-        handler.withLock(body)
-    }
-}
-
-/// Standard error as a `TextOutputStream`, without Foundation.
-private struct StandardError: TextOutputStream {
-    mutating func write(_ string: String) {
-        var string = string
-        string.withUTF8 { writeToStandardError($0) }
-    }
-}
-
-/// Writes `bytes` to file descriptor 2.
-private func writeToStandardError(_ bytes: UnsafeBufferPointer<UInt8>) {
-    _ = write(2, bytes.baseAddress, bytes.count)
 }

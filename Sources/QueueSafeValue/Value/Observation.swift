@@ -35,6 +35,21 @@ class ObservationSink: @unchecked Sendable {
     func finish() {}
 }
 
+/// What an observer keeps of the changes offered to it: the newest it has not delivered, and the
+/// number of the newest offered, so that a change numbered at or below it is dropped.
+struct LatestChange<Value> {
+    var pending: Value?
+    var newest: UInt64?
+
+    /// Keeps `change` (an `ObservedChange<Value>`) unless it is no newer than one offered before.
+    mutating func keep(_ change: AnyObject, sequence: UInt64) -> Bool {
+        guard newest.map({ sequence > $0 }) ?? true else { return false }
+        newest = sequence
+        pending = unsafeDowncast(change, to: ObservedChange<Value>.self).value
+        return true
+    }
+}
+
 extension ValueEngine {
     /// Inside the critical section of a command that may have changed the value, while observers
     /// exist: numbers the change and snapshots the value.
@@ -167,9 +182,7 @@ final class SubscriptionOwner<Value: Sendable>: @unchecked Sendable {
 // @unchecked Sendable: `state` is behind its lock; `started` is touched only by the iterating task
 final class ValuesSubscription<Value: Sendable>: ObservationSink, @unchecked Sendable {
     struct State {
-        var pending: Value?
-        var newest: UInt64 = 0
-        var hasNewest = false
+        var latest = LatestChange<Value>()
         /// The consumer, suspended until a value is pending or the sequence ends. It is resumed
         /// without a payload and takes the value under the lock: what it reads is ordered by the
         /// lock, not by the runtime's resume (see `UnsafeContinuation.resumeFromAnotherThread()`).
@@ -200,8 +213,8 @@ final class ValuesSubscription<Value: Sendable>: ObservationSink, @unchecked Sen
         }
         while true {
             let now: Value?? = state.withLock { state in
-                if let pending = state.pending {
-                    state.pending = nil
+                if let pending = state.latest.pending {
+                    state.latest.pending = nil
                     return .some(pending)
                 }
                 return state.finished ? .some(nil) : nil
@@ -210,7 +223,7 @@ final class ValuesSubscription<Value: Sendable>: ObservationSink, @unchecked Sen
             await withTaskCancellationHandler {
                 await withUnsafeContinuation { (continuation: TurnContinuation) in
                     let ready = state.withLock { state in
-                        guard state.pending == nil && !state.finished else { return true }
+                        guard state.latest.pending == nil && !state.finished else { return true }
                         state.waiting = continuation
                         return false
                     }
@@ -239,11 +252,8 @@ final class ValuesSubscription<Value: Sendable>: ObservationSink, @unchecked Sen
     }
 
     override func offer(_ change: AnyObject, sequence: UInt64) {
-        let value = unsafeDowncast(change, to: ObservedChange<Value>.self).value
         let resume = state.withLock { state -> TurnContinuation? in
-            guard !state.finished, !state.hasNewest || sequence > state.newest else { return nil }
-            (state.newest, state.hasNewest) = (sequence, true)
-            state.pending = value
+            guard !state.finished, state.latest.keep(change, sequence: sequence) else { return nil }
             defer { state.waiting = nil }
             return state.waiting
         }
@@ -285,9 +295,7 @@ public final class ObservationToken: Sendable {
 // @unchecked Sendable: `state` is behind its lock; the rest is immutable
 final class QueueObserver<Value: Sendable>: ObservationSink, @unchecked Sendable {
     struct State {
-        var pending: Value?
-        var newest: UInt64 = 0
-        var hasNewest = false
+        var latest = LatestChange<Value>()
         var draining = false
         var stopped = false
         /// The container was released: its last value still drains, nothing comes after.
@@ -304,11 +312,8 @@ final class QueueObserver<Value: Sendable>: ObservationSink, @unchecked Sendable
     }
 
     override func offer(_ change: AnyObject, sequence: UInt64) {
-        let value = unsafeDowncast(change, to: ObservedChange<Value>.self).value
         let startDrain = state.withLock { state -> Bool in
-            guard !state.stopped, !state.finished, !state.hasNewest || sequence > state.newest else { return false }
-            (state.newest, state.hasNewest) = (sequence, true)
-            state.pending = value
+            guard !state.stopped, !state.finished, state.latest.keep(change, sequence: sequence) else { return false }
             guard !state.draining else { return false }
             state.draining = true
             return true
@@ -321,11 +326,11 @@ final class QueueObserver<Value: Sendable>: ObservationSink, @unchecked Sendable
     private func drain() {
         while true {
             let next = state.withLock { state -> Value? in
-                guard !state.stopped, let pending = state.pending else {
+                guard !state.stopped, let pending = state.latest.pending else {
                     state.draining = false
                     return nil
                 }
-                state.pending = nil
+                state.latest.pending = nil
                 return pending
             }
             guard let next else { return }

@@ -141,9 +141,8 @@ public struct QueueDiagnostics: Sendable, CustomStringConvertible {
                 text += isWaitingForItsQueue ? " waiting to run on queue '\(queue)'" : " on queue '\(queue)'"
             }
             text += awaitsCompletion ? " waiting for done()" : ""
-            if let since {
-                let seconds = Double(DispatchTime.now().uptimeNanoseconds &- since.uptimeNanoseconds) / 1e9
-                text += " for \(sinceIsExact ? "" : "at least ")\(QueueDiagnostics.format(max(0, seconds))) s"
+            if let heldFor {
+                text += " for \(sinceIsExact ? "" : "at least ")\(QueueDiagnostics.format(heldFor)) s"
             }
             var details: [String] = []
             if let callSite { details.append("issued at \(callSite)") }

@@ -358,17 +358,10 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
 
     // MARK: Reporting
 
-    /// Throttles `event` of `engine` and hands it to the handler's queue, or counts it as left out.
-    /// Called outside every engine lock.
-    func report(_ event: Event, of engine: CommandEngine) {
-        report(event, of: engine, now: nil)
-    }
-
-    /// ``report(_:of:)`` at `now` (uptime nanoseconds; `nil`: the clock, read under the monitor's
-    /// lock, so that the times the throttle sees never go back). A time older than the current
-    /// window's start counts in that window: only a time a second or more past its start opens
-    /// the next one, so no window delivers more than its rate whatever the order of the times.
-    func report(_ event: Event, of engine: CommandEngine, now: UInt64?) {
+    /// Throttles `event` of `engine` at `now` (uptime nanoseconds; `nil`: the clock, read under the
+    /// monitor's lock, so that the times the throttle sees never go back) and hands it to the
+    /// handler's queue, or counts it as left out. Called outside every engine lock.
+    func report(_ event: Event, of engine: CommandEngine, now: UInt64? = nil) {
         // Every event, before the throttle: a long hold's interval always gets its end.
         if let signposts { MonitorSignposts.emit(event, of: engine, to: signposts) }
         let omitted = state.withLock { state -> Int? in
@@ -378,8 +371,9 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
             var watched = state.watched[key] ?? Watched(engine: engine)
             if watched.engine !== engine { watched = Watched(engine: engine) }
             let limit = (watched.thresholds ?? thresholds).eventsPerSecond
-            // Only a time a second or more past the window's start opens the next window: an older
-            // time, which wrapping arithmetic would take for a late one, counts in the current one.
+            // Only a time a second or more past the window's start opens the next window, so no
+            // window delivers more than its rate whatever the order of the times: an older time,
+            // which wrapping arithmetic would take for a late one, counts in the current one.
             if watched.windowStart.map({ now >= $0 && now - $0 >= 1_000_000_000 }) ?? true {
                 watched.windowStart = now
                 watched.delivered = [:]

@@ -63,23 +63,49 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
 
     // MARK: Blocking access
 
-    /// Waits for the critical section on the calling thread, at most `timeout` (`nil`: as long as
-    /// it takes), runs `body` there, and releases.
-    /// - Parameter mutates: whether `body` may change the value: observers are told of it then.
+    /// The blocking commands' way through the section: waits for it on the calling thread, at most
+    /// `timeout` (`nil`: as long as it takes), runs `body` there and releases; returns what `body`
+    /// returned, or why the command did not run (then `body` was not called). An error `body` throws
+    /// is thrown after the release.
+    /// - Parameters:
+    ///   - mutates: whether `body` may change the value: observers are told of it then.
+    ///   - undoneIfThrown: whether a `body` that throws leaves the value as it was (a transaction's
+    ///     draft): observers then have nothing to see.
     @inlinable
-    func withBlockingAccess<R>(
+    func withBlockingAccess<R, E: Error>(
         priority: CommandPriority,
         site: CallSite,
         timeout: DispatchTimeInterval?,
         mutates: Bool = true,
-        _ body: (inout Value) -> R
-    ) -> Result<R, QueueSafeValueError> {
-        if let error = acquireBlocking(priority: priority, timeout: timeout, site: site) {
-            return .failure(error)
+        undoneIfThrown: Bool = false,
+        _ body: (inout Value) throws(E) -> R
+    ) throws(E) -> Result<R, QueueSafeValueError> {
+        if let error = acquireBlocking(priority: priority, timeout: timeout, site: site) { return .failure(error) }
+        do {
+            let result = try body(&pointer.pointee)
+            releaseBlocking(changed: mutates)
+            return .success(result)
+        } catch {
+            releaseBlocking(changed: mutates && !undoneIfThrown)
+            throw error
         }
+    }
+
+    /// ``withBlockingAccess(priority:site:timeout:mutates:undoneIfThrown:_:)`` for `withLock`: `body`
+    /// gets the value as `inout sending`, so it cannot merge the value with state the caller keeps,
+    /// and returns a `sending` result, disconnected from the value: what makes a non-Sendable value
+    /// safe to share (the shape of `Mutex.withLock`).
+    @inlinable
+    func withLockedAccess<R>(
+        priority: CommandPriority,
+        site: CallSite,
+        timeout: DispatchTimeInterval?,
+        _ body: (inout sending Value) -> sending R
+    ) throws(QueueSafeValueError) -> sending R {
+        if let error = acquireBlocking(priority: priority, timeout: timeout, site: site) { throw error }
         let result = body(&pointer.pointee)
-        releaseBlocking(changed: mutates)
-        return .success(result)
+        releaseBlocking()
+        return result
     }
 
     /// Releases the section held by a blocking command: if it may have `changed` the value while
@@ -94,86 +120,6 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
         } else {
             releaseInline(.blocking)
         }
-    }
-
-    /// `withLock` on the blocking schedule: `body` gets the value as `inout sending`, so it cannot
-    /// merge the value with state the caller keeps, and returns a `sending` result, disconnected
-    /// from the value: what makes a non-Sendable value safe to share (the shape of `Mutex.withLock`).
-    @inlinable
-    func withLockedAccess<R>(
-        priority: CommandPriority,
-        site: CallSite,
-        timeout: DispatchTimeInterval?,
-        _ body: (inout sending Value) -> sending R
-    ) throws(QueueSafeValueError) -> sending R {
-        if let error = acquireBlocking(priority: priority, timeout: timeout, site: site) { throw error }
-        let result = body(&pointer.pointee)
-        releaseBlocking()
-        return result
-    }
-
-    /// `withLockedAccess` for a closure that throws: its error is thrown after the release.
-    @inlinable
-    func withLockedAccess<R, E: Error>(
-        priority: CommandPriority,
-        site: CallSite,
-        timeout: DispatchTimeInterval?,
-        _ body: (inout sending Value) throws(E) -> sending R
-    ) throws -> sending R {
-        if let error = acquireBlocking(priority: priority, timeout: timeout, site: site) { throw error }
-        do {
-            let result = try body(&pointer.pointee)
-            releaseBlocking()
-            return result
-        } catch {
-            releaseBlocking()
-            throw error
-        }
-    }
-
-    /// `transaction` on the blocking schedule: `body` works on a copy of the value (a draft), which
-    /// replaces the value only if `body` returns; if it throws, the value is left as it was and the
-    /// error is thrown after the release. The copy is the cost: a copy-on-write value shares its
-    /// storage with the draft until `body` first changes it, which then copies the storage once.
-    @inlinable
-    func withTransactionalAccess<R, E: Error>(
-        priority: CommandPriority,
-        site: CallSite,
-        timeout: DispatchTimeInterval?,
-        _ body: (inout Value) throws(E) -> R
-    ) throws -> R {
-        if let error = acquireBlocking(priority: priority, timeout: timeout, site: site) { throw error }
-        var draft = pointer.pointee
-        do {
-            let result = try body(&draft)
-            pointer.pointee = draft
-            releaseBlocking()
-            return result
-        } catch {
-            releaseBlocking(changed: false)  // nothing changed: observers have nothing to see
-            throw error
-        }
-    }
-
-    /// Like ``withBlockingAccess(priority:timeout:_:)``, but the section stays held after `body`
-    /// returns until its completion closure is called (or dropped); then `result` reads the value
-    /// and the section is released.
-    @inlinable
-    func withBlockingManualAccess<R>(
-        priority: CommandPriority,
-        site: CallSite,
-        timeout: DispatchTimeInterval?,
-        mutates: Bool = true,
-        _ body: (inout Value, @escaping CommandCompletionClosure) -> Void,
-        result: (Value) -> R
-    ) -> Result<R, QueueSafeValueError> {
-        if let error = acquireBlocking(priority: priority, timeout: timeout, site: site) {
-            return .failure(error)
-        }
-        holdUntilCompleted { done in body(&pointer.pointee, done) }
-        let value = result(pointer.pointee)
-        releaseBlocking(changed: mutates)
-        return .success(value)
     }
 
     /// Returns `result`, the outcome of a blocking `set`, after reporting a failure that would lose
@@ -239,48 +185,10 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
         }
     }
 
-    /// `withLock` on the awaiting schedule (see ``withLockedAccess(priority:timeout:_:)``): the
-    /// section is held across `body`'s suspension points; `body`'s error is thrown after the release.
-    /// `body`'s result is `sending` (disconnected from the value); it comes back to the caller in
-    /// the caller's own isolation, where `body` ran, so it needs no `sending` on the way out.
-    @inlinable
-    func withAwaitingLockedAccess<R, E: Error>(
-        priority: CommandPriority,
-        site: CallSite,
-        timeout: DispatchTimeInterval?,
-        cancellable: Bool = true,
-        isolation: isolated (any Actor)?,
-        _ body: nonisolated(nonsending) (inout sending Value) async throws(E) -> sending R
-    ) async throws -> R {
-        try await acquireAwaiting(
-            priority: priority, site: site, timeout: timeout, cancellable: cancellable, isolation: isolation)
-        return try await runHeldObservedTaskSection(.awaiting, isolation: isolation) {
-            try await body(&pointer.pointee)
-        }
-    }
-
-    /// `transaction` on the awaiting schedule: as ``withTransactionalAccess(priority:timeout:_:)``,
-    /// holding the value across `body`'s suspension points.
-    @inlinable
-    func withAwaitingTransactionalAccess<R, E: Error>(
-        priority: CommandPriority,
-        site: CallSite,
-        timeout: DispatchTimeInterval?,
-        cancellable: Bool = true,
-        isolation: isolated (any Actor)?,
-        _ body: nonisolated(nonsending) (inout Value) async throws(E) -> R
-    ) async throws -> R {
-        try await acquireAwaiting(
-            priority: priority, site: site, timeout: timeout, cancellable: cancellable, isolation: isolation)
-        return try await runHeldObservedTaskSection(.awaiting, isolation: isolation) {
-            var draft = pointer.pointee
-            let result = try await body(&draft)
-            pointer.pointee = draft
-            return result
-        }
-    }
-
-    /// The awaiting `withLock` for a closure that cannot throw: only the library's errors.
+    /// `withLock` on the awaiting schedule (see ``withLockedAccess(priority:site:timeout:_:)``): the
+    /// section is held across `body`'s suspension points. `body`'s result is `sending` (disconnected
+    /// from the value); it comes back to the caller in the caller's own isolation, where `body` ran,
+    /// so it needs no `sending` on the way out.
     @inlinable
     func withAwaitingLockedAccess<R>(
         priority: CommandPriority,
@@ -334,13 +242,9 @@ extension ValueEngine {
         let deadline: DispatchTime?
         do { deadline = try commandDeadline(after: timeout) } catch { return .failure(error) }
         if timeout != nil, let read = tryJoinReadersIdle() { return runIdleRead(read, body) }
-        switch acquireReaderBlocking(priority: priority, site: site, deadline: deadline) {
-        case .failure(let error):
-            return .failure(error)
-        case .success(let token):
-            let result = body(pointer.pointee)
-            releaseReaderBlocking(token)
-            return .success(result)
+        return acquireReaderBlocking(priority: priority, site: site, deadline: deadline).map { token in
+            defer { releaseReaderBlocking(token) }
+            return body(pointer.pointee)
         }
     }
 
@@ -365,13 +269,9 @@ extension ValueEngine {
         let deadline: DispatchTime?
         do { deadline = try commandDeadline(after: timeout) } catch { return .failure(error) }
         // A read with a manual completion keeps a record in the machine: it goes through the lock.
-        switch acquireReaderBlocking(priority: priority, site: site, deadline: deadline) {
-        case .failure(let error):
-            return .failure(error)
-        case .success(let token):
+        return acquireReaderBlocking(priority: priority, site: site, deadline: deadline).map { token in
+            defer { releaseReaderBlocking(token) }
             holdReaderUntilCompleted(token) { done in body(pointer.pointee, done) }
-            releaseReaderBlocking(token)
-            return .success(())
         }
     }
 

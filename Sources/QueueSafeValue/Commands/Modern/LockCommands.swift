@@ -38,7 +38,10 @@ extension WaitScheduling {
         _ body: (inout sending Value) throws(E) -> sending R, file: StaticString = #fileID, line: UInt = #line
     ) throws -> sending R {
         try engine.withLockedAccess(
-            priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout, body)
+            priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout
+        ) { value -> sending Result<R, E> in
+            do throws(E) { return .success(try body(&value)) } catch { return .failure(error) }
+        }.get()
     }
 }
 
@@ -68,8 +71,14 @@ extension WaitScheduling where Value: Sendable {
     public func transaction<R, E: Error>(
         _ body: (inout Value) throws(E) -> R, file: StaticString = #fileID, line: UInt = #line
     ) throws -> R {
-        try engine.withTransactionalAccess(
-            priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout, body)
+        try engine.withBlockingAccess(
+            priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout, undoneIfThrown: true
+        ) { value throws(E) in
+            var draft = value
+            let result = try body(&draft)
+            value = draft
+            return result
+        }.get()
     }
 }
 
@@ -93,10 +102,7 @@ extension WaitScheduling where Value: Sendable {
     {
         try engine.withBlockingAccess(
             priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout, mutates: false
-        ) { value in
-            body(value)
-        }
-        .get()
+        ) { body($0) }.get()
     }
 
     /// Like `withValue(_:)`, for a closure that throws. Replaced by the throwing `read(_:)`.
@@ -109,13 +115,9 @@ extension WaitScheduling where Value: Sendable {
     public func withValue<R, E: Error>(_ body: (Value) throws(E) -> R, file: StaticString = #fileID, line: UInt = #line)
         throws -> R
     {
-        let outcome = try engine.withBlockingAccess(
+        try engine.withBlockingAccess(
             priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout, mutates: false
-        ) {
-            value in
-            Result<R, E> { () throws(E) -> R in try body(value) }
-        }.get()
-        return try outcome.get()
+        ) { value throws(E) in try body(value) }.get()
     }
 }
 
@@ -148,7 +150,10 @@ extension AwaitSchedule {
     ) async throws -> R {
         try await engine.withAwaitingLockedAccess(
             priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout,
-            cancellable: cancellable, isolation: isolation, body)
+            cancellable: cancellable, isolation: isolation
+        ) { value async -> sending Result<R, E> in
+            do throws(E) { return .success(try await body(&value)) } catch { return .failure(error) }
+        }.get()
     }
 }
 
@@ -164,9 +169,17 @@ extension AwaitSchedule where Value: Sendable {
         _ body: nonisolated(nonsending) (inout Value) async throws(E) -> R,
         file: StaticString = #fileID, line: UInt = #line
     ) async throws -> R {
-        try await engine.withAwaitingTransactionalAccess(
+        try await engine.withAwaitingAccess(
             priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout,
-            cancellable: cancellable, isolation: isolation, body)
+            cancellable: cancellable, isolation: isolation
+        ) { value async -> Result<R, E> in
+            var draft = value
+            do throws(E) {
+                let result = try await body(&draft)
+                value = draft
+                return .success(result)
+            } catch { return .failure(error) }
+        }.get()
     }
 }
 

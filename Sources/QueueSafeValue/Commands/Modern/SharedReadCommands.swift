@@ -96,11 +96,7 @@ extension DispatchScheduling where Value: Sendable {
         _ body: @escaping @Sendable (Result<Value, QueueSafeValueError>) -> Void, file: StaticString = #fileID,
         line: UInt = #line
     ) {
-        let schedule = self.schedule
-        schedule.engine.sharedReadCommandType.submitShared(
-            engine: schedule.engine, queue: schedule.queue, priority: schedule.commandPriority,
-            site: CallSite(file: file, line: line),
-            operation: .sharedRead(body))
+        schedule.submitShared(site: CallSite(file: file, line: line), .sharedRead(body))
     }
 
     /// Like ``read(_:file:line:)``, but the shared hold lasts until both `body` has returned and `done()` was
@@ -112,11 +108,15 @@ extension DispatchScheduling where Value: Sendable {
             -> Void,
         file: StaticString = #fileID, line: UInt = #line
     ) {
-        let schedule = self.schedule
-        schedule.engine.sharedReadCommandType.submitShared(
-            engine: schedule.engine, queue: schedule.queue, priority: schedule.commandPriority,
-            site: CallSite(file: file, line: line),
-            operation: .sharedReadManual(body))
+        schedule.submitShared(site: CallSite(file: file, line: line), .sharedReadManual(body))
+    }
+}
+
+extension DispatchSchedule where Value: Sendable {
+    /// The dispatch shared reads' one way in (see `submit(site:_:completion:)`).
+    func submitShared(site: CallSite, _ operation: DispatchedCommand<Value>.Operation) {
+        engine.sharedReadCommandType.submitShared(
+            engine: engine, queue: queue, priority: commandPriority, site: site, operation: operation)
     }
 }
 

@@ -25,8 +25,7 @@ extension WaitScheduling where Value: Sendable {
         guard let commandClosure else { return }
         let result = engine.withBlockingAccess(
             priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout, mutates: false
-        ) {
-            value -> Void in
+        ) { value in
             commandClosure(.success(value))
         }
         if case .failure(let error) = result { commandClosure(.failure(error)) }
@@ -47,13 +46,10 @@ extension WaitScheduling where Value: Sendable {
         file: StaticString = #fileID, line: UInt = #line
     ) {
         guard let commandClosure else { return }
-        let result = engine.withBlockingManualAccess(
+        let result = engine.withBlockingAccess(
             priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout, mutates: false
-        ) {
-            value, done in
-            commandClosure(.success(value), done)
-        } result: { _ in
-            ()
+        ) { value in
+            engine.holdUntilCompleted { done in commandClosure(.success(value), done) }
         }
         if case .failure(let error) = result { commandClosure(.failure(error), {}) }
     }
@@ -116,9 +112,12 @@ extension WaitScheduling where Value: Sendable {
     ) -> Result<Value, QueueSafeValueError> {
         guard let accessClosure else { return .failure(.commandClosureDeallocated) }
         return engine.reportingLostUpdate(
-            engine.withBlockingManualAccess(
-                priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout, accessClosure
-            ) { $0 })
+            engine.withBlockingAccess(
+                priority: commandPriority, site: CallSite(file: file, line: line), timeout: timeout
+            ) { value in
+                engine.holdUntilCompleted { done in accessClosure(&value, done) }
+                return value
+            })
     }
 
     /// Transforms the value inside the critical section, on the calling thread.
