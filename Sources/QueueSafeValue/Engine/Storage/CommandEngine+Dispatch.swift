@@ -100,7 +100,7 @@ extension CommandEngine {
     static let dispatchStarted = 1
 
     /// The one start of a granted exclusive dispatched command, whichever path granted it: under
-    /// the engine lock in the grant's lock section when the machine granted it (``prepare(_:_:)``),
+    /// the engine lock in the grant's lock section when the machine granted it (``prepare(_:)``),
     /// or right after the idle compare-and-swap when it took a free section (`DispatchedCommand`).
     /// Notes its queue for diagnostics, then hands it to `helper`, a waiting thread that runs on
     /// its queue (the slot then says started: nobody else may take it), or publishes it in the

@@ -5,7 +5,7 @@ import QueueSafeValueShims
 // in two halves, because a grant's publication belongs to the transition's lock section and
 // everything else must wait until the lock is released:
 //
-// - `prepare(_:_:)`, under the engine lock, right after the transition: marks the granted waiter,
+// - `prepare(_:)`, under the engine lock, right after the transition: marks the granted waiter,
 //   publishes a granted dispatched command (in the dispatched holder's slot, or as a helper's job),
 //   and attaches to the rarer effects what they need from their waiters (their continuations and
 //   tasks are guarded by this lock). It runs no user code, signals nothing and releases no
@@ -36,29 +36,57 @@ extension CommandEngine {
     @inline(__always)
     @discardableResult
     final func perform(_ transition: (inout Machine) -> Machine.Actions) -> Performed<Void> {
-        perform { machine, actions in actions = transition(&machine) }
-    }
-
-    /// ``perform(_:)`` for a transition that answers its caller besides its actions (an enqueue's
-    /// admission): it returns the answer and leaves its actions in `actions`.
-    @inline(__always)
-    final func perform<Answer>(
-        _ transition: (inout Machine, inout Machine.Actions) -> Answer
-    ) -> Performed<Answer> {
         // The actions may hand a raise on to the nextHolder, or end the releaser's own.
         SyncPoints.inheritance(true)
         defer { SyncPoints.inheritance(false) }
         var nextHolder: NextHolder = (0, 0)
         // The actions leave the lock section as its result, never through a captured variable:
         // the compiler then moves them instead of copying every reference they hold.
+        var actions = machine.withLock { machine in
+            var actions = transition(&machine)
+            // A command that expired gets its error, which shows the queue as the release that
+            // passed it over left it (rare: only here does a lock section read the whole machine).
+            if !actions.others.isEmpty {
+                for case .expired(let waiter, _) in actions.others {
+                    waiter.expired(snapshot(machine, word: state.loadAcquire()))
+                }
+            }
+            nextHolder = prepare(&actions)
+            return actions
+        }
+        return finish(&actions, nextHolder: nextHolder, answer: ())
+    }
+
+    /// ``perform(_:)`` for a transition that answers its caller besides its actions (an
+    /// operation's enqueue, which discards the pending operation too): it returns the answer and
+    /// leaves its actions in `actions`. (Not the common path: its result is a pair.)
+    final func perform<Answer>(
+        _ transition: (inout Machine, inout Machine.Actions) -> Answer
+    ) -> Performed<Answer> {
+        SyncPoints.inheritance(true)
+        defer { SyncPoints.inheritance(false) }
+        var nextHolder: NextHolder = (0, 0)
         let answer: Answer
         var actions: Machine.Actions
         (answer, actions) = machine.withLock { machine in
             var actions = Machine.Actions()
             let answer = transition(&machine, &actions)
-            nextHolder = prepare(&actions, machine)
+            if !actions.others.isEmpty {
+                for case .expired(let waiter, _) in actions.others {
+                    waiter.expired(snapshot(machine, word: state.loadAcquire()))
+                }
+            }
+            nextHolder = prepare(&actions)
             return (answer, actions)
         }
+        return finish(&actions, nextHolder: nextHolder, answer: answer)
+    }
+
+    /// After unlocking: carries out `actions` and answers with what ``perform(_:)`` returns.
+    @inline(__always)
+    private func finish<Answer>(
+        _ actions: inout Machine.Actions, nextHolder: NextHolder, answer: Answer
+    ) -> Performed<Answer> {
         // A waiter left: the boost it asked for ends with it (see `PriorityInheritance.swift`).
         // mutant(boost-sync-dropped): let lowersBoost = false
         let lowersBoost = actions.lowersBoost
@@ -73,34 +101,8 @@ extension CommandEngine {
     /// from their waiters.
     /// - Returns: the nextHolder's thread and task, if the grant inherits an urgency.
     @inline(__always)
-    private func prepare(_ actions: inout Machine.Actions, _ machine: borrowing Machine) -> NextHolder {
-        for index in actions.others.indices {
-            switch actions.others[index] {
-            case .left(let waiter, _):
-                // mutant(prepare-drops-left): break
-                actions.others[index] = .left(waiter, resume: waiter.continuationToResume)
-            case .expired(let waiter, _):
-                // Its error shows the queue as the release that passed it over left it (rare: only
-                // here does the lock section read the whole machine).
-                waiter.expired(snapshot(machine, word: state.loadAcquire()))
-                actions.others[index] = .expired(waiter, resume: waiter.continuationToResume)
-            case .cancel(let waiter, _):
-                // Read here: a holder's task is dropped by its release, after that release unlocks.
-                actions.others[index] = .cancel(waiter, task: waiter.taskToCancel)
-            case .startReader(let reader):
-                reader.isGranted = true
-                reader.isGrantedShared = true
-            case .helpReader(let reader, let helper):
-                reader.isGranted = true
-                reader.isGrantedShared = true
-                helper.assignJob(reader)
-            case .longHoldEnded(let nanoseconds):
-                // Before the grant below: the holder's words still name the hold that ended.
-                if let event = longHoldEnded(nanoseconds: nanoseconds) { actions.others[index] = .report(event) }
-            case .finish, .claim, .report:
-                break
-            }
-        }
+    private func prepare(_ actions: inout Machine.Actions) -> NextHolder {
+        if !actions.others.isEmpty { prepareOthers(&actions.others) }
         // Moved out and back, so that reading it retains nothing.
         guard let grant = actions.grant.take() else { return (0, 0) }
         defer { actions.grant = consume grant }
@@ -138,7 +140,38 @@ extension CommandEngine {
         return grant.urgency.isNone ? (0, 0) : (next.threadToBoost, next.taskToEscalate)
     }
 
-    /// After unlocking: carries out the actions ``prepare(_:_:)`` prepared, in the order
+    /// ``prepare(_:)`` for the rarer effects: attaches what each needs from its waiter. Out of
+    /// line: most transitions have none, and the lock section of those that do not stays small
+    /// enough for the compiler to inline into its caller.
+    @inline(never)
+    private func prepareOthers(_ others: inout [Machine.Other]) {
+        for index in others.indices {
+            switch others[index] {
+            case .left(let waiter, _):
+                // mutant(prepare-drops-left): break
+                others[index] = .left(waiter, resume: waiter.continuationToResume)
+            case .expired(let waiter, _):
+                others[index] = .expired(waiter, resume: waiter.continuationToResume)
+            case .cancel(let waiter, _):
+                // Read here: a holder's task is dropped by its release, after that release unlocks.
+                others[index] = .cancel(waiter, task: waiter.taskToCancel)
+            case .startReader(let reader):
+                reader.isGranted = true
+                reader.isGrantedShared = true
+            case .helpReader(let reader, let helper):
+                reader.isGranted = true
+                reader.isGrantedShared = true
+                helper.assignJob(reader)
+            case .longHoldEnded(let nanoseconds):
+                // Before the grant below: the holder's words still name the hold that ended.
+                if let event = longHoldEnded(nanoseconds: nanoseconds) { others[index] = .report(event) }
+            case .finish, .claim, .report:
+                break
+            }
+        }
+    }
+
+    /// After unlocking: carries out the actions ``prepare(_:)`` prepared, in the order
     /// ``EngineStateMachine/Actions`` gives.
     /// - Returns: the granted command when the machine chose the releasing block to run it.
     @inline(__always)
@@ -166,7 +199,18 @@ extension CommandEngine {
         if actions.freeValue { freeValue() }
         // Its release is the last to touch it: the machine forgot it in the same transition.
         actions.ended.take()?.endHold()
-        for other in actions.others {
+        if !actions.others.isEmpty { carryOut(actions.others) }
+        // Architecture, "More threads than cores": the new holder waits on this processor, and
+        // cannot start until this thread gives it away.
+        if givesProcessorAway { SyncPoints.yield() }
+        return inline
+    }
+
+    /// ``carryOut(_:nextHolder:)`` for the rarer effects, in order. Out of line, as
+    /// ``prepareOthers(_:)``.
+    @inline(never)
+    private func carryOut(_ others: [Machine.Other]) {
+        for other in others {
             switch other {
             case .left(_, let continuation): continuation?.resumeFromAnotherThread()
             case .expired(let waiter, let continuation):
@@ -180,9 +224,5 @@ extension CommandEngine {
             case .longHoldEnded: break  // nothing to report (see `prepare`)
             }
         }
-        // Architecture, "More threads than cores": the new holder waits on this processor, and
-        // cannot start until this thread gives it away.
-        if givesProcessorAway { SyncPoints.yield() }
-        return inline
     }
 }
