@@ -1220,8 +1220,8 @@ extension CheckerScenarios {
     /// The scenarios that count each command's sections of the engine's lock (see
     /// `CheckerScenario.lockSectionLimits`): a holder and one waiter of each shape; either may
     /// come first. A party that waits takes 1 to take its place and 1 to park or suspend (its
-    /// urgency, the raise of its holder and its helper role included); its release takes 1 when
-    /// someone waits behind it. A dispatch command takes 1 to take its place, and its block 1 to
+    /// urgency, the raise of its holder and its helper role included), and a resumed task 1 to
+    /// read its verdict; its release takes 1 when someone waits behind it. A dispatch command takes 1 to take its place, and its block 1 to
     /// release. A timed waiter that gives up takes 2 more: to leave, and to count the timeout.
     /// The queue's party runs two commands, the dispatch command and the waiter that helps it.
     static let lockSections = [
@@ -1232,7 +1232,7 @@ extension CheckerScenarios {
             world, run, value, _ in
             world.spawn("waiter", urgency: 20) { run.blocking("waiter", value.wait, .high) }
         },
-        contended("awaiting", tasks: true, limits: ["holder": 2, "waiter": 2]) { world, run, value, _ in
+        contended("awaiting", tasks: true, limits: ["holder": 2, "waiter": 3]) { world, run, value, _ in
             if #available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *) {
                 StorageChecker.startedTask(in: world)
                 Task(executorPreference: world.taskExecutor(named: "waiter")) {

@@ -354,11 +354,12 @@ extension CommandEngine {
         }
         timer?.cancel()
         if !nodes.isEmpty { DeadlockDetector.shared.unregister(nodes) }
-        // No lock section to read the verdict: whoever decided it wrote it under the engine lock
-        // and resumed this task after unlocking (or this task saw it decided, under the lock, and
-        // resumed itself), so the resumption publishes it.
-        if !waiter.isGranted {
-            guard let refusal = waiter.refusal else { throw .cancelled }
+        // The verdict is read under the lock it was written under: a resumption alone does not
+        // order the two for ThreadSanitizer, and the grant's other flags (`isGrantedShared`, read
+        // by `holdsSlot`) rely on this read.
+        let (granted, refusal) = machine.withLock { _ in (waiter.isGranted, waiter.refusal) }
+        if !granted {
+            guard let refusal else { throw .cancelled }
             throw reportingRefusal(
                 refusal.namingQueue(), site: waiter.keptSite, priority: waiter.issuedPriority ?? .medium)
         }

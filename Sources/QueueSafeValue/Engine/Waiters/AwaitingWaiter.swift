@@ -29,7 +29,7 @@ final class AwaitingWaiter: Waiter, @unchecked Sendable {
     /// dropped after the lock is released once the operation ended.
     var task: (any CancellableTask)?
     /// Why the command left the queue other than by cancellation (a deadlock), written before the
-    /// task is resumed; read by the task once resumed.
+    /// task is resumed; read under the engine lock.
     var refusal: QueueSafeValueError?
     /// The command's ticket, once it took its place.
     var ticket = CommandEngine.Ticket.none

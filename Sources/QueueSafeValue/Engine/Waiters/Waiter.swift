@@ -15,12 +15,12 @@ import Dispatch
 /// knows how. The hooks below let the storage perform the machine's actions on any kind of waiter
 /// without asking which kind it is (see `CommandEngine+Perform.swift`); each kind overrides the
 /// ones that concern it.
-// @unchecked Sendable: `isGranted` is written under the engine lock, read under it or by the party its grant started
+// @unchecked Sendable: `isGranted` is touched only under the engine lock
 @usableFromInline
 class Waiter: @unchecked Sendable {
     /// The engine's verdict for the waiting party, written under the engine lock when the state
-    /// machine grants the command, before its party is started; read by that party once started
-    /// (see ``CommandEngine/waitForTurn(_:deadline:holdsNothing:startedLater:cancellable:)``).
+    /// machine grants the command. Read under the same lock (see
+    /// ``CommandEngine/waitForTurn(_:deadline:holdsNothing:startedLater:cancellable:)``).
     final var isGranted = false
     /// Whether the grant made it a shared holder (a shared read, or an operation of a queue of width
     /// above 1), written and read like ``isGranted``.
