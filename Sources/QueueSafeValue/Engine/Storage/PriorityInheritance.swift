@@ -124,14 +124,15 @@ extension CommandEngine {
         SyncPoints.inheritance(true)
         defer { SyncPoints.inheritance(false) }
         let registry = BoostRegistry.shared
-        // Read under the engine lock, so that the newest value wins against a chain walk's refresh.
         let inherits = !party.isEmpty && !registry.isEmpty
-        guard mayRaise(urgency, party: party) else { return (withMachineLocked { step(&$0) }, .none) }
+        guard inherits || !urgency.isNone else { return (withMachineLocked { step(&$0) }, .none) }
         var escalations = Escalations()
         defer { escalations.make() }
         let (result, inherited, changed) = boosts.withLock { record in
             let (result, inherited, target) = withMachineLocked { machine in
                 let result = step(&machine)
+                // Read under the engine lock, so that the newest value wins against a chain walk's
+                // refresh.
                 let inherited = inherits ? registry.inherited(of: party) : Urgency.none
                 let raised = machine.park(
                     ticket, urgency: urgency, inherited: inherited,
