@@ -299,6 +299,40 @@ import Testing
         #expect(value.wait.get() == .success(["highest", "default", "lowest"]), sourceLocation: sourceLocation)
     }
 
+    /// One rule on every schedule: a priority chosen again replaces the one before, and keeps the
+    /// schedule's timeout. Four commands queue behind a held section, each having chosen twice; the
+    /// diagnostics count them at their second choice, and they run in that order.
+    @Test func aPriorityChosenAgain_replacesTheFirst_onEverySchedule() async throws {
+        let value = QueueSafeValue(value: [String]())
+        let holder = SectionHolder(value)
+        let threads = ThreadGroup()
+        threads.spawn { _ = value.wait.highestPriority.lowestPriority.set { $0.append("lowest") } }
+        waitForPending(value.engine, count: 1)
+        let ran = DispatchSemaphore(value: 0)
+        value.async(performIn: .global()).lowestPriority.highestPriority.set(
+            accessClosure: { $0.append("highest") }, completion: { _ in ran.signal() })
+        waitForPending(value.engine, count: 2)
+        let task = Task { try await value.async.lowestPriority.priority(.high).set { $0.append("high") } }
+        try await waitUntil("the awaiting command queued") { value.engine.pendingCount == 3 }
+        threads.spawn { _ = value.wait.priority(.low).defaultPriority.set { $0.append("medium") } }
+        waitForPending(value.engine, count: 4)
+        let waiting = value.diagnostics.waiting
+        #expect([waiting[.highest], waiting[.high], waiting[.medium], waiting[.lowest]] == [1, 1, 1, 1])
+        // The timeout stays with the schedule when the priority is chosen again.
+        let timed = value.wait(timeout: .milliseconds(20)).highestPriority.lowestPriority.set { $0.append("timed") }
+        guard case .failure(.timedOut) = timed else {
+            Issue.record("expected the timed command to time out, got \(timed)")
+            return
+        }
+        holder.release()
+        try await threads.join()
+        _ = try await task.value
+        #expect(ran.wait(timeout: .now() + hangTimeout) == .success)
+        #expect(value.wait.get() == .success(["highest", "high", "medium", "lowest"]))
+        let synced = QueueSafeSyncedValue(value: 1)
+        #expect(synced.highestPriority.lowestPriority.set { $0 += 1 } == .success(2))
+    }
+
     @Test func defaultPriorityForms_onEverySchedule() async throws {
         let counter = QueueSafeValue(value: 1)
         #expect(counter.wait.get() == .success(1))

@@ -81,10 +81,6 @@ public final class QueueSafeSyncedValue<Value> {
     @inlinable
     public var defaultPriority: WaitCommands<Value> { schedule.defaultPriority }
 
-    /// Commands of the given priority: higher priorities run first, FIFO within a priority.
-    @inlinable
-    public func priority(_ priority: CommandPriority) -> WaitCommands<Value> { schedule.priority(priority) }
-
     /// How many manual-completion closures of this value's commands were released without being
     /// called (each such command still ended).
     public var abandonedCompletionCount: Int {

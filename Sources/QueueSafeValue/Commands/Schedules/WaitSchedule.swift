@@ -7,7 +7,8 @@ import Dispatch
 /// A command issued here blocks the calling thread until the command has run, and its closures run
 /// **on the calling thread**. Issued on the schedule itself (`value.wait.withLock { … }`) a command
 /// runs at ``CommandPriority/default``; pick another with ``highestPriority``, ``lowestPriority`` or
-/// ``priority(_:)``, which give the same commands (``WaitCommands``) at that priority. Every
+/// ``WaitScheduling/priority(_:)``, which give the same commands (``WaitCommands``) at that
+/// priority. As on every schedule, a later choice of priority replaces an earlier one. Every
 /// command is declared once, on ``WaitScheduling``, which the synced container shares.
 ///
 /// Every command waits its turn in the value's command queue (higher priority first, FIFO within a
@@ -69,11 +70,6 @@ public struct WaitSchedule<Value> {
         defaultPriority = WaitCommands(engine: engine, priority: .default, timeout: timeout)
     }
 
-    /// Commands of the given priority: higher priorities run first, FIFO within a priority.
-    @inlinable
-    public func priority(_ priority: CommandPriority) -> WaitCommands<Value> {
-        WaitCommands(engine: engine, priority: priority, timeout: timeout)
-    }
 }
 
 // Holds the engine (Sendable) and plain values: shareable for any value, since the commands that
@@ -91,8 +87,9 @@ extension WaitSchedule: WaitScheduling {
 /// Blocking commands of one priority: `value.wait.highestPriority`, `value.wait.priority(.high)`.
 ///
 /// The same commands as ``WaitSchedule`` (declared once, on ``WaitScheduling``), at the priority
-/// chosen; the priority is chosen once (`value.wait.highestPriority.lowestPriority` does not
-/// compile). Ordering, the thread the closures run on and the failures are ``WaitSchedule``'s.
+/// chosen. Choosing again replaces it, as on every schedule: `value.wait.lowestPriority.highestPriority`
+/// runs at the highest. Ordering, the thread the closures run on and the failures are
+/// ``WaitSchedule``'s.
 public struct WaitCommands<Value> {
     @usableFromInline let engine: ValueEngine<Value>
     /// The priority its commands queue at.
@@ -152,4 +149,27 @@ extension WaitScheduling {
     @inlinable var engine: ValueEngine<Value> { commands.engine }
     @inlinable var commandPriority: CommandPriority { commands.commandPriority }
     @inlinable var timeout: DispatchTimeInterval? { commands.timeout }
+}
+
+extension WaitScheduling {
+    /// The same commands at ``CommandPriority/highest``, replacing the priority chosen before: they
+    /// run before every other pending command (FIFO among themselves).
+    ///
+    /// ``WaitSchedule`` and ``QueueSafeSyncedValue`` store their own, which reach the commands with
+    /// no reference counting; this one serves a priority chosen again.
+    @inlinable public var highestPriority: WaitCommands<Value> { priority(.highest) }
+
+    /// The same commands at ``CommandPriority/lowest``, replacing the priority chosen before: they
+    /// run after every other pending command (FIFO among themselves).
+    @inlinable public var lowestPriority: WaitCommands<Value> { priority(.lowest) }
+
+    /// The same commands at ``CommandPriority/default``, replacing the priority chosen before.
+    @inlinable public var defaultPriority: WaitCommands<Value> { priority(.default) }
+
+    /// The same commands at the given priority, replacing the one chosen before: higher priorities
+    /// run first, FIFO within a priority.
+    @inlinable
+    public func priority(_ priority: CommandPriority) -> WaitCommands<Value> {
+        WaitCommands(engine: engine, priority: priority, timeout: timeout)
+    }
 }
