@@ -60,6 +60,9 @@ extension EngineStateMachine {
 
         // Transparent: a debug build's `perform` makes one per transition, inline as before.
         @_transparent init() {}
+
+        /// The answer of a transition that has nothing else to do.
+        init(found: Found) { self.found = found }
     }
 
     /// What a transition that answers its caller found.
