@@ -105,6 +105,12 @@ extension EngineStateMachine {
         return .itself
     }
 
+    /// The waiting command `ticket`'s thread runs on `queues`: it runs the dispatched commands
+    /// granted for them while it waits.
+    mutating func registerHelper(_ ticket: Ticket, queues: [Int]) {
+        table.registerHelper(ticket, queues: queues)
+    }
+
     mutating func grant(
         _ handle: Handle, kind: CommandKind, urgency: Urgency = .none, releaserQueue: Int = 0, boosted: Bool = false,
         waited: UInt32 = Grant.unknownWait

@@ -37,18 +37,12 @@ extension EngineStateMachine {
         let admission = enqueue(
             waiter, kind: .operation, priority: priority, reentrant: false, word: &word, now: now,
             shared: operationsShare, deadline: deadline)
-        if handled {
-            switch admission {
-            case .granted(let ticket?), .queued(let ticket): table[ticket.slot].flags.insert(.unbegun)
-            case .granted(nil), .refused, .expired: break
-            }
-        }
-        // mutant(discard-standard): if true {
-        if isDiscardable {
-            switch admission {
-            case .granted(let ticket?), .queued(let ticket): discarding.setPending(ticket)
-            case .granted(nil), .refused, .expired: break
-            }
+        switch admission {
+        case .granted(let ticket?), .queued(let ticket):
+            if handled { table[ticket.slot].flags.insert(.unbegun) }
+            // mutant(discard-standard): if true { discarding.setPending(ticket) }
+            if isDiscardable { discarding.setPending(ticket) }
+        case .granted(nil), .refused, .expired: break
         }
         return admission
     }

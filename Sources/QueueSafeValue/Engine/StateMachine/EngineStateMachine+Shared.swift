@@ -35,7 +35,6 @@ extension EngineStateMachine {
         return true
     }
 
-    /// The slot of the command ``popNext()`` would grant next, without granting it.
     mutating func peekNext() -> UInt32? {
         if let oldest = bound.oldestWaiting(in: table), bound.isDue { return oldest.ticket.slot }
         return table.firstWaitingEntry()?.slot
@@ -62,7 +61,6 @@ extension EngineStateMachine {
         if inheritance.hasParked { inheritance.clear(slot) }
         _ = grantReader(slot)
         guard let handle = table[slot].handle else { preconditionFailure("a granted read without its waiter") }
-        // Readers never run inline in a releasing block: their releases go by ticket.
         let starter = starter(of: handle, kind: kind)
         if case .helper = starter { table[slot].role = .startedReader(table[slot].manual) }
         admitWaitingReaders(&actions, now: now)
@@ -74,7 +72,6 @@ extension EngineStateMachine {
         }
         actions.grant = Grant(handle: handle, starter: starter, urgency: inherited, kind: kind, shared: true)
         hold.stamp(now, exact: true)
-        // Readers always release under the lock: `slowRelease` stays set while they hold.
         return closedBit | EngineWord.shared | EngineWord.slowRelease
     }
 

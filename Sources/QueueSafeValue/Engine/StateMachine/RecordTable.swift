@@ -260,7 +260,7 @@ struct RecordTable {
         return (entry.slot, false)
     }
 
-    /// The first entry's waiter's address, or 0: the spinning waiters' hint (`CommandEngine.Word.head`).
+    /// The spinning waiters' hint (`CommandEngine.Word.head`); 0 if none.
     var firstWaitingAddress: Int {
         guard let entry = heap.first, let handle = records[Int(entry.slot)].handle else { return 0 }
         return Int(bitPattern: UInt(bitPattern: ObjectIdentifier(handle)))
