@@ -11,16 +11,14 @@ import QueueSafeValueShims
 
 // MARK: - DeadlockDetector
 
-/// The process-wide storage of the ``WaitForGraph``: one lock, taken only by threads about to park
-/// and tasks about to suspend, by the chain walk and by diagnostics (never on the idle path, never
-/// while an engine's lock or boost lock is held: see the lock order in ``CommandEngine``), and the
-/// reading of who holds an engine.
+/// The process-wide ``WaitForGraph`` behind one lock, taken by threads about to park, tasks about to
+/// suspend, the chain walk and diagnostics: never on the idle path, never under an engine's lock or
+/// boost lock (the lock order in ``CommandEngine``).
 ///
-/// Engines are identified by their address; an engine stays alive while anything waits for it (the
-/// waiter's frame holds it), and a party always unregisters before its wait returns.
+/// An engine, known by its address, stays alive while anything waits for it (the waiter's frame
+/// holds it), and a party unregisters before its wait returns.
 @_spi(Testing)
 public final class DeadlockDetector: @unchecked Sendable {  // @unchecked Sendable: graph under its lock
-    /// An engine, by identity, without keeping it alive: while registered, its waiter keeps it.
     // @unchecked Sendable: only compared, or read while a waiter keeps the engine alive
     struct EngineHandle: Hashable, @unchecked Sendable {
         let engine: Unmanaged<CommandEngine>
@@ -36,40 +34,34 @@ public final class DeadlockDetector: @unchecked Sendable {  // @unchecked Sendab
     static var shared: DeadlockDetector { SyncPoints.detectorOverride ?? process }
     private static let process = DeadlockDetector()
 
-    /// What the lock guards: the graph, and the parked waiters that do not know which queue they
-    /// run on (see ``tagQueue(_:)``).
     private struct State {
         var graph = Graph()
+        /// Parked waiters that do not know which queue they run on (see ``tagQueue(label:_:)``).
         var watchers: [ObjectIdentifier: BlockingWaiter] = [:]
-        /// The identity of the queue tagged last (``QueueTag/mainQueue`` is taken).
         var lastQueueID = QueueTag.mainQueue
-        /// The labels of registered threads' queues, for reports.
+        /// For reports: registered threads' queue labels, registered tasks' names.
         var queueOfThread: [Int: String] = [:]
-        /// The names of registered tasks (`Task.name`, where the runtime keeps one), for reports.
         var nameOfTask: [Int: String] = [:]
-        /// The labels of the queues tagged most recently, by identity, for diagnostics (at most
-        /// ``labelLimit``: a process that makes a queue per request must not grow this forever).
+        /// The ``labelLimit`` queues tagged last: a process that makes a queue per request must not
+        /// grow this forever.
         var labels: [Int: String] = [QueueTag.mainQueue: "com.apple.main-thread"]
     }
 
-    /// How many queue labels ``State/labels`` keeps.
     private static let labelLimit = 4096
 
     private let state = LockedState.make(State())
-    /// How many queues have been tagged: changed under the lock, read without it.
+    /// Changed under the lock, read without it.
     private let tagCount = AtomicWord(0)
-    /// How many threads Swift's cooperative pool runs tasks on: one per processor. (Not
-    /// `ProcessInfo`: only the `LocalizedError` conformance's file imports Foundation.)
+    /// One thread per processor. Not `ProcessInfo`: only one file imports Foundation.
     let poolWidth = max(1, sysconf(Int32(_SC_NPROCESSORS_ONLN)))
 
     /// A detector of its own (the process's is ``shared``), for a controlled scheduler's world.
     @_spi(Testing)
     public init() {}
 
-    /// Registers a party about to block for `engine`; see ``WaitForGraph/register(_:waitingFor:poolThread:poolWidth:holder:)``.
-    /// - Parameter watcher: a blocking waiter that does not know which queue it runs on, with the
-    ///   ``tagEpoch`` it read before it looked: it is told to look again when a queue is tagged
-    ///   while it is registered, or at once if one was tagged since it looked.
+    /// See ``WaitForGraph/register(_:waitingFor:ticket:poolThread:poolWidth:holder:)``. `watcher`: a
+    /// waiter that does not know its queue, with the ``tagEpoch`` it read before it looked: told to
+    /// look again when a queue is tagged while it is registered, or at once if one was since.
     func register(
         _ nodes: [Node],
         waitingFor engine: CommandEngine,
@@ -80,7 +72,7 @@ public final class DeadlockDetector: @unchecked Sendable {  // @unchecked Sendab
         let handle = EngineHandle(engine: .passUnretained(engine))
         var queue: String?
         if case .thread? = nodes.first { queue = QueueTag.currentLabel }
-        // The party's own task (the first task node: the others await it) and its name, if any.
+        // The first task node is the party's own: the others await it.
         let ownTask = nodes.lazy.compactMap { node -> Int? in if case .task(let task) = node { task } else { nil } }
             .first
         let taskName = ownTask == nil ? nil : Self.currentTaskName()
@@ -90,8 +82,7 @@ public final class DeadlockDetector: @unchecked Sendable {  // @unchecked Sendab
                 poolWidth: poolWidth
             ) { handle in handle.engine.takeUnretainedValue().holderNodes }
             guard verdict == .wait else {
-                // Every thread of a cycle is registered (parked, so alive) or is the caller: its
-                // name can be read now, under the lock that keeps them registered.
+                // Every thread of a cycle is parked or the caller, so alive under this lock.
                 var taskNames = state.nameOfTask
                 if let ownTask, let taskName { taskNames[ownTask] = taskName }
                 return (
@@ -111,8 +102,7 @@ public final class DeadlockDetector: @unchecked Sendable {  // @unchecked Sendab
         return registration
     }
 
-    /// What ``register(_:waitingFor:poolThread:watcher:)`` decided, and, for a refusal, how the
-    /// report names the parties of the cycle.
+    /// For a refusal, `names` names the cycle's parties.
     struct Registration {
         let verdict: Graph.Verdict
         let names: [Node: String]
@@ -132,9 +122,8 @@ public final class DeadlockDetector: @unchecked Sendable {  // @unchecked Sendab
         }
     }
 
-    /// What `node` waits for, if it is registered: the engine (alive while the party is registered,
-    /// and retained here, under the lock that keeps it registered), the waiting command's ticket, and
-    /// every node of the party. Priority inheritance's chain walk follows it.
+    /// What a registered `node` waits for, for inheritance's chain walk: the engine is retained
+    /// here, under the lock that keeps it registered.
     func wait(of node: Node) -> (engine: CommandEngine, ticket: CommandEngine.Ticket, party: [Node])? {
         state.withLock { state -> (engine: CommandEngine, ticket: CommandEngine.Ticket, party: [Node])? in
             guard let wait = state.graph.waits[node] else { return nil }
@@ -142,7 +131,7 @@ public final class DeadlockDetector: @unchecked Sendable {  // @unchecked Sendab
         }
     }
 
-    /// Every registered wait (for the checkers).
+    /// For the checkers.
     var registeredWaits: [Node: Graph.Wait] {
         state.withLock { $0.graph.waits }
     }
@@ -174,19 +163,16 @@ public final class DeadlockDetector: @unchecked Sendable {  // @unchecked Sendab
         }
     #endif
 
-    /// The label of the queue with identity `id`, if it was tagged recently enough to be
-    /// remembered (``labelLimit`` queues).
+    /// `nil` unless it is among the ``labelLimit`` tagged last.
     func label(ofQueue id: Int) -> String? {
         state.withLock { $0.labels[id] }
     }
 
-    /// Read by a waiter before it reads which queues it runs on; see ``register(_:waitingFor:poolThread:watcher:)``.
+    /// Read by a waiter before it reads which queues it runs on.
     var tagEpoch: Int { tagCount.loadAcquire() }
 
-    /// Tags a queue labelled `label`: `tag` is called under the lock with an identity no queue has had, stores the
-    /// tag unless the queue has one already, and returns the queue's identity. When it stored one,
-    /// every registered waiter that did not know its queue is told to look again (after
-    /// unlocking), because it may run on this queue.
+    /// `tag`, under the lock, stores a new identity unless the queue has one, and returns the
+    /// queue's. A new tag tells every watcher to look again (after unlocking): it may run on it.
     func tagQueue(label: String, _ tag: (_ newID: Int) -> Int) -> Int {
         let (id, watchers) = state.withLock { state -> (Int, [BlockingWaiter]) in
             let newID = state.lastQueueID + 1
@@ -202,21 +188,17 @@ public final class DeadlockDetector: @unchecked Sendable {  // @unchecked Sendab
         return id
     }
 
-    /// The nodes of the calling thread: its thread, and its task if it runs inside one (see
-    /// ``taskNodes(_:)``).
+    /// The calling thread, and its task's nodes if it runs inside one.
     static func currentNodes() -> [Node] {
         let task = currentTaskID()
         return task == 0 ? [.thread(currentThreadID())] : [.thread(currentThreadID())] + taskNodes(task)
     }
 
-    /// The nodes of the task `task` (the current one): the task, then the tasks that await its
-    /// result, if it runs a ``CommandQueue`` operation that `perform` awaits (see
-    /// ``OperationAwaiters``). They wait for whatever it waits for.
+    /// The current task `task`, then the tasks that await it (``OperationAwaiters``).
     static func taskNodes(_ task: Int) -> [Node] {
         [.task(task)] + OperationAwaiters.ofCurrentTask(task).map { .task($0) }
     }
 
-    /// What to tell the user about a refused wait.
     static func report(
         _ registration: Registration,
         diagnostics: QueueDiagnostics,
@@ -241,9 +223,7 @@ public final class DeadlockDetector: @unchecked Sendable {  // @unchecked Sendab
         }
     }
 
-    /// The descriptions of the parties of a cycle: each thread is registered (parked) or is the
-    /// caller, so it is alive while the lock is held, and read by its name; each task by the name it
-    /// registered with, if it has one.
+    /// Under the lock: each thread of a cycle is parked or the caller, so alive, and read by name.
     private static func names(in verdict: Graph.Verdict, queues: [Int: String], tasks: [Int: String]) -> [Node: String]
     {
         guard case .cycle(let links) = verdict else { return [:] }
@@ -257,38 +237,26 @@ public final class DeadlockDetector: @unchecked Sendable {  // @unchecked Sendab
         return names
     }
 
-    /// The current task's name, where the runtime keeps one (`Task.name`: Swift 6.2's runtime, so
-    /// macOS 26, iOS 26, tvOS 26, watchOS 26, visionOS 26 and Linux); `nil` for a task without one.
+    /// `Task.name` needs Swift 6.2's runtime.
     static func currentTaskName() -> String? {
         guard #available(macOS 26.0, iOS 26.0, watchOS 26.0, tvOS 26.0, visionOS 26.0, *) else { return nil }
         return Task.name
     }
 
-    /// "thread 0x7f3a1c", "task 0x55d2a0".
-    static func describe(_ node: Node) -> String {
-        switch node {
-        case .thread(let id): return "thread 0x" + String(UInt(bitPattern: id), radix: 16)
-        case .task(let id): return "task 0x" + String(UInt(bitPattern: id), radix: 16)
-        }
-    }
-
-    /// "thread 'worker' (0x7f3a1c) on queue 'db'", "task 'refresh' (0x55d2a0)": a party with the
-    /// name (its name first, then its id) and queue known of it.
-    static func describe(_ node: Node, name: String?, queue: String?) -> String {
-        var text = describe(node)
-        if let name {
+    /// "thread 0x7f3a1c"; with what is known of it, "thread 'worker' (0x7f3a1c) on queue 'db'".
+    static func describe(_ node: Node, name: String? = nil, queue: String? = nil) -> String {
+        let (party, id) =
             switch node {
-            case .thread(let id): text = "thread '\(name)' (0x" + String(UInt(bitPattern: id), radix: 16) + ")"
-            case .task(let id): text = "task '\(name)' (0x" + String(UInt(bitPattern: id), radix: 16) + ")"
+            case .thread(let number): ("thread", number)
+            case .task(let number): ("task", number)
             }
-        }
-        if let queue { text += " on queue '\(queue)'" }
-        return text
+        let hex = "0x" + String(UInt(bitPattern: id), radix: 16)
+        let text = name.map { "\(party) '\($0)' (\(hex))" } ?? "\(party) \(hex)"
+        return queue.map { text + " on queue '\($0)'" } ?? text
     }
 
-    /// The name of a live thread, if it has one of its own: not the name every thread starts with,
-    /// nor the one Dispatch gives its worker threads on Linux (the tail of a global queue's label,
-    /// `oot.default-qos`), which says nothing the queue label does not.
+    /// A name of its own: not the one every thread starts with, nor a Dispatch worker's on Linux (a
+    /// global queue label's tail, `oot.default-qos`), which says nothing the queue label does not.
     static func threadName(_ thread: Int) -> String? {
         let name = withUnsafeTemporaryAllocation(of: CChar.self, capacity: 64) { buffer -> String? in
             guard let base = buffer.baseAddress,
@@ -300,42 +268,34 @@ public final class DeadlockDetector: @unchecked Sendable {  // @unchecked Sendab
         return name
     }
 
-    /// The labels of Dispatch's global queues, whose tails name its worker threads.
     private static let dispatchWorkerNames: [String] = {
         let classes = ["maintenance", "background", "utility", "default", "user-initiated", "user-interactive"]
         return classes.flatMap { ["com.apple.root.\($0)-qos", "com.apple.root.\($0)-qos.overcommit"] }
     }()
 
-    /// "thread 'ui' (0x7f3a1c) (main thread)", or "… on queue 'db'", or "… in task 0x55d2a0": the caller.
+    /// The caller: "thread 'ui' (0x7f3a1c) (main thread)", or "… on queue 'db'", and "… in task 0x55d2a0".
     static func describeCurrent() -> String {
         let thread = currentThreadID()
-        var text: String
-        if qsv_is_main_thread() != 0 {
-            text = describe(.thread(thread), name: threadName(thread), queue: nil) + " (main thread)"
-        } else {
-            text = describe(.thread(thread), name: threadName(thread), queue: QueueTag.currentLabel)
-        }
+        let isMain = qsv_is_main_thread() != 0
+        var text = describe(.thread(thread), name: threadName(thread), queue: isMain ? nil : QueueTag.currentLabel)
+        if isMain { text += " (main thread)" }
         let task = currentTaskID()
-        if task != 0 { text += " in " + describe(.task(task), name: currentTaskName(), queue: nil) }
+        if task != 0 { text += " in " + describe(.task(task), name: currentTaskName()) }
         return text
     }
 }
 
 // MARK: - Tasks that await an operation
 
-/// The tasks that await the result of the ``CommandQueue`` operation the current task runs:
-/// `perform` awaits its operation's task, so while that task waits for a value, so do they. The
-/// operation's task carries them in a task-local, and registers them with itself whenever it is
-/// about to wait: a cycle through an operation and the task that awaits it is then a cycle of the
-/// wait-for graph (the task holds a value the operation waits for, directly or through others).
+/// The tasks that await the ``CommandQueue`` operation the current task runs (`perform` awaits
+/// it): they wait for whatever it waits for, so it registers them with itself, and a cycle through
+/// an operation and its awaiter is a cycle of the wait-for graph.
 ///
-/// The task-local names the operation's task: an unstructured task created inside the operation
-/// inherits the task-local but is awaited by nobody, and a record that does not name the current
-/// task is ignored (so is, conservatively, a child task of the operation: a cycle through it is not
-/// detected).
+/// The record names the operation's task: a task created inside it inherits the task-local but is
+/// awaited by nobody, so a record that does not name the current task is ignored (so,
+/// conservatively, is a child task's: a cycle through one is not detected).
 @usableFromInline
 struct OperationAwaiters: Sendable {
-    /// The operation's task.
     @usableFromInline let task: Int
     /// The task that awaits it, then the tasks that await that one, and so on.
     @usableFromInline let awaiters: [Int]
@@ -349,15 +309,13 @@ struct OperationAwaiters: Sendable {
     @usableFromInline
     static let current = TaskLocal<OperationAwaiters?>(wrappedValue: nil)
 
-    /// The tasks that await the current task, `task`, if it runs an awaited operation.
     @usableFromInline
     static func ofCurrentTask(_ task: Int) -> [Int] {
         guard let record = current.get(), record.task == task else { return [] }
         return record.awaiters
     }
 
-    /// What an operation enqueued now by `perform` carries: the calling task, then the tasks that
-    /// await it.
+    /// What an operation `perform` enqueues now carries: the calling task, then those awaiting it.
     @usableFromInline
     static func forOperationAwaitedByCurrentTask() -> [Int] {
         let task = currentTaskID()

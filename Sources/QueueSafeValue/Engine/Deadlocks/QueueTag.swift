@@ -7,38 +7,34 @@ import QueueSafeValueShims
 
 // MARK: - QueueTag
 
-/// Tells which dispatch queue code runs on. Dispatch has no "current queue", only queue-specific
-/// values: a queue that dispatch commands target gets this tag (an identity of its own and its
-/// label) when the first of them is submitted, and code running on the queue reads the tag back.
+/// Which dispatch queue code runs on. Dispatch has no "current queue", only queue-specific values:
+/// a queue gets this tag (an identity and its label) when the first dispatch command targets it.
 ///
-/// A thread may have started to wait on a queue before anything tagged it: it cannot know then that
-/// it blocks that queue. So tagging a queue tells every parked waiter that did not know its queue
-/// to look again (``DeadlockDetector/tagQueue(_:)``): whether a waiting thread runs on a queue
-/// never depends on what happened before its wait began.
+/// A thread may have begun to wait on a queue before anything tagged it, so tagging a queue tells
+/// every parked waiter that did not know its queue to look again
+/// (``DeadlockDetector/tagQueue(label:_:)``): what a waiter knows never depends on that order.
 @_spi(Testing)
 public struct QueueTag: Sendable, Hashable {
-    /// The queue's identity: ``mainQueue``, or a number no other queue of the process has.
+    /// ``mainQueue``, or a number no other queue of the process has.
     let id: Int
-    /// The queue's label, for reports.
     let label: String
 
-    /// The key of the tags. The main queue is tagged before any other queue can be: on Linux every
-    /// `DispatchQueue.main` is a new wrapper of the one main queue, so only the tag, stored on the
-    /// queue itself, recognises it.
-    /// The key of the tags (for the test suite's virtual queues, which read a tag the way Dispatch
-    /// does for a thread running on the queue).
+    /// The key of the tags, for the test suite's virtual queues, which read a tag as Dispatch does
+    /// for a thread running on the queue.
     @_spi(Testing)
     public static var specificKey: DispatchSpecificKey<QueueTag> { key }
 
     #if DEBUG
-        /// The tag of `queue` in `detector`'s identities, tagging the queue if it carries no tag yet (a
-        /// controlled scheduler's virtual queues).
+        /// The tag of `queue` in `detector`'s identities, tagging it if it has none yet (a controlled
+        /// scheduler's virtual queues).
         @_spi(Testing)
         public static func tag(of queue: DispatchQueue, in detector: DeadlockDetector) -> QueueTag {
             QueueTag(id: identity(of: queue, in: detector), label: queue.label)
         }
     #endif
 
+    /// The main queue is tagged first: on Linux every `DispatchQueue.main` is a new wrapper of the
+    /// one main queue, so only the tag, stored on the queue itself, recognises it.
     private static let key: DispatchSpecificKey<QueueTag> = {
         let key = DispatchSpecificKey<QueueTag>()
         let main = DispatchQueue.main
@@ -46,16 +42,12 @@ public struct QueueTag: Sendable, Hashable {
         return key
     }()
 
-    /// The identity the main queue goes by.
     static let mainQueue = 1
 
-    /// The identity of `queue`, tagging it if it carries no tag yet.
-    /// - Complexity: O(1) to read the tag (a lookup in Dispatch's queue-specific list); tagging
-    ///   happens once per queue, under a lock, and wakes the parked waiters that do not know their
-    ///   queue.
+    /// Tags `queue` if it has no tag yet: once per queue, under the detector's lock.
     static func identity(of queue: DispatchQueue, in detector: DeadlockDetector = .shared) -> Int {
         if let tag = queue.getSpecific(key: key) { return tag.id }
-        // Serialized, so that two threads tagging one queue at once agree on its identity.
+        // Serialized, so two threads tagging one queue at once agree on its identity.
         return detector.tagQueue(label: queue.label) { newID in
             // Another thread may have tagged it since the read above.
             if let tag = queue.getSpecific(key: key) { return tag.id }
@@ -64,16 +56,14 @@ public struct QueueTag: Sendable, Hashable {
         }
     }
 
-    /// The innermost tagged queue the caller runs on, if any.
+    /// The innermost tagged queue the caller runs on.
     static var current: QueueTag? {
         if let virtual = SyncPoints.queueOverride { return virtual }
         return DispatchQueue.getSpecific(key: key)
     }
 
-    /// The identities of the queues the caller runs on, as far as they can be known: the main
-    /// queue on the main thread (which, until `dispatchMain()`, drains it), and the innermost
-    /// tagged queue; and whether that innermost queue is known (a tagged one), or the caller may
-    /// run on a queue nothing has tagged yet.
+    /// The main queue on the main thread (which drains it until `dispatchMain()`), and the innermost
+    /// tagged queue; `innermostKnown` is false if the caller may run on a queue not tagged yet.
     static var currentIdentities: (identities: [Int], innermostKnown: Bool) {
         var identities: [Int] = []
         if qsv_is_main_thread() != 0 && SyncPoints.queueOverride == nil { identities.append(mainQueue) }
@@ -82,8 +72,8 @@ public struct QueueTag: Sendable, Hashable {
         return (identities, true)
     }
 
-    /// The label of the queue the caller runs on, tagged or not; `nil` outside any queue's block,
-    /// and on Dispatch's own global queues (whose label a plain thread reports too).
+    /// Tagged or not; `nil` outside a queue's block and on Dispatch's global queues (whose label a
+    /// plain thread reports too).
     static var currentLabel: String? {
         if let virtual = SyncPoints.queueOverride { return virtual?.label }
         #if canImport(Darwin)

@@ -1,45 +1,26 @@
 // MARK: - CommandHeap
 
-/// The order in which waiting commands get the critical section: a min-queue of `(key, slot)`
-/// entries. The key puts priority (descending) in the top byte and the arrival sequence
-/// (ascending) below it, so no two keys are equal and equal priorities leave in FIFO order.
-///
-/// Two sorted parts: a FIFO *run* that takes every entry whose key is above the run's last one
-/// (each command of the same priority as the one before it, or lower: the common case, O(1)), and
-/// a binary heap for the others (a command that overtakes waiting ones, O(log n)). The first entry
-/// is the smaller of the two fronts.
-///
-/// A plain value: entries are two integers, so moving them compares and moves words and never
-/// touches a command or a reference count. What a slot means (which command, whether it still
-/// waits) is the business of ``EngineStateMachine``, which also removes entries of commands that
-/// left the queue: lazily, when they surface, or all at once through ``removeAll(where:)``.
+/// The waiting order (Architecture.md, "The waiting order and the records"): `(key, slot)` pairs,
+/// so ordering never touches a command or a reference count. A FIFO *run* takes each key above its
+/// last (O(1), the common case), a binary min-heap the others (O(log n)).
 struct CommandHeap: Hashable {
-    /// One waiting command: its order and where the state machine keeps its record.
     struct Entry: Hashable {
         let key: UInt64
         let slot: UInt32
-        /// When the command began to wait, in milliseconds of the machine's clock, wrapping every
-        /// 49 days (a wait's length is a wrapping difference): for diagnostics. It takes the
-        /// padding after `slot`, so an entry grows no larger for it.
+        /// In milliseconds of the machine's clock, wrapping every 49 days: for diagnostics, in the
+        /// padding after `slot`.
         var arrivedAt: UInt32 = 0
     }
 
-    /// The heap part: every parent's key is below its children's.
     private var entries: [Entry] = []
-    /// The run part, in increasing key order from `runStart` on (the entries before it left).
+    /// In increasing key order from `runStart` on.
     private var run: [Entry] = []
     private var runStart = 0
 
-    /// The number of entries.
-    /// - Complexity: O(1)
     var count: Int { entries.count + run.count - runStart }
 
-    /// Whether there are no entries.
-    /// - Complexity: O(1)
     var isEmpty: Bool { count == 0 }
 
-    /// The entry with the smallest key.
-    /// - Complexity: O(1)
     var first: Entry? {
         let runFirst = runStart < run.count ? run[runStart] : nil
         guard let heapFirst = entries.first else { return runFirst }
@@ -47,23 +28,18 @@ struct CommandHeap: Hashable {
         return heapFirst.key < runFirst.key ? heapFirst : runFirst
     }
 
-    /// Every entry, in no particular order.
     var unordered: [Entry] { entries + run[runStart...] }
 
-    /// The key that orders a command of `priority` that arrived as number `sequence`.
+    /// Priority descending in the top byte, arrival below: no two keys are equal.
     static func key(priority: CommandPriority, sequence: UInt64) -> UInt64 {
         // mutant(lifo-within-priority): (UInt64(255 &- priority.rawValue) << 56) | (~sequence & 0x00FF_FFFF_FFFF_FFFF)
         (UInt64(255 &- priority.rawValue) << 56) | (sequence & 0x00FF_FFFF_FFFF_FFFF)
     }
 
-    /// The priority encoded in `key`.
     static func priority(of key: UInt64) -> CommandPriority {
         CommandPriority(rawValue: 255 &- UInt8(truncatingIfNeeded: key >> 56))  // 32-bit: key is a UInt64
     }
 
-    /// Adds an entry.
-    /// - Complexity: O(1) when its key is above the run's last one (same or lower priority than the
-    ///   previous arrival); O(log n) otherwise.
     mutating func insert(_ entry: Entry) {
         if runStart == run.count || run[run.count - 1].key < entry.key {
             run.append(entry)
@@ -74,8 +50,6 @@ struct CommandHeap: Hashable {
         checkInvariantsIfSmall()
     }
 
-    /// Removes and returns the entry with the smallest key.
-    /// - Complexity: O(1) amortized from the run, O(log n) from the heap.
     mutating func popFirst() -> Entry? {
         let fromRun: Bool
         if runStart == run.count {
@@ -88,9 +62,8 @@ struct CommandHeap: Hashable {
         if fromRun {
             let top = run[runStart]
             runStart += 1
-            // The consumed entries stay until they are most of at least 64: emptying the array at
-            // every pop that emptied the run was a large part of such a pop's cost, and in a
-            // hand-off between two threads nearly every pop empties the run.
+            // Consumed entries stay until they are most of at least 64: in a hand-off between two
+            // threads nearly every pop empties the run, and emptying the array was most of its cost.
             if runStart >= 64 && runStart * 2 >= run.count {
                 run.removeFirst(runStart)
                 runStart = 0
@@ -109,10 +82,7 @@ struct CommandHeap: Hashable {
         return top
     }
 
-    /// Removes the entry of `slot`, if there is one, and keeps the order.
-    /// - Complexity: O(n) to find it; then O(n) moves in the run, O(log n) in the heap. No
-    ///   allocation.
-    /// - Returns: the entry removed.
+    /// - Complexity: O(n), without allocating.
     @discardableResult
     mutating func remove(slot: UInt32) -> Entry? {
         var removed: Entry?
@@ -136,7 +106,6 @@ struct CommandHeap: Hashable {
         return removed
     }
 
-    /// Removes every entry for which `shouldRemove` is true and restores the order.
     /// - Complexity: O(n)
     mutating func removeAll(where shouldRemove: (Entry) -> Bool) {
         run.removeFirst(runStart)
@@ -154,7 +123,7 @@ struct CommandHeap: Hashable {
 
     // MARK: Equality
 
-    /// Equal when both parts hold the same entries in the same places (the run from its start).
+    /// Where the run starts does not count.
     static func == (lhs: CommandHeap, rhs: CommandHeap) -> Bool {
         lhs.entries == rhs.entries && lhs.run[lhs.runStart...].elementsEqual(rhs.run[rhs.runStart...])
     }
@@ -194,8 +163,6 @@ struct CommandHeap: Hashable {
 
     // MARK: Invariants
 
-    /// Checks that every parent's key in the heap is smaller than its children's and that the run
-    /// is in increasing order; traps on a violation.
     /// - Complexity: O(n)
     func checkInvariants() {
         for index in entries.indices.dropFirst() {

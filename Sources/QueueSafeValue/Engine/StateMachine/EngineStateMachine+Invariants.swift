@@ -1,6 +1,5 @@
 // The machine's invariants, and the views the test suite's explorers and checker take of it.
 extension EngineStateMachine {
-    /// What the machine knows of one command, for the interleaving explorer and diagnostics.
     struct Summary: Hashable {
         var state: RecordState
         var kind: CommandKind
@@ -12,7 +11,7 @@ extension EngineStateMachine {
         var discarded: Bool
     }
 
-    /// What the machine knows of the command with `ticket`, or `nil` once its record is gone.
+    /// `nil` once its record is gone.
     func summary(of ticket: Ticket) -> Summary? {
         guard table.isCurrent(ticket) else { return nil }
         let record = table[ticket.slot]
@@ -23,7 +22,6 @@ extension EngineStateMachine {
             discarded: discarding.discardedHolder == ticket)
     }
 
-    /// The waiting commands in the order they will get the section, with their priorities.
     /// - Complexity: O(n log n)
     func waitingInOrder() -> [(waiter: Handle, priority: CommandPriority, kind: CommandKind)] {
         table.waitingEntries.sorted { $0.key < $1.key }.compactMap { entry in
@@ -32,21 +30,14 @@ extension EngineStateMachine {
         }
     }
 
-    /// Checks the machine's bookkeeping against itself and the word; traps on a violation.
     /// - Complexity: O(n)
     func checkInvariants(word: Int) {
         if let violation = invariantViolation(word: word) { preconditionFailure(violation) }
     }
 
-    /// What is wrong with `word`, the word a locked transition leaves, given what the machine knows:
-    /// commands wait only while the section is held, and with `slowRelease` set (so that the holder
-    /// hands it on through the lock), as does a tracked holder; the `closed` bit is the container's
-    /// state; the holder and the readers are as ``Hold/violation(word:)`` says. The storage asserts
-    /// it after every locked transition of the word (debug builds).
+    /// What is wrong with the word a locked transition leaves; the storage asserts it (debug builds).
     /// - Complexity: O(readers)
     func wordViolation(_ word: Int) -> String? {
-        // Eventually fair mode: commands may wait behind a free section while one of them is on
-        // its way to claim it (``Barging``).
         if !EngineWord.isHeld(word) && table.waitingCount != 0 && !barging.isActive {
             return "commands wait while the section is free"
         }
@@ -57,7 +48,7 @@ extension EngineStateMachine {
         return hold.violation(word: word)
     }
 
-    /// What is wrong with the machine's bookkeeping, or with the word it left, if anything.
+    /// Each part's invariant in turn (Architecture.md, "States, events and actions").
     /// - Complexity: O(n)
     func invariantViolation(word: Int) -> String? {
         if let violation = table.violation() { return violation }
@@ -79,10 +70,7 @@ extension EngineStateMachine {
 }
 
 extension EngineStateMachine {
-    /// What is wrong with the shared reads' bookkeeping, if anything: the word and the readers
-    /// disagree, an exclusive holder beside readers, a share granted past the limit (a queue's
-    /// width), or a shared read waiting that the order says holds with them (it stands first,
-    /// before every exclusive command, and a share is free).
+    /// Listed readers hold, within the limit, and no read waits first while a share is free.
     /// - Complexity: O(n log n)
     func sharedReadViolation(word: Int) -> String? {
         guard hold.hasListedReaders else { return nil }
@@ -91,7 +79,6 @@ extension EngineStateMachine {
         }
         if let violation = hold.shareLimitViolation { return violation }
         let firstWaiting = table.waitingEntries.min { $0.key < $1.key }
-        // While every slot of a queue of width n is taken, its first waiting operation waits.
         if let first = firstWaiting, table[first.slot].isShared, hold.hasFreeShare {
             // A bounded-overtaking policy may hold it back behind the oldest command, once due.
             if !bound.isSomeoneDue(in: table) {

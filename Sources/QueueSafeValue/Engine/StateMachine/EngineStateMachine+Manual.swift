@@ -1,12 +1,9 @@
-// Manual completion: a command whose closure and `done` are two parties, either of which may
-// arrive first.
+// Manual completion: a closure and its `done`, two parties either of which may arrive first.
 extension EngineStateMachine {
     // MARK: Manual completion
 
-    /// The holder starts a manual-completion command: the machine keeps a record of it until both
-    /// its closure has returned and its completion arrived. The holder's release then goes
-    /// through the lock.
-    /// - Parameter word: the word (the caller holds the section); on return, the word to store.
+    /// The holder starts a manual completion: a record, kept until both its closure returned and
+    /// its completion arrived, makes its release go through the lock.
     /// - Returns: the ticket its completion reports to.
     mutating func beginManual(
         _ waiter: Handle,
@@ -22,7 +19,6 @@ extension EngineStateMachine {
         return ticket
     }
 
-    /// The closure of a manual-completion command returned.
     mutating func manualClosureReturned(_ ticket: Ticket) -> ManualStep {
         guard table.isCurrent(ticket) else { return .none }
         switch table[ticket.slot].manual {
@@ -36,22 +32,16 @@ extension EngineStateMachine {
         }
     }
 
-    /// The completion of a manual-completion command was called, or dropped uncalled. Arrives once
-    /// per command (the completion closure lets only its first call through).
-    /// - Returns: the actions: if the closure had returned already, finish the command.
+    /// The completion was called, or dropped uncalled; once per command. Finishes it if its closure
+    /// returned already.
     mutating func manualCompletionArrived(_ ticket: Ticket, dropped: Bool) -> Actions {
         var actions = Actions()
         guard table.isCurrent(ticket) else { return actions }
         if dropped { life.completionDropped() }
-        switch table[ticket.slot].manual {
-        case .running:
-            table[ticket.slot].manual = .completionArrived
-        case .closureReturned:
-            table[ticket.slot].manual = .completionArrived
-            if let waiter = table[ticket.slot].handle { actions.others.append(.finish(waiter)) }
-        case .notManual, .completionArrived:
-            break
-        }
+        let phase = table[ticket.slot].manual
+        guard phase == .running || phase == .closureReturned else { return actions }
+        table[ticket.slot].manual = .completionArrived
+        if phase == .closureReturned, let waiter = table[ticket.slot].handle { actions.others.append(.finish(waiter)) }
         return actions
     }
 }

@@ -2,12 +2,10 @@
 extension EngineStateMachine {
     // MARK: Discardable operations
 
-    /// An operation of a ``CommandQueue`` is about to ask for the section: the discardable
-    /// operation that has not begun, if any, is discarded. A waiting one leaves the queue (its task
-    /// is resumed by the actions, and throws "cancelled"); one that was granted but has not begun
-    /// is marked, and ``beginDiscardable(_:)`` then refuses it. The storage calls it in the lock
-    /// section of the ``enqueueOperation(_:priority:discardable:word:now:)`` that follows, so
-    /// "enqueued later" and "discarded" are the same instant.
+    /// An operation is about to ask for the section: the pending discardable one leaves, or, if
+    /// granted, is marked so that it never begins. Called in the lock section of the
+    /// ``enqueueOperation(_:priority:discardable:handled:word:now:deadline:)`` that follows, so
+    /// "enqueued later" and "discarded" are one instant.
     mutating func discardPending() -> Actions {
         var actions = Actions()
         guard let pending = discarding.takePending(), table.isCurrent(pending) else { return actions }
@@ -24,17 +22,9 @@ extension EngineStateMachine {
         return actions
     }
 
-    /// An operation of a ``CommandQueue`` asks for the section (after ``discardPending()``). It
-    /// keeps a record while it waits and while it holds (for `cancelAll()`).
-    /// - Parameters:
-    ///   - isDiscardable: the new operation is itself discardable: it is discarded in turn if
-    ///     another operation is enqueued before it begins.
-    ///   - word: as for ``enqueue(_:kind:priority:reentrant:word:now:shared:)``.
-    ///   - handled: the operation has a handle (``QueuedOperation``) that may cancel it: it begins
-    ///     through ``beginOperation(_:taskCancelled:word:now:)``, and until then
-    ///     ``cancelOperation(_:word:now:)`` takes it out of the queue or gives its turn back.
-    ///   - deadline: when it gives up waiting (0: never), as for
-    ///     ``enqueue(_:kind:priority:reentrant:word:now:shared:deadline:)``.
+    /// An operation asks for the section; it keeps a record while it waits and holds (for
+    /// `cancelAll()`). `handled`: a ``QueuedOperation`` may cancel it until it begins
+    /// (``beginOperation(_:taskCancelled:word:now:)``).
     mutating func enqueueOperation(
         _ waiter: Handle,
         priority: CommandPriority,
@@ -44,51 +34,37 @@ extension EngineStateMachine {
         now: UInt64 = 0,
         deadline: UInt64 = 0
     ) -> Admission {
-        // A queue of width above 1 shares the section among its operations, one slot each.
         let admission = enqueue(
             waiter, kind: .operation, priority: priority, reentrant: false, word: &word, now: now,
             shared: operationsShare, deadline: deadline)
-        if handled {
-            switch admission {
-            case .granted(let ticket?), .queued(let ticket): table[ticket.slot].flags.insert(.unbegun)
-            case .granted(nil), .refused, .expired: break
-            }
-        }
-        // mutant(discard-standard): if true {
-        if isDiscardable {
-            switch admission {
-            case .granted(let ticket?), .queued(let ticket): discarding.setPending(ticket)
-            case .granted(nil), .refused, .expired: break
-            }
+        switch admission {
+        case .granted(let ticket?), .queued(let ticket):
+            if handled { table[ticket.slot].flags.insert(.unbegun) }
+            // mutant(discard-standard): if true { discarding.setPending(ticket) }
+            if isDiscardable { discarding.setPending(ticket) }
+        case .granted(nil), .refused, .expired: break
         }
         return admission
     }
 
-    /// A discardable operation that holds the section is about to begin. It no longer counts as
-    /// waiting: operations enqueued from now on leave it alone.
-    /// - Returns: `false` if it was discarded after it was granted: it must not begin, and
-    ///   releases the section instead.
+    /// A discardable holder is about to begin; `false` if it was discarded after its grant (it
+    /// releases instead).
     mutating func beginDiscardable(_ ticket: Ticket) -> Bool {
         discarding.begin(ticket)
     }
 
     // MARK: Operations with a handle
 
-    /// The operation `ticket`, which has a handle, is about to begin its body: its own task, once
-    /// granted. It begins unless its task was cancelled (`taskCancelled`) or a later operation
-    /// discarded it: then it gives its turn back here, in the same transition.
-    /// - Parameter word: the word (it shows the operations that hold); on return, the word to store.
-    /// - Returns: the actions (a give-back hands the turn on); ``Actions/found`` is
-    ///   ``Found/holding`` if it begins, else ``Found/gone`` (it never runs, and must not release).
+    /// The granted operation `ticket`, which has a handle, is about to begin its body, unless its
+    /// task was cancelled or it was discarded: then it gives its turn back in this transition.
+    /// - Returns: ``Found/holding`` if it begins, else ``Found/gone`` (it must not release).
     mutating func beginOperation(_ ticket: Ticket, taskCancelled: Bool, word: inout Int, now: UInt64) -> Actions {
         let held = hold.observeHolder(word)
         let kept = discarding.begin(ticket)
         guard table.isCurrent(ticket), table[ticket.slot].state == .holding else {
             // Given back already (it was cancelled): the word goes back to the idle path if free.
             if !held && table.waitingCount == 0 { word &= ~EngineWord.slowRelease }
-            var actions = Actions()
-            actions.found = .gone
-            return actions
+            return Actions(found: .gone)
         }
         guard kept && !taskCancelled else {
             var actions = giveBack(ticket, word: &word, now: now)
@@ -96,26 +72,16 @@ extension EngineStateMachine {
             return actions
         }
         table[ticket.slot].flags.remove(.unbegun)
-        var actions = Actions()
-        actions.found = .holding
-        return actions
+        return Actions(found: .holding)
     }
 
-    /// ``QueuedOperation/cancel()``: the operation `ticket` never begins if it has not yet. While it
-    /// waits, it leaves the queue; granted but not begun, it gives its turn back, so the next
-    /// operation may start now; either way its task is cancelled and throws `.cancelled` without
-    /// running the body. Once it has begun, only its task is cancelled.
-    /// - Parameter word: the word, with `slowRelease` set by the engine; on return, the word to store.
-    /// - Returns: the actions; ``Actions/found`` says what it found: ``Found/left``,
-    ///   ``Found/gaveBack``, ``Found/holding`` (it runs) or ``Found/gone``.
+    /// ``QueuedOperation/cancel()``: a waiting operation leaves; a granted one that has not begun
+    /// gives its turn back; its task is cancelled either way, and once it began, only that.
     mutating func cancelOperation(_ ticket: Ticket, word: inout Int, now: UInt64) -> Actions {
         let held = hold.observeHolder(word)
         var actions = Actions()
         defer { if !held && table.waitingCount == 0 { word &= ~EngineWord.slowRelease } }
-        guard table.isCurrent(ticket), let handle = table[ticket.slot].handle else {
-            actions.found = .gone
-            return actions
-        }
+        guard table.isCurrent(ticket), let handle = table[ticket.slot].handle else { return Actions(found: .gone) }
         switch table[ticket.slot].state {
         case .waiting:
             // Its task may have been cancelled already: it was cancelled then, not now.
@@ -138,30 +104,24 @@ extension EngineStateMachine {
         return actions
     }
 
-    /// The operation `ticket` holds the section (alone, or one slot) without having begun: it
-    /// releases it as its own release would, handing the turn on.
+    /// It holds (alone, or one slot) without having begun: it releases as its own release would.
     private mutating func giveBack(_ ticket: Ticket, word: inout Int, now: UInt64) -> Actions {
         table[ticket.slot].flags.remove(.unbegun)
         if table[ticket.slot].isShared { return releaseReader(ticket, word: &word, now: now) }
         return release(word: &word, now: now)
     }
 
-    /// Whether the operation `ticket` still waits or holds the section (it has neither ended nor
-    /// left).
+    /// It neither ended nor left.
     func isLive(_ ticket: Ticket) -> Bool {
         table.isCurrent(ticket) && (table[ticket.slot].state == .waiting || table[ticket.slot].state == .holding)
     }
 
-    /// The newest discardable operation that has not begun, if any.
     var pendingDiscardable: Ticket? { discarding.pending }
 
     // MARK: Operations and cancelAll
 
-    /// Every waiting command leaves the queue, and the holder's task is cancelled (now, or as soon
-    /// as it is attached). All in one transition, so the holder's release cannot hand the section
-    /// to work that was meant to be cancelled.
-    /// - Returns: the actions: the operations that left are resumed and their tasks cancelled, and
-    ///   so is the holder's task if it is attached.
+    /// Every waiting command leaves, and the holders' tasks are cancelled (now, or once attached), in
+    /// one transition, so a release cannot hand the section to work meant to be cancelled.
     mutating func cancelAll() -> Actions {
         var result = Actions()
         while let (slot, waited) = table.popAny() {
@@ -172,11 +132,9 @@ extension EngineStateMachine {
             }
             table.freeIfUnused(slot)
         }
-        // Nobody waits now: a boost of the holder has lost every reason.
         if inheritance.lowerIfNeeded(readersHold: hold.readersHold) { result.lowersBoost = true }
         assert(table.waitingCount == 0)
         bound.reset()
-        // The running operations: the one tracked holder, or every operation holding a slot.
         for slot in hold.trackedSlot.map({ [$0] }) ?? hold.readers where table[slot].kind == .operation {
             switch table[slot].attachment {
             case .attached:
@@ -190,8 +148,7 @@ extension EngineStateMachine {
         return result
     }
 
-    /// The task that runs an operation exists now (it is created after the operation took its
-    /// place, and may even have run to the end already).
+    /// The operation's task exists now (created after it took its place, it may have ended already).
     mutating func attach(_ ticket: Ticket) -> Attachment {
         guard table.isCurrent(ticket), table[ticket.slot].taskUnattached else { return .drop }
         let slot = ticket.slot

@@ -1,56 +1,36 @@
-// Priority inheritance's bookkeeping: one typed part of `EngineStateMachine`, whose fields only
-// this file touches. The transitions that use it are in `EngineStateMachine+Inheritance.swift`.
+// Priority inheritance's bookkeeping: a typed part of `EngineStateMachine`.
 
-/// The urgencies of the parked waiters, and what the current holder inherits from them.
-///
-/// Invariant (``violation(isWaiting:isHeld:readersHold:)``): the tally counts the parked waiters'
-/// urgencies exactly; every chained urgency belongs to a parked waiter, and every parked waiter
-/// waits; while the section is held, ``holdUrgency`` is what the parked waiters ask for; while it
-/// is free, no boost remains; between transitions, no drop is left undone.
+/// The parked waiters' urgencies, and what the current holder inherits from them.
 struct Inheritance {
-    /// The urgencies of parked waiters, indexed by slot (`nil`: the command in that slot has not
-    /// parked). For a link of a chain, its own urgency and the inherited one, merged. An array, not
-    /// a dictionary: a contended awaiting command parks and is cleared once each, and an array
-    /// indexed by slot spares both the hashing of its slot and urgency.
+    /// By slot (`nil`: not parked); a link of a chain's own and inherited, merged. An array, not a
+    /// dictionary: a contended awaiting command parks and clears once each, without hashing.
     private var urgencies: [Urgency?] = []
-    /// How many entries of ``urgencies`` are not `nil`.
     private var parkedCount = 0
-    /// How many parked waiters have each urgency: what a hand-on merges, so that it costs the number
-    /// of distinct urgencies (a few), not the number of parked waiters (every task waiting in a
-    /// deep `CommandQueue` parks with its priority: merging them all made draining n operations
-    /// cost n² steps). A few pairs, searched in turn.
+    /// How many parked waiters have each urgency, so a hand-on merges a few distinct ones, not every
+    /// waiter (merging every task of a deep `CommandQueue` made draining it quadratic).
     private var tally: [(urgency: Urgency, count: Int)] = []
-    /// The parked waiters that inherit an urgency from a section they hold elsewhere (a link of a
-    /// chain), by slot: their own urgency and the inherited one, kept apart so that the inherited
-    /// part can go down again when its reason leaves.
+    /// Links of chains, by slot (see ``ChainedUrgency``).
     private var chained: [UInt32: ChainedUrgency] = [:]
-    /// The urgency the current holder inherits now: what its parked waiters ask for, kept equal to
-    /// it by every transition that changes them, so that a waiter that asks for no more asks
-    /// nothing, and a raise that lost its reason is seen.
+    /// Kept equal to what the parked waiters ask for by every transition that changes them, so a
+    /// waiter that asks for no more asks nothing, and a raise that lost its reason is seen.
     private(set) var holdUrgency = Urgency.none
-    /// The holder bits (``CommandKind/wordBits``) of the current holder, as last seen by a
-    /// transition that knew them: which axis of an urgency it inherits.
+    /// The holder's word bits, as last seen: which axis it inherits.
     private(set) var holdBits = 0
-    /// Whether a boost may have been applied to the current holder: its release (or the end of its
-    /// closure) must end it. While shared reads hold, it stays set until the last of them released
-    /// (each reader's release ends its own thread's boost).
+    /// Its release must end the boost. While reads hold, set until the last released (each ends
+    /// its own thread's).
     private(set) var isHoldBoosted = false
 
-    /// Whether any waiter is parked with an urgency.
     @inline(__always)
     var hasParked: Bool { parkedCount > 0 }
 
-    /// The urgency the parked waiter in `slot` runs at (with what it inherits), if it parked.
     func urgency(of slot: UInt32) -> Urgency? {
         // Compared as `UInt`: `Int(slot)` traps where `Int` has 32 bits and the slot is a stale
         // ticket's or `Ticket.none`'s (`UInt32.max`).
         UInt(slot) < UInt(urgencies.count) ? urgencies[Int(slot)] : nil
     }
 
-    /// The own and inherited urgency of the parked waiter in `slot`, if it is a link of a chain.
     func chainedUrgency(of slot: UInt32) -> ChainedUrgency? { chained.isEmpty ? nil : chained[slot] }
 
-    /// Records that the parked waiter in `slot` runs at `urgency` (replacing what it had).
     mutating func set(_ slot: UInt32, to urgency: Urgency) {
         let index = Int(slot)
         if index >= urgencies.count {
@@ -65,7 +45,6 @@ struct Inheritance {
         }
     }
 
-    /// Forgets the urgency of the waiter in `slot`, if it had one.
     mutating func clear(_ slot: UInt32) {
         let index = Int(slot)
         if index < urgencies.count, let old = urgencies[index] {
@@ -76,7 +55,6 @@ struct Inheritance {
         if !chained.isEmpty { chained[slot] = nil }
     }
 
-    /// Records the own and inherited urgency of the parked waiter in `slot` (see ``chained``).
     mutating func setChained(_ slot: UInt32, _ urgency: ChainedUrgency) {
         let merged = urgency.own.merged(urgency.inherited)
         guard !merged.isNone else { return clear(slot) }
@@ -93,27 +71,22 @@ struct Inheritance {
         }
     }
 
-    /// The highest urgency of the parked waiters, on each axis.
-    /// - Complexity: O(d), d the number of distinct urgencies among them.
+    /// - Complexity: O(d), d the number of distinct urgencies.
     var parkedUrgency: Urgency {
         tally.reduce(Urgency.none) { $0.merged($1.urgency) }
     }
 
-    /// What the current holder must run at: the highest urgency of the parked waiters, on the axis
-    /// its kind inherits (see ``Urgency/inheritable(byHolder:)``); every axis while shared reads
-    /// hold (they may be threads and tasks at once).
+    /// Every axis while reads hold (they may be threads and tasks at once).
     func required(readersHold: Bool) -> Urgency {
         guard parkedCount > 0 else { return .none }
         return readersHold ? parkedUrgency : parkedUrgency.inheritable(byHolder: holdBits)
     }
 
-    /// The holder's kind, as its holder bits: which axis it inherits.
     mutating func noteHolder(_ bits: Int) {
         holdBits = bits
     }
 
-    /// Sets ``holdUrgency`` to what the parked waiters ask for now.
-    /// - Returns: whether it changed.
+    /// Returns whether ``holdUrgency`` changed.
     mutating func refresh(readersHold: Bool) -> Bool {
         let required = required(readersHold: readersHold)
         guard required != holdUrgency else { return false }
@@ -121,42 +94,31 @@ struct Inheritance {
         return true
     }
 
-    /// A parked waiter stopped waiting without being granted, or became a holder beside others:
-    /// if the holder inherited from it, it drops to what still waits.
-    /// - Returns: whether a boost may be in effect above that: the storage brings the raised
-    ///   parties down (``EngineStateMachine/Actions/lowersBoost``).
+    /// A parked waiter stopped waiting ungranted, or holds beside others now: whether a boost may be
+    /// in effect above what still waits (``EngineStateMachine/Actions/lowersBoost``).
     mutating func lowerIfNeeded(readersHold: Bool) -> Bool {
         refresh(readersHold: readersHold) && isHoldBoosted
     }
 
-    /// A new holder (or the first of a batch of shared reads) inherits `urgency` from the waiters
-    /// still parked: it is raised before it starts.
+    /// A new holder is raised to `urgency` before it starts.
     mutating func inherit(_ urgency: Urgency) {
         (holdUrgency, isHoldBoosted) = (urgency, true)
     }
 
-    /// The hold ended (its last holder released).
-    /// - Returns: whether a boost may have been applied to it: the releaser ends its own.
+    /// Returns whether the releaser ends its own boost.
     mutating func endHold() -> Bool {
         defer { (holdUrgency, isHoldBoosted) = (.none, false) }
         return isHoldBoosted
     }
 
-    /// The engine is about to bring the parties raised for the current hold to ``holdUrgency``.
-    /// While it is not none, parked waiters keep the holder from releasing without the lock, and
-    /// its release, which sees ``isHoldBoosted``, ends the raise under the boost lock after this.
-    /// - Returns: the urgency to raise the holder to (none: every raise of this hold ends).
+    /// The engine is about to raise the hold's parties to ``holdUrgency`` (none: every raise ends).
+    /// While it is not none, parked waiters keep the holder from releasing without the lock.
     mutating func beginBoost() -> Urgency {
         // mutant(boost-outlives-hold): if !holdUrgency.isNone || true { isHoldBoosted = true }
         if !holdUrgency.isNone { isHoldBoosted = true }
         return holdUrgency
     }
 
-    /// What is wrong with the inheritance bookkeeping, if anything.
-    /// - Parameters:
-    ///   - isWaiting: whether the command in a slot waits.
-    ///   - isHeld: the word says the section is held.
-    ///   - readersHold: shared reads hold it.
     func violation(isWaiting: (UInt32) -> Bool, isHeld: Bool, readersHold: Bool) -> String? {
         if urgencies.indices.contains(where: { urgencies[$0] != nil && !isWaiting(UInt32($0)) }) {
             return "an urgency kept for a command that no longer waits"

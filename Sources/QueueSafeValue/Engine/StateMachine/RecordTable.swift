@@ -1,85 +1,54 @@
-// The machine's records and the waiting order over them: one typed part of `EngineStateMachine`,
-// whose fields only this file touches.
+// The records and the waiting order: a typed part of `EngineStateMachine`.
 
 extension EngineStateMachine {
-    /// What a record knows beyond its place in the queue: the part that only some kinds of command
-    /// use, as that kind's payload. One byte (each payload is a small enum, whose spare bits hold
-    /// the case), so a record stays two words (`MemoryLayoutTests` checks both).
+    /// The kind-specific part of a record, in one byte (its payloads' spare bits hold the case), so a
+    /// record stays two words (`MemoryLayoutTests`).
     enum Role: Hashable {
-        /// A blocking, awaiting or dispatched command that holds alone, with the phase of its manual
-        /// completion (``ManualPhase/notManual`` for most).
+        /// Holds alone, with its manual completion's phase.
         case exclusive(ManualPhase)
-        /// A ``CommandQueue`` operation that holds alone (a queue of width 1), with where its task
-        /// stands.
+        /// A ``CommandQueue`` operation of a queue of width 1.
         case operation(TaskAttachment)
-        /// A ``CommandQueue`` operation that holds one of the queue's slots beside others (a queue
-        /// of width above 1, see `EngineStateMachine+Width.swift`): held like a shared read, with
-        /// where its task stands.
+        /// An operation holding one slot of a wider queue, as a shared read does.
         case sharedOperation(TaskAttachment)
-        /// A shared read whose closure has not been started, with its manual completion's phase.
         case reader(ManualPhase)
-        /// A granted dispatched shared read whose closure has been started (by its block or by a
-        /// helper): nobody else may start it.
+        /// A dispatched read whose closure was started (by its block or a helper): nobody else may.
         case startedReader(ManualPhase)
     }
 
-    /// Where the task of an operation stands.
+    /// Where an operation's task stands.
     enum TaskAttachment: UInt8, Hashable {
-        /// Not attached yet: the record outlives the command until it is, so ``attach(_:)`` can tell
-        /// what happened.
+        /// The record outlives the command until then, so ``attach(_:)`` can tell what happened.
         case unattached
-        /// Not attached yet, and ``cancelAll()`` reached it: it is cancelled when attached.
+        /// ``cancelAll()`` reached it before: it is cancelled when attached.
         case unattachedCancelRequested
-        /// Attached: ``cancelAll()`` cancels it through the record's handle.
         case attached
-        /// Attached and cancelled at once, or attached after the operation ended: nothing more to do.
+        /// Nothing more to do.
         case done
     }
 
-    /// What the machine knows of one command: with its heap entry, all a waiting command costs the
-    /// machine, which `MemoryLayoutTests.aWaitingCommandCostsTheMachine32Bytes` keeps small.
+    /// With its heap entry, all a waiting command costs the machine (`MemoryLayoutTests`).
     struct Record {
         var generation: UInt32 = 0
         var state: RecordState = .free
         var kind: CommandKind = .blocking
-        /// Its entry is (still) in the heap; it may give up before its turn; it has not begun. One
-        /// byte for the three (see ``Flags``).
         var flags: Flags = []
         var role = Role.exclusive(.notManual)
         var handle: Handle?
 
-        /// A record's yes-or-no facts, in the one byte a record has for them.
         struct Flags: OptionSet, Hashable {
             let rawValue: UInt8
-            /// Its entry is (still) in the heap.
             static let inHeap = Flags(rawValue: 1)
-            /// While it waits, it may give up before its turn (a deadline, or the cancelled task of
-            /// an operation): a grant asks its waiter first (``Waiter/givesUp(at:)``).
+            /// A deadline, or an operation's task that may be cancelled: a grant asks its waiter first.
             static let mayGiveUp = Flags(rawValue: 2)
-            /// An operation with a handle, granted or waiting, whose body has not begun: until it
-            /// begins (``EngineStateMachine/beginOperation(_:)``), a cancellation gives its turn
-            /// back (``EngineStateMachine/cancelOperation(_:word:now:)``).
+            /// An operation with a handle whose body has not begun: a cancellation gives its turn back.
             static let unbegun = Flags(rawValue: 4)
         }
 
-        /// Its entry is (still) in the heap.
         var inHeap: Bool {
             get { flags.contains(.inHeap) }
             set { if newValue { flags.insert(.inHeap) } else { flags.remove(.inHeap) } }
         }
 
-        init() {}
-
-        init(generation: UInt32, state: RecordState, kind: CommandKind, role: Role, handle: Handle) {
-            self.generation = generation
-            self.state = state
-            self.kind = kind
-            self.role = role
-            self.handle = handle
-        }
-
-        /// A shared read: it holds the section together with the other shared reads granted with
-        /// it (see `EngineStateMachine+Shared.swift`).
         var isShared: Bool {
             switch role {
             case .reader, .startedReader, .sharedOperation: true
@@ -87,7 +56,7 @@ extension EngineStateMachine {
             }
         }
 
-        /// Where the task of an operation stands; `nil` for other commands.
+        /// `nil` unless it is an operation.
         var attachment: TaskAttachment? {
             get {
                 switch role {
@@ -105,12 +74,10 @@ extension EngineStateMachine {
             }
         }
 
-        /// An operation whose task has not been attached yet.
         var taskUnattached: Bool {
             attachment == .unattached || attachment == .unattachedCancelRequested
         }
 
-        /// The phase of its manual completion (``ManualPhase/notManual`` for an operation).
         var manual: ManualPhase {
             get {
                 switch role {
@@ -130,16 +97,8 @@ extension EngineStateMachine {
     }
 }
 
-/// The machine's records and the waiting order over them: a record per command that waits, holds
-/// as a tracked holder or a shared read, or left but may still be named (by its heap entry or its
-/// unattached task); the heap of the waiting commands' entries; and the helpers registered among
-/// them. Its fields are private: the machine's transitions change them only through these methods,
-/// which keep the counts in step.
-///
-/// Invariant (``violation()``): the heap is a heap; ``waitingCount`` is the number of its entries
-/// whose record waits, and every other entry is counted dead; every record that waits is in the
-/// heap; the free list names only free records, as many as there are; every record's role fits its
-/// kind; every registered helper waits.
+/// A record per command that waits, holds tracked, or left but may still be named (by its heap entry
+/// or unattached task); the heap; the helpers. Its methods keep the counts in step.
 struct RecordTable {
     typealias Handle = Waiter
     typealias Machine = EngineStateMachine
@@ -149,31 +108,26 @@ struct RecordTable {
     private var records: [Record] = []
     private var freeSlots: [UInt32] = []
     private var heap = CommandHeap()
-    /// When the command ``popWaiting()`` returned last began to wait (``CommandHeap/Entry/arrivedAt``).
+    /// When the command ``popWaiting()`` returned last began to wait, and its priority.
     private(set) var lastPoppedArrival: UInt32 = 0
-    /// Its priority.
     private(set) var lastPoppedPriority = CommandPriority.medium
 
     /// A command was granted without ``popWaiting()``: ``lastPoppedArrival`` is not its.
     mutating func forgetPoppedArrival() { lastPoppedArrival = 0 }
     /// The arrival number the next waiting command gets.
     private(set) var sequence: UInt64 = 0
-    /// Commands waiting for their turn.
     private(set) var waitingCount = 0
-    /// Of those, the dispatch commands and ``CommandQueue`` operations: commands whose issuer went
-    /// on after issuing them, so that the issuer's next command must not pass them (the
-    /// eventually fair mode asks, see ``EngineStateMachine/mayBarge(priority:now:)``).
+    /// Waiting dispatch commands and operations: their issuer went on, and its next command must
+    /// not barge past them.
     private(set) var waitingDetachedCount = 0
-    /// Of those, the commands that may give up before their turn (``Record/Flags/mayGiveUp``): while
-    /// there are none, a grant asks no waiter whether it gave up.
+    /// While 0, a grant asks no waiter whether it gave up.
     private(set) var waitingMayGiveUp = 0
-    /// Heap entries whose command left the queue (or was granted ahead of the waiting order).
+    /// Entries whose command left (or was granted ahead of the order).
     private var deadEntries = 0
-    /// Waiting blocking commands whose threads run on dispatch queues, by slot: the identities of
-    /// those queues. A dispatched command granted for one of them is handed to that thread.
+    /// The queues each waiting blocking command's thread runs on, by slot: it runs a dispatched
+    /// command granted for one of them.
     private var helpers: [UInt32: [Int]] = [:]
 
-    /// The record in `slot`.
     @inline(__always)
     subscript(slot: UInt32) -> Record {
         _read { yield records[Int(slot)] }
@@ -189,12 +143,10 @@ struct RecordTable {
             && records[Int(ticket.slot)].state != .free
     }
 
-    /// Whether the command is still waiting for its turn.
     func isWaiting(_ ticket: Ticket) -> Bool {
         isCurrent(ticket) && records[Int(ticket.slot)].state == .waiting
     }
 
-    /// The ticket of the record in `slot`.
     func ticket(of slot: UInt32) -> Ticket {
         Ticket(slot: slot, generation: records[Int(slot)].generation)
     }
@@ -214,15 +166,13 @@ struct RecordTable {
         return Ticket(slot: slot, generation: generation)
     }
 
-    /// A tracked holder ended.
     mutating func end(_ slot: UInt32) {
         records[Int(slot)].state = .ended
         records[Int(slot)].handle = nil
         freeIfUnused(slot)
     }
 
-    /// Frees the record of a command that left or ended once neither the heap nor an unattached
-    /// task can still refer to it.
+    /// Frees a record that left or ended once neither its heap entry nor an unattached task names it.
     mutating func freeIfUnused(_ slot: UInt32) {
         let record = records[Int(slot)]
         guard record.state == .left || record.state == .ended, !record.inHeap, !record.taskUnattached else { return }
@@ -238,10 +188,7 @@ struct RecordTable {
 
     // MARK: The waiting order
 
-    /// The record `slot`, just allocated as waiting, takes its place in the waiting order.
-    /// - Returns: its arrival number.
-    /// - Parameter now: the machine's clock, in nanoseconds (kept to the millisecond, for diagnostics).
-    /// - Parameter mayGiveUp: it may give up before its turn (see ``Record/Flags/mayGiveUp``).
+    /// The record `slot`, just allocated as waiting, takes its place; returns its arrival number.
     mutating func enqueue(_ slot: UInt32, priority: CommandPriority, now: UInt64 = 0, mayGiveUp: Bool = false)
         -> UInt64
     {
@@ -261,10 +208,9 @@ struct RecordTable {
         return arrival
     }
 
-    /// The waiting command in `slot` takes a new place: the one a command of `priority` arriving now
-    /// would take (behind every command already waiting at that priority). Its old entry is
-    /// removed from the heap at once, so it can never surface in its old place.
-    /// - Complexity: O(n) in the number of heap entries.
+    /// The waiting command in `slot` takes the place of a command of `priority` arriving now; its
+    /// old entry goes at once, so it never surfaces there.
+    /// - Complexity: O(n)
     mutating func requeue(_ slot: UInt32, priority: CommandPriority) {
         assert(
             records[Int(slot)].state == .waiting && records[Int(slot)].inHeap, "requeue of a command that does not wait"
@@ -278,8 +224,7 @@ struct RecordTable {
         sequence &+= 1
     }
 
-    /// The waiting operations become shared (a queue's width went above 1) or exclusive (it went
-    /// back to 1): see `EngineStateMachine+Width.swift`.
+    /// A queue's width crossed 1: its waiting operations become shared, or exclusive.
     mutating func convertWaitingOperations(shared: Bool) {
         for index in records.indices where records[index].state == .waiting && records[index].kind == .operation {
             guard let attachment = records[index].attachment else { continue }
@@ -287,8 +232,7 @@ struct RecordTable {
         }
     }
 
-    /// Pops the next command that still waits, dropping entries of commands that left. Its record
-    /// still says it waits: the caller grants it.
+    /// Pops the next command that still waits (dropping dead entries); the caller grants it.
     mutating func popWaiting() -> (slot: UInt32, kind: CommandKind)? {
         while let entry = heap.popFirst() {
             records[Int(entry.slot)].inHeap = false
@@ -304,9 +248,7 @@ struct RecordTable {
         return nil
     }
 
-    /// Pops the heap's first entry, whether its command waits or not: ``CommandQueue``'s
-    /// `cancelAll()` empties the queue with it. A waiting command's record still says it waits: the
-    /// caller marks it left (or grants it) before the transition ends.
+    /// Pops the first entry, live or dead (`cancelAll()`); the caller marks a waiting one left.
     mutating func popAny() -> (slot: UInt32, waited: Bool)? {
         guard let entry = heap.popFirst() else { return nil }
         records[Int(entry.slot)].inHeap = false
@@ -318,16 +260,13 @@ struct RecordTable {
         return (entry.slot, false)
     }
 
-    /// The address of the first heap entry's handle (0 if the heap is empty or that command left):
-    /// the command the waiting order serves next, for the spinning waiters' hint (see
-    /// `CommandEngine.Word.head`). Reads only; a left entry is not dropped here.
+    /// The spinning waiters' hint (`CommandEngine.Word.head`); 0 if none.
     var firstWaitingAddress: Int {
         guard let entry = heap.first, let handle = records[Int(entry.slot)].handle else { return 0 }
         return Int(bitPattern: UInt(bitPattern: ObjectIdentifier(handle)))
     }
 
-    /// The heap's first entry of a command that still waits; drops the entries before it of
-    /// commands that left.
+    /// The first live entry, dropping the dead ones before it.
     mutating func firstWaitingEntry() -> CommandHeap.Entry? {
         while let entry = heap.first {
             if records[Int(entry.slot)].state == .waiting { return entry }
@@ -339,16 +278,14 @@ struct RecordTable {
         return nil
     }
 
-    /// The waiting command in `slot` left the queue (its heap entry stays until it surfaces).
-    /// - Returns: its handle, which the record forgets.
+    /// The waiting command in `slot` left (its entry stays until it surfaces); returns its handle.
     mutating func markLeft(_ slot: UInt32) -> Handle? {
         stopsWaiting(slot)
         deadEntries += 1
         return markLeftPopped(slot)
     }
 
-    /// The command in `slot`, which ``popAny()`` popped while it waited, leaves the queue.
-    /// - Returns: its handle, which the record forgets.
+    /// ``markLeft(_:)`` for a command ``popAny()`` popped.
     mutating func markLeftPopped(_ slot: UInt32) -> Handle? {
         let waiter = records[Int(slot)].handle
         records[Int(slot)].state = .left
@@ -357,16 +294,14 @@ struct RecordTable {
         return waiter
     }
 
-    /// The waiting command in `slot` is granted ahead of the waiting order (a bounded-overtaking
-    /// policy): its heap entry is now dead, and dropped when it surfaces; its record stays until
-    /// then, marked ended, with its handle for the grant.
+    /// Granted ahead of the order (the overtaking bound): its entry is dead; its record stays,
+    /// ended, with its handle for the grant, until the entry surfaces.
     mutating func grantAhead(_ slot: UInt32) {
         stopsWaiting(slot)
         records[Int(slot)].state = .ended
         deadEntries += 1
     }
 
-    /// The waiting command in `slot` stops waiting (granted, or it left): the counts follow.
     @inline(__always)
     private mutating func stopsWaiting(_ slot: UInt32) {
         waitingCount -= 1
@@ -377,13 +312,12 @@ struct RecordTable {
         }
     }
 
-    /// Drops the dead entries in one O(n) sweep once they outnumber the live ones.
+    /// One O(n) sweep once dead entries outnumber the live ones.
     mutating func sweepIfMostlyDead() {
         guard deadEntries > 32 && deadEntries > heap.count / 2 else { return }
         var swept = heap
         heap = CommandHeap()  // one owner while sweeping, so the sweep does not copy it
         swept.removeAll { entry in
-            // Entries of commands that left, or that a bounded-overtaking policy granted ahead.
             guard records[Int(entry.slot)].state != .waiting else { return false }
             records[Int(entry.slot)].inHeap = false
             freeIfUnused(entry.slot)
@@ -395,18 +329,14 @@ struct RecordTable {
 
     // MARK: Helpers
 
-    /// The waiting command `ticket` runs on these dispatch queues: dispatched commands granted for
-    /// them while it waits go to it (see ``helper(forQueue:)``).
     mutating func registerHelper(_ ticket: Ticket, queues: [Int]) {
         guard isWaiting(ticket) else { return }
         helpers[ticket.slot] = queues
     }
 
-    /// Whether any waiting command helps with dispatched commands.
     var hasHelpers: Bool { !helpers.isEmpty }
 
-    /// The waiting command that runs on the queue `queue`, if any: it runs a dispatched command
-    /// granted for that queue, which could not run its block while that command waits.
+    /// The waiting command whose thread runs on `queue`: that queue cannot run a block meanwhile.
     func helper(forQueue queue: Int) -> Handle? {
         guard queue != 0 else { return nil }
         for (slot, queues) in helpers where queues.contains(queue) && records[Int(slot)].state == .waiting {
@@ -417,12 +347,13 @@ struct RecordTable {
 
     // MARK: Views
 
-    /// The heap's entries whose command waits, in no order.
+    /// In no order.
     var waitingEntries: [CommandHeap.Entry] {
         heap.unordered.filter { records[Int($0.slot)].state == .waiting }
     }
 
-    /// What is wrong with the table's bookkeeping, if anything.
+    /// The heap is a heap and its counts match the records; the free list names the free records;
+    /// each role fits its kind; helpers wait.
     /// - Complexity: O(n)
     func violation() -> String? {
         heap.checkInvariants()
