@@ -57,7 +57,7 @@ class CommandEngine: @unchecked Sendable {
         case taskSection
         /// The task holding the section, or 0 (for deadlock detection).
         case ownerTask
-        /// The dispatched holder's slot for helping (see ``publishPendingDispatch(_:)``).
+        /// The dispatched holder's slot for helping (see ``publishGrantedDispatch(_:helper:)``).
         case pendingDispatch
         /// The identity of the dispatched holder's queue, for diagnostics.
         case dispatchedHolderQueue
@@ -127,7 +127,7 @@ class CommandEngine: @unchecked Sendable {
     }
 
     deinit {
-        releaseCachedQueue()
+        Self.releaseCachedQueue(queueCacheOwner.exchange(0))
     }
 
     /// How diagnostics and deadlock reports name this engine (`CommandQueue #3fa0` without a label).

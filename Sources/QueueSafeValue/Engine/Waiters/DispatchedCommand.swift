@@ -167,7 +167,7 @@ class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
     /// delivered in a block of its own, after the thread's current block (the waiter) ends.
     override func runOnHelper() {
         if isShared { return executeShared() }
-        engine.setOwnerThread(currentThreadID())
+        engine.ownerThread.storeRelaxed(currentThreadID())
         if let delivery = execute(inlineQueue: 0, deliverHere: false).delivery {
             let box = UncheckedSendable(delivery)
             SyncPoints.async(queue) { box.value() }
@@ -303,7 +303,7 @@ class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
     private func executeManual(_ body: (@escaping CommandCompletionClosure) -> Void) -> Delivery? {
         let ticket = engine.beginManual(self, kind: .dispatched)
         CompletionToken.withCompletion(engine: engine, ticket: ticket, body)
-        engine.setOwnerThread(0)
+        engine.ownerThread.storeRelaxed(0)
         guard case .release = engine.manualClosureReturned(ticket) else {
             return nil  // the completion will finish the command
         }
