@@ -28,13 +28,26 @@ extension CommandEngine {
         cancellable: Bool = true,
         isolation: isolated (any Actor)?
     ) async throws(QueueSafeValueError) {
+        _ = try await awaitTurn(
+            shared: false, priority: priority, site: site, deadline: deadline, cancellable: cancellable)
+    }
+
+    /// An awaiting command, or shared read (`shared`), joins the queue through the lock and
+    /// suspends until its turn (see ``acquireAwaitingSlow(priority:site:deadline:cancellable:isolation:)``).
+    /// - Returns: its ticket (a read's, or `nil`).
+    nonisolated(nonsending) final func awaitTurn(
+        shared: Bool, priority: CommandPriority, site: CallSite, deadline: DispatchTime?, cancellable: Bool
+    ) async throws(QueueSafeValueError) -> Ticket? {
         let waiter = AwaitingWaiter()
         waiter.keptSite = site.kept
         waiter.deadline = deadline?.uptimeNanoseconds ?? 0
         let reentrant = isInsideRunningSection() || isInsideSharedRead(thread: 0)
-        switch enqueue(waiter, kind: .awaiting, priority: priority, reentrant: reentrant, deadline: waiter.deadline) {
-        case .granted:
-            return
+        switch enqueue(
+            waiter, kind: .awaiting, priority: priority, reentrant: reentrant, shared: shared, deadline: waiter.deadline
+        )
+        {
+        case .granted(let ticket):
+            return ticket
         case .refused(let error):
             throw reportingRefusal(error.namingQueue(), site: site.kept, priority: priority)
         case .queued(let ticket):
@@ -42,9 +55,10 @@ extension CommandEngine {
             try await waitForTurn(waiter, deadline: deadline, cancellable: cancellable)
             if cancellable && Task.isCancelled {
                 // Granted, but cancelled before its closure began: it never starts.
-                release(.awaiting)
+                if shared { releaseReader(ticket) } else { release(.awaiting) }
                 throw .cancelled
             }
+            return ticket
         }
     }
 

@@ -37,23 +37,40 @@ extension CommandEngine {
         thread: Int,
         site: CallSite
     ) -> QueueSafeValueError? {
+        switch acquireThroughLock(shared: false, priority: priority, deadline: deadline, thread: thread, site: site) {
+        case .success:
+            ownerThread.storeRelaxed(thread)
+            return nil
+        case .failure(let error):
+            return error
+        }
+    }
+
+    /// A blocking command, or shared read (`shared`), joins the queue through the lock and waits
+    /// for its turn.
+    /// - Returns: its ticket (a read's, or `nil`), or why it does not run.
+    final func acquireThroughLock(
+        shared: Bool, priority: CommandPriority, deadline: DispatchTime?, thread: Int, site: CallSite
+    ) -> Result<Ticket?, QueueSafeValueError> {
         let waiter = BlockingWaiter.forCurrentThread()
         waiter.keptSite = site.kept
         waiter.deadline = deadline?.uptimeNanoseconds ?? 0
         let reentrant =
             ownerThread.loadRelaxed() == thread || isInsideRunningSection() || isInsideSharedRead(thread: thread)
-        switch enqueue(waiter, kind: .blocking, priority: priority, reentrant: reentrant, deadline: waiter.deadline) {
-        case .granted:
-            break
+        switch enqueue(
+            waiter, kind: .blocking, priority: priority, reentrant: reentrant, shared: shared, deadline: waiter.deadline
+        )
+        {
+        case .granted(let ticket):
+            return .success(ticket)
         case .refused(let error):
-            return reportingRefusal(error.namingQueue(), site: site.kept, priority: priority)
+            return .failure(reportingRefusal(error.namingQueue(), site: site.kept, priority: priority))
         case .queued(let ticket):
             if let error = waitForGrant(waiter, ticket: ticket, deadline: deadline) {
-                return reportingRefusal(error, site: site.kept, priority: priority)
+                return .failure(reportingRefusal(error, site: site.kept, priority: priority))
             }
+            return .success(ticket)
         }
-        ownerThread.storeRelaxed(thread)
-        return nil
     }
 
     /// Calls `body` with a completion on the holding thread, then blocks that thread until the

@@ -194,28 +194,36 @@ class CommandEngine: @unchecked Sendable {
         case refused(QueueSafeValueError)
     }
 
-    /// Asks the machine for the section on behalf of `waiter`.
+    /// Asks the machine for the section, or a share of it (`shared`), on behalf of `waiter`; a
+    /// read's ticket is stored in the waiter under the lock, before any release can grant it.
     /// - Parameter deadline: when a timed command gives up (`uptimeNanoseconds`; 0: never).
     final func enqueue(
         _ waiter: Waiter,
         kind: CommandKind,
         priority: CommandPriority,
         reentrant: Bool = false,
+        shared: Bool = false,
         deadline: UInt64 = 0
     ) -> Placement {
+        if shared { SyncPoints.commandPoint("read arrives at", self, kind) }
         waiter.issuedPriority = priority
         let placed = machine.withLock { machine in
             transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
                 let admission = machine.enqueue(
                     waiter, kind: kind, priority: priority, reentrant: reentrant, word: &word,
-                    now: machineNow(precise: deadline != 0), deadline: deadline)
+                    now: machineNow(precise: deadline != 0), shared: shared, deadline: deadline)
+                switch admission {
+                case .granted(let ticket?) where shared, .queued(let ticket) where shared: waiter.readerTicket = ticket
                 // It holds the section now, as if it had taken it on the idle path.
-                if case .granted = admission { keepHolderSite(waiter.keptSite, priority: priority) }
-                if case .queued = admission { noteHead(machine) }
+                case .granted where !shared: keepHolderSite(waiter.keptSite, priority: priority)
+                case .queued where !shared: noteHead(machine)
+                default: break
+                }
                 return placement(admission, machine, word: word)
             }
         }
-        noteContention()
+        // A read through the lock is not contention unless it waits.
+        if case .queued = placed { noteContention() } else if !shared { noteContention() }
         return placed
     }
 

@@ -102,7 +102,7 @@ class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
         command.keptSite = site.kept
         // Tagged before it takes its place: see `CommandEngine.admitDispatched(_:on:priority:)`.
         command.queueID = Int32(truncatingIfNeeded: engine.queueIdentity(of: queue))
-        switch engine.enqueueReader(command, kind: .dispatched, priority: priority, reentrant: false) {
+        switch engine.enqueue(command, kind: .dispatched, priority: priority, shared: true) {
         case .granted:
             command.start()
         case .queued:
