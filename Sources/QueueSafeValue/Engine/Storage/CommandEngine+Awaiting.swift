@@ -130,7 +130,7 @@ extension CommandEngine {
         }.found == .holding
     }
 
-    /// ``QueuedOperation/cancel()`` (see ``EngineStateMachine/cancelOperation(_:word:now:)``).
+    /// ``QueuedOperation/cancel()``.
     final func cancelOperation(_ waiter: AwaitingWaiter) -> Machine.Found {
         perform { machine in
             transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
@@ -141,7 +141,6 @@ extension CommandEngine {
         }.found
     }
 
-    /// Where the operation `waiter` stands now, read under the lock.
     final func operationState(
         _ waiter: AwaitingWaiter, progress: OperationProgress, task: some CancellableTask
     ) -> QueuedOperationState {
@@ -177,7 +176,6 @@ extension CommandEngine {
         return reportingRefusal(.deadlock(report), site: waiter.keptSite, priority: waiter.issuedPriority ?? .medium)
     }
 
-    /// The operation of `progress` ran to its end.
     @usableFromInline
     final func operationFinished(_ progress: OperationProgress) {
         machine.withLock { _ in progress.hasFinished = true }
@@ -200,12 +198,10 @@ extension CommandEngine {
         waiter.isGrantedShared
     }
 
-    /// A ``CommandQueue``'s width changes; operations it lets start now start.
     final func setWidth(_ width: Int) {
         perform { $0.setWidth(width) }
     }
 
-    /// The queue's width.
     final var width: Int {
         machine.withLock { $0.width }
     }
@@ -338,7 +334,7 @@ extension CommandEngine {
         await withTaskPriorityEscalationHandler {
             await suspendForTurn(waiter, nodes: nodes, deadline: deadline, timer: timer)
         } onPriorityEscalated: { [self] _, escalated in
-            // No chain walk under the runtime's lock (see `park`).
+            // No chain walk under the runtime's lock.
             SyncPoints.insideRuntimeLock {
                 _ = park(ticket, .ofTask(escalated), party: nodes, walks: false) { _ in }
             }
@@ -400,11 +396,7 @@ extension CommandEngine {
     /// A waiting command's deadline passed: it leaves and its task throws `.timedOut`, unless
     /// granted (or gone) first.
     private func timeOut(_ waiter: AwaitingWaiter) {
-        perform { machine in
-            guard let actions = leave(waiter.ticket, &machine) else { return .init() }
-            waiter.refusal = .timedOut(snapshot(machine, word: state.loadAcquire()))
-            return actions
-        }
+        leaveWithSnapshot(waiter.ticket) { waiter.refusal = .timedOut($0) }
     }
 
     /// Every waiting operation leaves (its task throws `.cancelled`), and every running one's task

@@ -20,19 +20,19 @@ extension CommandEngine {
     /// - Throws: `.valueContainerDeinited` if the container is gone.
     /// - Complexity: O(log n)
     final func admitDispatched(
-        _ command: Waiter, on queue: DispatchQueue, priority: CommandPriority
+        _ command: Waiter, on queue: DispatchQueue, priority: CommandPriority, shared: Bool = false
     ) throws(QueueSafeValueError) -> Bool {
         command.adoptQueueID(queueIdentity(of: queue))
-        var holds = tryAcquireIdleDispatched(command, priority: priority)
+        var holds = !shared && tryAcquireIdleDispatched(command, priority: priority)
         if !holds {
-            switch enqueue(command, kind: .dispatched, priority: priority) {
+            switch enqueue(command, kind: .dispatched, priority: priority, shared: shared) {
             case .granted: holds = true
             case .queued: holds = false
             case .refused(let error): throw error
             }
         }
-        // mutant(dispatch-before-publish): if holds { command.start(); publishGrantedDispatch(command, helper: nil); return false }
-        if holds { publishGrantedDispatch(command, helper: nil) }
+        // mutant(dispatch-before-publish): if holds && !shared { command.start(); publishGrantedDispatch(command, helper: nil); return false }
+        if holds && !shared { publishGrantedDispatch(command, helper: nil) }
         return holds
     }
 

@@ -17,7 +17,6 @@ extension CommandEngine {
     }
 
     /// Runs one transition under the engine lock and carries out its actions after unlocking.
-    /// Runs one transition under the engine lock and carries out its actions after unlocking.
     @inline(__always)
     @discardableResult
     final func perform(_ transition: (inout Machine) -> Machine.Actions) -> Performed<Void> {
@@ -63,7 +62,6 @@ extension CommandEngine {
         return finish(&actions, nextHolder: nextHolder, answer: answer)
     }
 
-    /// After unlocking: carries out `actions`.
     @inline(__always)
     private func finish<Answer>(
         _ actions: inout Machine.Actions, nextHolder: NextHolder, answer: Answer
@@ -139,7 +137,7 @@ extension CommandEngine {
                 reader.isGrantedShared = true
                 helper.assignJob(reader)
             case .longHoldEnded(let nanoseconds):
-                // Before the grant below: the holder's words still name the hold that ended.
+                // Before the grant: the holder's words still name the hold that ended.
                 if let event = longHoldEnded(nanoseconds: nanoseconds) { others[index] = .report(event) }
             case .finish, .claim, .report:
                 break

@@ -19,7 +19,6 @@ extension CommandEngine {
         ticket.packed
     }
 
-    /// The ticket of the shared read with this token.
     @inline(__always)
     static func readerTicket(_ token: UInt64) -> Ticket {
         Ticket(packed: token)
@@ -37,17 +36,15 @@ extension CommandEngine {
         }
     }
 
-    /// The block of a granted dispatched shared read claims it: `false` if a helper runs it.
+    /// `false` if a helper runs it.
     final func claimReaderStart(_ ticket: Ticket) -> Bool {
         machine.withLock { $0.claimReaderStart(ticket) }
     }
 
-    /// A shared read holding the section starts a manual completion.
     final func beginReaderManual(_ ticket: Ticket) {
         machine.withLock { $0.beginReaderManual(ticket) }
     }
 
-    /// The closure of the manual-completion shared read `ticket` returned.
     final func readerManualClosureReturned(_ ticket: Ticket) -> Machine.ManualStep {
         machine.withLock { $0.manualClosureReturned(ticket) }
     }
@@ -152,7 +149,6 @@ extension CommandEngine {
             }
     }
 
-    /// Ends the blocking shared read with this token.
     @usableFromInline
     final func releaseReaderBlocking(_ token: UInt64) {
         let ticket = Self.readerTicket(token)
@@ -167,14 +163,12 @@ extension CommandEngine {
         beginReaderManual(ticket)
         CompletionToken.withCompletion(engine: self, ticket: ticket, body)
         if case .waitForCompletion = readerManualClosureReturned(ticket) {
-            // The record's handle is this thread's waiter: the completion's arrival unparks it.
             BlockingWaiter.forCurrentThread().waitForManualCompletion()
         }
     }
 
     // MARK: Awaiting shared reads
 
-    /// Lists the current task as the shared read with this token.
     @usableFromInline
     final func enterTaskReader(_ token: UInt64) {
         enterReader(Self.readerTicket(token), thread: 0, task: currentTaskID())
@@ -208,13 +202,11 @@ extension CommandEngine {
         try await runHeldReaderSection(slotToken(waiter), isolation: isolation, body)
     }
 
-    /// Whether the current task runs an operation of this queue of width above 1 (it holds a slot).
     @usableFromInline
     final func isInsideOperationSlot() -> Bool {
         isInsideSharedRead(thread: 0)
     }
 
-    /// The token of the slot the operation `waiter` holds (see ``readerToken(_:)``).
     @usableFromInline
     final func slotToken(_ waiter: AwaitingWaiter) -> UInt64 {
         Self.readerToken(waiter.ticket)
@@ -231,7 +223,6 @@ extension CommandEngine {
         let entry = SectionEntry(engine: ObjectIdentifier(self), readerToken: token)
         let sections = CriticalSectionContext.sections.get().pushing(entry)
         enterTaskReader(token)
-        // Given back however the task ends: returning, throwing, or cancelled while it ran.
         // mutant(cancelled-slot-kept): defer { if !Task.isCancelled { releaseReaderBlocking(token) } }
         defer { releaseReaderBlocking(token) }
         return try await withSections(sections, entry, isolation: isolation, body)

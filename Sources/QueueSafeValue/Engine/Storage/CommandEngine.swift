@@ -104,7 +104,6 @@ class CommandEngine: @unchecked Sendable {
     @inline(__always) final var queueCacheID: AtomicWord { word(.queueCacheID) }
     @inline(__always) final var queueCacheOwner: AtomicWord { word(.queueCacheOwner) }
 
-    /// The name the user gave the container or queue, if any.
     final let label: String?
 
     /// Made with ``CommandFairness/eventual``: the machine needs the precise clock for the bound.
@@ -141,7 +140,6 @@ class CommandEngine: @unchecked Sendable {
         label.map { "'\($0)'" } ?? "a CommandQueue"
     }
 
-    /// The low 16 bits of the engine's address, in hex.
     final var shortIdentity: String {
         String((UInt(bitPattern: ObjectIdentifier(self)) >> 4) & 0xFFFF, radix: 16)
     }
@@ -297,13 +295,18 @@ class CommandEngine: @unchecked Sendable {
         }.found
     }
 
-    /// A waiting command gives up (deadline, or deadlock): it leaves the queue if it still waits.
-    /// - Returns: a snapshot of the queue if it left; `nil` if it was granted first (then it runs).
-    final func leaveWithSnapshot(_ ticket: Ticket) -> QueueDiagnostics? {
+    /// A waiting command gives up (deadline, or deadlock): it leaves the queue if it still waits,
+    /// and `left` is given the queue's snapshot under the lock.
+    /// - Returns: that snapshot if it left; `nil` if it was granted first (then it runs).
+    @discardableResult
+    final func leaveWithSnapshot(
+        _ ticket: Ticket, _ left: (QueueDiagnostics) -> Void = { _ in }
+    ) -> QueueDiagnostics? {
         var diagnostics: QueueDiagnostics?
         perform { machine in
             guard let actions = leave(ticket, &machine) else { return .init() }
             diagnostics = snapshot(machine, word: state.loadAcquire())
+            diagnostics.map(left)
             return actions
         }
         return diagnostics?.namingQueue()
@@ -321,7 +324,6 @@ class CommandEngine: @unchecked Sendable {
     // MARK: Manual completion
 
     /// The holder starts a manual-completion command.
-    /// - Returns: the ticket its completion reports to.
     final func beginManual(_ waiter: Waiter, kind: CommandKind) -> Ticket {
         machine.withLock { machine in
             transitionWhileHeld(&machine) { machine, word in
@@ -338,7 +340,6 @@ class CommandEngine: @unchecked Sendable {
         return step
     }
 
-    /// The completion of the manual-completion command `ticket` was called, or dropped uncalled.
     final func manualCompletionArrived(_ ticket: Ticket, dropped: Bool) {
         SyncPoints.commandPoint("manual completion is called for", self)
         perform { $0.manualCompletionArrived(ticket, dropped: dropped) }
@@ -346,7 +347,6 @@ class CommandEngine: @unchecked Sendable {
 
     // MARK: Observation
 
-    /// Runs `body` with the machine, under the lock.
     @inline(__always)
     final func withMachineLocked<R>(
         file: StaticString = #fileID, line: UInt = #line, _ body: (inout Machine) -> R
@@ -354,24 +354,21 @@ class CommandEngine: @unchecked Sendable {
         machine.withLock(file: file, line: line, body)
     }
 
-    /// Runs `body` with the machine and the state word, under the lock (for snapshots).
+    /// For snapshots: the machine and the state word, under the lock.
     @inline(__always)
     final func withMachine<R>(file: StaticString = #fileID, line: UInt = #line, _ body: (Machine, Int) -> R) -> R {
         machine.withLock(file: file, line: line) { machine in body(machine, state.loadAcquire()) }
     }
 
-    /// How many manual completions were released without being called.
     @usableFromInline
     final var droppedCompletionCount: Int {
         machine.withLock { $0.droppedCompletions }
     }
 
-    /// The number of commands waiting for their turn (for tests and diagnostics).
     final var pendingCount: Int {
         machine.withLock { $0.waitingCount }
     }
 
-    /// Whether the value has been freed.
     final var isValueFreed: Bool {
         machine.withLock { $0.isValueFreed }
     }
