@@ -292,7 +292,7 @@ extension CommandEngine {
         let timer = deadline.map { _ in
             DispatchWorkItem { [self] in
                 if !nodes.isEmpty { DeadlockDetector.shared.unregister(nodes) }
-                timeOut(waiter)
+                leaveWithSnapshot(waiter.ticket) { waiter.refusal = .timedOut($0) }
             }
         }
         if cancellable {
@@ -391,12 +391,6 @@ extension CommandEngine {
             }
             continuation.resume()
         }
-    }
-
-    /// A waiting command's deadline passed: it leaves and its task throws `.timedOut`, unless
-    /// granted (or gone) first.
-    private func timeOut(_ waiter: AwaitingWaiter) {
-        leaveWithSnapshot(waiter.ticket) { waiter.refusal = .timedOut($0) }
     }
 
     /// Every waiting operation leaves (its task throws `.cancelled`), and every running one's task

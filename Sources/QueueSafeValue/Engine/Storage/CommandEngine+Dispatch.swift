@@ -48,10 +48,10 @@ extension CommandEngine {
     /// version's compare-and-swap does not cache.
     final func queueIdentity(of queue: DispatchQueue) -> Int {
         let address = Int(bitPattern: ObjectIdentifier(queue))
-        let version = queueCacheVersion.loadAcquire()
-        if version & 1 == 0, queueCacheAddress.loadAcquire() == address {
-            let identity = queueCacheID.loadAcquire()
-            if queueCacheVersion.loadAcquire() == version { return identity }
+        let version = word(.queueCacheVersion).loadAcquire()
+        if version & 1 == 0, word(.queueCacheAddress).loadAcquire() == address {
+            let identity = word(.queueCacheID).loadAcquire()
+            if word(.queueCacheVersion).loadAcquire() == version { return identity }
         }
         let identity = QueueTag.identity(of: queue)
         cacheQueueIdentity(identity, of: queue, address: address, version: version)
@@ -59,13 +59,13 @@ extension CommandEngine {
     }
 
     private func cacheQueueIdentity(_ identity: Int, of queue: DispatchQueue, address: Int, version: Int) {
-        guard version & 1 == 0, queueCacheVersion.compareExchange(expected: version, desired: version + 1) else {
+        guard version & 1 == 0, word(.queueCacheVersion).compareExchange(expected: version, desired: version + 1) else {
             return
         }
-        queueCacheAddress.storeRelease(address)
-        queueCacheID.storeRelease(identity)
-        let previous = queueCacheOwner.exchange(Int(bitPattern: Unmanaged.passRetained(queue).toOpaque()))
-        queueCacheVersion.storeRelease(version + 2)
+        word(.queueCacheAddress).storeRelease(address)
+        word(.queueCacheID).storeRelease(identity)
+        let previous = word(.queueCacheOwner).exchange(Int(bitPattern: Unmanaged.passRetained(queue).toOpaque()))
+        word(.queueCacheVersion).storeRelease(version + 2)
         // Released only now: until the version moved on, a reader could still match its address.
         Self.releaseCachedQueue(previous)
     }
@@ -89,7 +89,7 @@ extension CommandEngine {
     /// thread that runs on its queue, or publishes it for its block to claim (or a waiter on its
     /// queue to take over).
     final func publishGrantedDispatch(_ command: Waiter, helper: Waiter?) {
-        dispatchedHolderQueue.storeRelaxed(command.targetQueueID)
+        word(.dispatchedHolderQueue).storeRelaxed(command.targetQueueID)
         guard let helper else {
             return pendingDispatch.storeRelease(Int(bitPattern: Unmanaged.passRetained(command).toOpaque()))
         }
@@ -136,7 +136,8 @@ extension CommandEngine {
         // Ended by the waiter, once registered for deadlock detection.
         if party != nil { SyncPoints.inheritance(true) }
         let urgency = party == nil ? Urgency.none : .ofCurrentThread()
-        if let party, !queues.isEmpty || mayRaise(urgency, party: party) {
+        // Into the boost lock only if the park may raise anything.
+        if let party, !queues.isEmpty || !urgency.isNone || (!party.isEmpty && !BoostRegistry.shared.isEmpty) {
             (readers, inherited) = park(ticket, urgency, party: party, register)
         } else if !queues.isEmpty {
             readers = machine.withLock(register)

@@ -133,7 +133,7 @@ extension CommandEngine {
             case CommandKind.dispatched.wordBits: kind = .dispatch
             default: kind = machine.trackedHolderKind == .operation ? .operation : .awaiting
             }
-            let queueIdentity = kind == .dispatch ? dispatchedHolderQueue.loadRelaxed() : nil
+            let queueIdentity = kind == .dispatch ? self.word(.dispatchedHolderQueue).loadRelaxed() : nil
             // A retained address: published and not claimed by its block (or a helper) yet.
             let waitingForQueue = kind == .dispatch && pendingDispatch.loadAcquire() > Self.dispatchStarted
             holder = QueueDiagnostics.Holder(

@@ -209,9 +209,8 @@ extension CommandEngine {
     }
 
     /// The command issued at `site` holds the section now: it took a free one (no priority kept), or
-    /// was granted it with `priority`. The line word keeps the line in bits 0–22 (a line past 8,388,607 is kept as 0, unknown),
-    /// whether the priority is known in bit 23 and the priority in bits 24–31, so that it fits a
-    /// 32-bit word too.
+    /// was granted it with `priority`. The line word, 32 bits: the line in bits 0–22 (0: unknown),
+    /// whether the priority is known in bit 23, the priority in bits 24–31.
     @inlinable
     @inline(__always)
     final func keepHolderSite(_ site: KeptCallSite, priority: CommandPriority? = nil) {

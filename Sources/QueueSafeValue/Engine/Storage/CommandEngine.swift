@@ -93,16 +93,11 @@ class CommandEngine: @unchecked Sendable {
     @inline(__always) final var taskSection: AtomicWord { word(.taskSection) }
     @inline(__always) final var ownerTask: AtomicWord { word(.ownerTask) }
     @inline(__always) final var pendingDispatch: AtomicWord { word(.pendingDispatch) }
-    @inline(__always) final var dispatchedHolderQueue: AtomicWord { word(.dispatchedHolderQueue) }
     @inlinable @inline(__always) final var observing: AtomicWord { word(.observing) }
     @inlinable @inline(__always) final var holderFile: AtomicWord { word(.holderFile) }
     @inlinable @inline(__always) final var holderLine: AtomicWord { word(.holderLine) }
     @inline(__always) final var monitoredWord: AtomicWord { word(.monitored) }
     @inline(__always) final var ownLongWaitWord: AtomicWord { word(.ownLongWait) }
-    @inline(__always) final var queueCacheVersion: AtomicWord { word(.queueCacheVersion) }
-    @inline(__always) final var queueCacheAddress: AtomicWord { word(.queueCacheAddress) }
-    @inline(__always) final var queueCacheID: AtomicWord { word(.queueCacheID) }
-    @inline(__always) final var queueCacheOwner: AtomicWord { word(.queueCacheOwner) }
 
     final let label: String?
 
@@ -126,7 +121,7 @@ class CommandEngine: @unchecked Sendable {
     }
 
     deinit {
-        Self.releaseCachedQueue(queueCacheOwner.exchange(0))
+        Self.releaseCachedQueue(word(.queueCacheOwner).exchange(0))
     }
 
     /// How diagnostics and deadlock reports name this engine (`CommandQueue #3fa0` without a label).

@@ -112,12 +112,6 @@ extension CommandEngine {
         return (result, inherited)
     }
 
-    /// Whether a park at `urgency` on behalf of `party` may raise anything.
-    @inline(__always)
-    final func mayRaise(_ urgency: Urgency, party: [Node]) -> Bool {
-        !urgency.isNone || (!party.isEmpty && !BoostRegistry.shared.isEmpty)
-    }
-
     /// The waiting command `ticket` has registered `party` for deadlock detection, having parked
     /// with `inherited`: a raise that reached the party before a walk could see it is passed on now.
     final func passOnInherited(_ ticket: Ticket, party: [Node], parkedWith inherited: Urgency) {
