@@ -12,13 +12,10 @@ import QueueSafeValueShims
 // Awaiting commands and CommandQueue operations.
 extension CommandEngine {
 
-    /// An awaiting command's acquisition after the idle compare-and-swap failed: joins the queue
-    /// and suspends until its turn. A task cancelled while it waits, or granted as it was
-    /// cancelled, throws `.cancelled` and its closure never starts; with `cancellable` false
-    /// (`AwaitSchedule.evenIfCancelled`) cancellation changes nothing.
-    ///
-    /// It keeps an `isolated` parameter: called `nonisolated(nonsending)` from the inlined command,
-    /// it cost the uncontended command instructions (<doc:Benchmarks#Why-the-code-is-shaped-this-way>).
+    /// An awaiting command's acquisition after the idle compare-and-swap failed. A task cancelled
+    /// while it waits, or granted as it was cancelled, throws `.cancelled` unless not `cancellable`.
+    /// It keeps an `isolated` parameter: `nonisolated(nonsending)`, it cost the uncontended command
+    /// instructions (<doc:Benchmarks#Why-the-code-is-shaped-this-way>).
     /// - Throws: `.cancelled`, `.reentrantAccess`, `.valueContainerDeinited`, `.timedOut`, `.deadlock`.
     @usableFromInline
     final func acquireAwaitingSlow(
@@ -63,11 +60,8 @@ extension CommandEngine {
     }
 
     /// Places a ``CommandQueue`` operation in the queue, even when the section is free, so that its
-    /// place is taken before its task starts. A discardable operation that had not begun is
-    /// discarded first; its task throws `.cancelled`.
-    /// - Parameters:
-    ///   - handled: it has a ``QueuedOperation`` handle, and begins through ``beginOperation(_:progress:)``.
-    ///   - deadline: when it gives up waiting; if already past and the queue is busy, it is refused.
+    /// place is taken before its task starts; a pending discardable operation is discarded first.
+    /// - Parameter handled: it has a ``QueuedOperation`` handle, and begins through ``beginOperation(_:progress:)``.
     /// - Returns: its waiter, and whether it holds the section already.
     @usableFromInline
     final func enqueueOperation(
@@ -224,7 +218,6 @@ extension CommandEngine {
     }
 
     /// Escalates a running operation's task (kept alive by the caller) for its new `priority`.
-    /// The runtime never lowers a task's priority.
     static func escalate(task: Int, to priority: CommandPriority) {
         let taskPriority: TaskPriority =
             priority >= .high ? .high : priority >= .medium ? .medium : priority >= .low ? .utility : .background
@@ -256,17 +249,9 @@ extension CommandEngine {
 
     /// Suspends the current task until `waiter` is granted, or it leaves because the task was
     /// cancelled (`.cancelled`), `deadline` passed (`.timedOut`) or suspending would close a wait
-    /// cycle (`.deadlock`); the machine decides which under the lock.
-    ///
-    /// The verdict is read under the lock after the resumption, not passed through the
-    /// continuation: a continuation resumed before its task finished suspending orders the task
-    /// only by the runtime's atomics, which ThreadSanitizer does not see.
-    ///
-    /// `nonisolated(nonsending)`, like its callees: an `isolated` parameter switches executors on
-    /// every function boundary, a runtime call the contended command paid each time.
-    ///
-    /// A task that holds no section and that no other task awaits does not register for deadlock
-    /// detection: a cycle passes only through holders, so it could never be part of one.
+    /// cycle (`.deadlock`). `nonisolated(nonsending)`, like its callees: an `isolated` parameter
+    /// switches executors at every function boundary. A task that holds no section and that no
+    /// other task awaits does not register for deadlock detection: a cycle passes only through holders.
     /// - Parameters:
     ///   - holdsNothing: an operation's own task that has run none of it yet, whatever its
     ///     inherited task-locals say.
@@ -310,7 +295,9 @@ extension CommandEngine {
         }
         timer?.cancel()
         if !nodes.isEmpty { DeadlockDetector.shared.unregister(nodes) }
-        // Under the lock it was written under: see above; `holdsSlot` relies on it too.
+        // Read under the lock, not passed through the continuation: a task resumed before it
+        // finished suspending is ordered only by the runtime's atomics, which ThreadSanitizer does
+        // not see. `holdsSlot` relies on it too.
         let (granted, refusal) = machine.withLock { _ in (waiter.isGranted, waiter.refusal) }
         if !granted {
             guard let refusal else { throw .cancelled }
@@ -341,8 +328,8 @@ extension CommandEngine {
         }
     }
 
-    /// Registers `nodes` for deadlock detection, stores the continuation unless the wait is over,
-    /// raises the holder to this task's priority and arms the deadline.
+    /// Registers `nodes`, stores the continuation unless the wait is over, raises the holder and
+    /// arms the deadline.
     nonisolated(nonsending) private func suspendForTurn(
         _ waiter: AwaitingWaiter,
         nodes: [DeadlockDetector.Node],

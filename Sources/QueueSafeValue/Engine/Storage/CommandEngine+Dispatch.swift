@@ -38,14 +38,11 @@ extension CommandEngine {
 
     // MARK: Queue identities
 
-    /// The identity of `queue` (see ``QueueTag/identity(of:in:)``), tagging it if it has no tag
-    /// yet. The last queue's identity is kept in a one-entry cache: reading a queue's tag was the
-    /// largest single item of a dispatch command's cost (<doc:Benchmarks#Why-the-code-is-shaped-this-way>).
-    ///
-    /// The entry is a sequence lock: a reader that sees the same even version before and after
-    /// reading the address and the identity read an entry that retained its queue meanwhile; the
-    /// caller holds `queue`, so equal addresses mean the same queue. A writer that loses the
-    /// version's compare-and-swap does not cache.
+    /// The identity of `queue`, tagging it if it has no tag yet, through a one-entry cache: reading
+    /// a queue's tag was the largest item of a dispatch command's cost
+    /// (<doc:Benchmarks#Why-the-code-is-shaped-this-way>). The entry is a sequence lock (an even
+    /// version unchanged around the reads); the caller holds `queue`, so equal addresses mean the
+    /// same queue. A writer that loses the version's compare-and-swap does not cache.
     final func queueIdentity(of queue: DispatchQueue) -> Int {
         let address = Int(bitPattern: ObjectIdentifier(queue))
         let version = word(.queueCacheVersion).loadAcquire()
@@ -110,14 +107,10 @@ extension CommandEngine {
         return true
     }
 
-    /// A blocking waiter is about to park (not when it joins: a hand-off its spin catches pays
-    /// nothing for helping). A dispatched command for a queue this thread runs on could never run
-    /// its block while it waits, so this thread takes over such a holder and registers for the ones
-    /// granted while it waits (handed to it as jobs); the holder is checked again after
-    /// registering. A thread on no tagged queue does none of this.
-    ///
-    /// With `party`, the waiter parks in the same lock section (``park(_:_:party:walks:_:)``).
-    /// Called again, without a party, when a queue is tagged while the waiter does not know its own.
+    /// A blocking waiter is about to park (a hand-off its spin catches pays nothing for helping):
+    /// it takes over a dispatched holder for a queue it runs on, and registers for the ones granted
+    /// while it waits; the holder is checked again after registering. With `party`, it parks in
+    /// the same lock section. Called again, without a party, when a queue is tagged.
     /// - Returns: the tagging epoch read first if the thread's innermost queue is unknown (the waiter
     ///   then asks to be told of new tags), else `nil`; and what the party inherited as it parked.
     final func becomeHelper(_ ticket: Ticket, parking party: [Node]? = nil) -> (tagEpoch: Int?, inherited: Urgency) {

@@ -74,13 +74,9 @@ extension CommandEngine {
     /// How many links a chain walk follows at most, as the kernel's priority-inheriting futex does.
     static let maxChainLinks = 1024
 
-    /// The waiting command `ticket` is about to park or suspend at `urgency`, on behalf of `party`,
-    /// which may inherit an urgency from sections it holds: raise the holder if it runs less
-    /// urgently, and pass the raise down the chain.
-    ///
-    /// One engine lock section, in which `step` (the waiter's own business there) runs first;
-    /// inside the boost lock only when the park may raise anything, so the raise applies the
-    /// decision read in it.
+    /// The waiting command `ticket` is about to park or suspend at `urgency`, on behalf of `party`:
+    /// raise the holder and pass the raise down the chain. One engine lock section, in which `step`
+    /// runs first; inside the boost lock only when the park may raise anything.
     /// - Parameter walks: `false` from a task's escalation handler, which runs under the task's lock
     ///   (the walk's locks would close a cycle); the runtime passes the escalation on instead.
     /// - Returns: what `step` returned, and what the party inherited as it parked.
