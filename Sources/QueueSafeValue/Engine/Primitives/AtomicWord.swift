@@ -3,23 +3,18 @@ import QueueSafeValueShims
 // MARK: - AtomicWords
 
 /// A few machine words in one allocation, read and written with C11 atomics (through the C shim:
-/// Swift's `Synchronization.Atomic` needs macOS 15 / iOS 18, above the deployment floor).
-///
-/// The words are the buffer's tail elements, so their addresses never move while the buffer lives;
-/// the class owns that memory and needs no `deinit` of its own (the words are plain integers).
-/// (`ManagedBuffer` is not `Sendable`; ``AtomicWord`` is the `Sendable` handle.)
+/// Swift's `Synchronization.Atomic` needs macOS 15 / iOS 18). The words are the buffer's tail
+/// elements, so their addresses never move; ``AtomicWord`` is the `Sendable` handle.
 @usableFromInline
 final class AtomicWords: ManagedBuffer<Void, Int> {
     /// Makes `count` words, each holding `initialValue`.
     static func make(count: Int, initialValue: Int = 0) -> AtomicWords {
         let buffer = create(minimumCapacity: count) { _ in () }
-        // `create` builds an instance of the class it is called on: this one.
         let words = unsafeDowncast(buffer, to: AtomicWords.self)
         words.withUnsafeMutablePointerToElements { $0.initialize(repeating: initialValue, count: count) }
         return words
     }
 
-    /// The address of word `index`, for one atomic operation.
     @inlinable
     @inline(__always)
     func address(_ index: Int) -> UnsafeMutablePointer<Int> {
@@ -29,8 +24,7 @@ final class AtomicWords: ManagedBuffer<Void, Int> {
 
 // MARK: - AtomicWord
 
-/// One word of an ``AtomicWords`` buffer. A copy refers to the same word; the buffer lives as long
-/// as any copy does.
+/// One word of an ``AtomicWords`` buffer; a copy refers to the same word.
 // @unchecked Sendable: every access to the word is atomic
 @usableFromInline
 struct AtomicWord: @unchecked Sendable {
@@ -59,14 +53,12 @@ struct AtomicWord: @unchecked Sendable {
         SyncPoints.atomic()
         return qsv_atomic_load_relaxed(words.address(index))
     }
-    /// The value, for an assertion: a relaxed load that is not a sync point, so that checking a
-    /// condition does not give the controlled scheduler a place to switch threads.
+    /// A relaxed load that is not a sync point: checking an assertion gives the controlled
+    /// scheduler no place to switch threads.
     @inlinable @inline(__always) func peekForAssertion() -> Int {
         qsv_atomic_load_relaxed(words.address(index))
     }
-    // Not sync points: for words only reports read (the holder's call site, the running monitor),
-    // so that keeping and checking them does not give the controlled scheduler more places to
-    // switch threads.
+    // Not a sync point either: for words only reports read.
     @inlinable @inline(__always) func storeUnobserved(_ value: Int) {
         qsv_atomic_store_relaxed(words.address(index), value)
     }
@@ -101,17 +93,15 @@ struct AtomicWord: @unchecked Sendable {
         return qsv_atomic_compare_exchange(words.address(index), expected, desired) != 0
     }
 
-    /// Stores `desired` if the word holds `expected`; returns what the word held (`expected` if
-    /// it stored), for a compare-and-swap loop.
+    /// Stores `desired` if the word holds `expected`; returns what the word held.
     @inlinable @inline(__always) func compareExchangeValue(expected: Int, desired: Int) -> Int {
         SyncPoints.atomic()
         return qsv_atomic_compare_exchange_value(words.address(index), expected, desired)
     }
 }
 
-/// Carries a value across a `@Sendable` boundary that the engine has made safe by other means (it
-/// was copied out of the critical section, or it moves to the one queue that will use it).
-// @unchecked Sendable: only for values the caller has made unshared, as stated above
+/// Carries a value across a `@Sendable` boundary that the engine has made safe by other means.
+// @unchecked Sendable: only for values the caller has made unshared (copied out, or moved to one queue)
 struct UncheckedSendable<Wrapped>: @unchecked Sendable {
     var value: Wrapped
 

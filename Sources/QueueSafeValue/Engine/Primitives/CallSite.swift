@@ -1,11 +1,5 @@
-// Where a command was issued: the caller's `#fileID` and `#line`, given as default arguments by
-// every public command and carried, without allocating, to where the engine keeps them (see
-// <doc:FindingWhatHoldsYourValue>).
-
-/// The file and line a command was issued from, as the public command received them.
-///
-/// A `StaticString` literal lives in the binary for as long as the process does, so the engine keeps
-/// its address (a null-terminated UTF-8 string) and reads it back only when a report names it.
+/// The file and line a command was issued from, as the public command received them. A
+/// `StaticString` literal lives as long as the process, so the engine keeps its address.
 @usableFromInline
 struct CallSite {
     @usableFromInline let file: StaticString
@@ -18,9 +12,8 @@ struct CallSite {
         self.line = line
     }
 
-    /// The address of the file's text, or 0 for a string that has none (a single-scalar literal,
-    /// which `#fileID` never is): read from the string's words, so that it costs no checks where
-    /// the literal is a constant.
+    /// The address of the file's text (0 for a single-scalar literal), read from the string's words
+    /// so that it costs no checks where the literal is a constant.
     @inlinable
     @inline(__always)
     var fileAddress: Int {
@@ -29,7 +22,6 @@ struct CallSite {
         return words.2 & 1 == 0 ? words.0 : 0
     }
 
-    /// What a record keeps: the address of the file's text and the line (see ``KeptCallSite``).
     @inlinable
     @inline(__always)
     var kept: KeptCallSite {
@@ -37,8 +29,8 @@ struct CallSite {
     }
 }
 
-/// A call site as the engine keeps it: the address of a `#fileID` literal and a line. Two words,
-/// copied like integers; ``QueueDiagnostics/CallSite`` is what reports show.
+/// A call site as the engine keeps it, copied like integers; ``QueueDiagnostics/CallSite`` is what
+/// reports show.
 // @unchecked Sendable: `file` is the address of a literal in the binary's constant data, never written or freed
 @usableFromInline
 struct KeptCallSite: Equatable, @unchecked Sendable {
@@ -49,7 +41,6 @@ struct KeptCallSite: Equatable, @unchecked Sendable {
     @inline(__always)
     init(file: UnsafeRawPointer?, line: UInt) {
         self.file = file
-        // A line past 4,294,967,295 is kept as 0 (unknown): no source file has one.
         self.line = UInt32(truncatingIfNeeded: line <= UInt(UInt32.max) ? line : 0)
     }
 

@@ -9,45 +9,25 @@ import QueueSafeValueShims
     import Musl
 #endif
 
-// MARK: - SyncPoints
-
-/// The seam between the engine and the threads that run it: every point where what one
-/// thread does can change what another does next — an atomic operation on a shared word, taking or
-/// giving up a lock, parking and waking a thread, a busy-wait, `queue.async`, resuming a task.
-///
-/// In release builds each of these is the plain primitive, inlined: the seam costs nothing. In debug
-/// builds a thread that a *controlled scheduler* runs hands each point to it, and the scheduler
-/// decides which thread goes next. The seam has two clients, one scheduler
-/// (`Sources/QueueSafeValueTesting/ControlledWorld.swift`): the test suite's checker, which explores
-/// the interleavings of the real engine (not of a copy of it) at every sync point, and the
-/// `QueueSafeValueTesting` library, which explores a user's code at its commands
-/// (``commandPoint(_:_:_:)``). Every other thread (of the app, of the other tests) finds no scheduler and
-/// goes straight to the primitive.
+/// The seam between the engine and the threads that run it: every point where what one thread does
+/// can change what another does next. In release builds each is the plain primitive, inlined. In
+/// debug builds a thread that a *controlled scheduler* (`ControlledWorld.swift`) runs hands each
+/// point to it, and the scheduler decides which thread goes next: the checker explores the real
+/// engine at every sync point, the `QueueSafeValueTesting` library a user's code at its commands.
+/// Every other thread finds no scheduler and goes straight to the primitive.
 @usableFromInline
 enum SyncPoints {
     #if DEBUG
-        /// The scheduler that runs the calling thread, if any (read at every sync point: a C
-        /// thread-local, see `qsv_thread_scheduler`).
+        /// The scheduler that runs the calling thread, if any (a C thread-local: a Swift global's
+        /// lazy access takes a lock ThreadSanitizer sees).
         static var scheduler: (any ControlledScheduler)? {
             guard let raw = qsv_thread_scheduler() else { return nil }
             return (Unmanaged<AnyObject>.fromOpaque(raw).takeUnretainedValue() as! any ControlledScheduler)
         }
-
-        /// Makes `scheduler` the scheduler of the calling thread (`nil`: none), for the scheduler's own
-        /// threads. The scheduler must outlive the thread's use of it.
-        static func install(_ scheduler: (any ControlledScheduler)?) {
-            qsv_set_thread_scheduler(scheduler.map { Unmanaged.passUnretained($0 as AnyObject).toOpaque() })
-        }
     #endif
 
-    /// A command arrives, is released or changes the section's state (each of the state word's six
-    /// operations, see `CommandEngine+Word.swift`), or a user's own point: where a user's code can
-    /// be interleaved with another party's (the testing library explores these; the checker, every
-    /// sync point).
-    /// - Parameters:
-    ///   - event: what happens, for a report: "command arrives at", "read releases", …
-    ///   - engine: the value or queue it happens to.
-    ///   - kind: the command's kind, if it is known here.
+    /// A command arrives, is released or changes the section's state: where a user's code can be
+    /// interleaved with another party's. `event` ("command arrives at", …) and `kind` are for reports.
     @inlinable
     @inline(__always)
     static func commandPoint(_ event: StaticString, _ engine: CommandEngine, _ kind: CommandKind? = nil) {
@@ -59,7 +39,7 @@ enum SyncPoints {
     #if DEBUG
         @usableFromInline
         static func commandPointSlow(_ event: StaticString, _ engine: CommandEngine, _ kind: CommandKind?) {
-            // "a blocking command arrives at 'balance'": built only if the scheduler reports it.
+            // Built only if the scheduler reports it.
             scheduler?.commandPoint {
                 let what = "\(kind.map { "\($0) " } ?? "")\(event)"
                 let article = what.first.map { "aeiou".contains($0) } == true ? "an" : "a"
@@ -68,8 +48,7 @@ enum SyncPoints {
         }
     #endif
 
-    /// Now, on the calling thread's clock: the scheduler's virtual clock under the testing library,
-    /// else `DispatchTime.now()`. Every deadline a command computes reads it.
+    /// Now, on the calling thread's clock (virtual under the testing library); every deadline reads it.
     @inlinable
     @inline(__always)
     static func now() -> DispatchTime {
@@ -79,9 +58,8 @@ enum SyncPoints {
         return .now()
     }
 
-    /// The eventually fair mode's clock, in nanoseconds: under a controlled scheduler its own
-    /// clock (the checker's advances a microsecond at each step, so that an exploration sees time
-    /// pass), else `DispatchTime.now()`.
+    /// The eventually fair mode's clock, in nanoseconds: a controlled scheduler's own (the checker's
+    /// advances at each step, so an exploration sees time pass).
     @inline(__always)
     static func fairnessNow() -> UInt64 {
         #if DEBUG
@@ -90,8 +68,7 @@ enum SyncPoints {
         return DispatchTime.now().uptimeNanoseconds
     }
 
-    /// The engine's coarse clock (``coarseNow()``), on the scheduler's clock under a controlled
-    /// scheduler (as ``fairnessNow()``), so that deadlines computed with ``now()`` compare with it.
+    /// The engine's coarse clock, on the scheduler's clock as ``fairnessNow()``.
     @inline(__always)
     static func coarseNow() -> UInt64 {
         #if DEBUG
@@ -107,8 +84,7 @@ enum SyncPoints {
         }
     #endif
 
-    /// Suspends the calling task for `nanoseconds` (`Task.sleep`), on the scheduler's virtual clock
-    /// under the testing library.
+    /// `Task.sleep`, on the virtual clock under the testing library.
     static func sleep(nanoseconds: UInt64) async throws {
         #if DEBUG
             if let scheduler, let virtual = scheduler.virtualSleep {
@@ -119,9 +95,8 @@ enum SyncPoints {
         try await Task.sleep(nanoseconds: nanoseconds)
     }
 
-    /// An unstructured task that the library starts for its own work (`Task {}`, or `Task.detached {}`
-    /// when `detached`): under a controlled scheduler it prefers the scheduler as its executor, so the
-    /// scheduler runs it too (an unstructured task inherits no executor preference).
+    /// An unstructured task the library starts for its own work: under a controlled scheduler it
+    /// prefers the scheduler as its executor (an unstructured task inherits no preference).
     @discardableResult
     static func task<T: Sendable>(
         detached: Bool = false, _ operation: sending @escaping () async -> T
@@ -170,8 +145,7 @@ enum SyncPoints {
             scheduler?.atomicPoint()
         }
 
-        /// The executor a task that the calling thread starts prefers: one its controlled scheduler
-        /// makes for the task (and names, for its reports).
+        /// The executor a task that the calling thread starts prefers.
         @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
         @usableFromInline
         static func controlledTaskExecutor() -> (any TaskExecutor)? {
@@ -179,8 +153,7 @@ enum SyncPoints {
         }
     #endif
 
-    /// One turn of a busy-wait that gives the processor away (`sched_yield`): under a controlled
-    /// scheduler, the thread waits until another thread has taken a step.
+    /// `sched_yield`: under a controlled scheduler, waits until another thread has taken a step.
     static func yield() {
         #if DEBUG
             if let scheduler {
@@ -192,8 +165,7 @@ enum SyncPoints {
     }
 
     /// The processor the calling thread runs on, or -1 if unknown: always under a controlled
-    /// scheduler (a hint that differs from run to run must not steer a schedule being replayed),
-    /// and on platforms without a cheap way to tell (see `qsv_current_processor`).
+    /// scheduler, so that a hint that differs from run to run does not steer a replay.
     @inline(__always)
     static func currentProcessor() -> Int {
         #if DEBUG
@@ -202,9 +174,8 @@ enum SyncPoints {
         return Int(qsv_current_processor())
     }
 
-    /// One turn of a bounded busy-wait: a pause hint on the processor, or with `givingProcessorAway`
-    /// a `sched_yield` (a `BlockingWaiter` that is not the next to be served). Under a controlled
-    /// scheduler either is a plain sync point (the loop ends on its own, the waiter is not stuck).
+    /// One turn of a bounded busy-wait: a pause hint, or a `sched_yield`; under a controlled
+    /// scheduler a plain sync point (the loop ends on its own).
     @inline(__always)
     static func relax(givingProcessorAway: Bool = false) {
         #if DEBUG
@@ -213,11 +184,11 @@ enum SyncPoints {
                 return
             }
         #endif
-        if givingProcessorAway { sched_yield() } else { cpuRelax() }
+        if givingProcessorAway { sched_yield() } else { qsv_cpu_relax() }
     }
 
-    /// How many times a waiter polls before it parks: `polls`, or a couple under a controlled
-    /// scheduler (each poll is a step to explore, and a parked waiter's path is the one to cover).
+    /// How many times a waiter polls before it parks: a couple under a controlled scheduler (each poll
+    /// is a step to explore, and a parked waiter's path is the one to cover).
     static func spinLimit(_ polls: Int) -> Int {
         #if DEBUG
             if scheduler != nil { return 2 }
@@ -255,8 +226,7 @@ enum SyncPoints {
         #endif
     }
 
-    /// Records that a transition happened, in the order transitions happen, for a controlled
-    /// scheduler's checks (nothing outside one).
+    /// Records that a transition happened, for a controlled scheduler's checks.
     @inline(__always)
     static func note(_ event: StaticString) {
         #if DEBUG
@@ -264,8 +234,7 @@ enum SyncPoints {
         #endif
     }
 
-    /// The calling thread is about to escalate a task (under the boost lock, which serializes it
-    /// with the end of the hold: see `PriorityInheritance.swift`).
+    /// The calling thread is about to escalate a task.
     @inline(__always)
     static func willTouchTask() {
         #if DEBUG
@@ -273,9 +242,8 @@ enum SyncPoints {
         #endif
     }
 
-    /// Runs `body`, code that the concurrency runtime calls while it holds a lock of its own (a
-    /// cancellation or escalation handler): under a controlled scheduler, no task may be started
-    /// meanwhile (it could block on that lock, outside the scheduler's sight).
+    /// Runs `body`, which the runtime calls under a lock of its own: a controlled scheduler starts
+    /// no task meanwhile (it could block on that lock, outside the scheduler's sight).
     @inline(__always)
     static func insideRuntimeLock<R>(_ body: () -> R) -> R {
         #if DEBUG
@@ -288,8 +256,7 @@ enum SyncPoints {
         return body()
     }
 
-    /// The queues the calling thread runs on (see ``QueueTag/currentIdentities``): under a
-    /// controlled scheduler, the virtual queue whose block it runs.
+    /// Under a controlled scheduler, the virtual queue whose block the calling thread runs.
     static var queueOverride: QueueTag?? {
         #if DEBUG
             if let scheduler { return .some(scheduler.currentQueue) }
@@ -297,7 +264,7 @@ enum SyncPoints {
         return nil
     }
 
-    /// The deadlock detector of the calling thread: the process's, or a controlled scheduler's own.
+    /// A controlled scheduler's own deadlock detector, and boost registry (virtual).
     static var detectorOverride: DeadlockDetector? {
         #if DEBUG
             if let scheduler { return scheduler.detector }
@@ -305,8 +272,6 @@ enum SyncPoints {
         return nil
     }
 
-    /// The boost registry of the calling thread: the process's, or a controlled scheduler's own
-    /// (virtual: it changes no real thread's scheduling).
     static var registryOverride: BoostRegistry? {
         #if DEBUG
             if let scheduler { return scheduler.boostRegistry }
@@ -314,9 +279,8 @@ enum SyncPoints {
         return nil
     }
 
-    /// The calling thread starts (`true`) or ends (`false`) passing a change of urgency along a
-    /// chain: until it ends, the raised parties may lag behind what the machines decided, so a
-    /// controlled scheduler checks the chains only while no thread is doing this.
+    /// The calling thread starts or ends passing a change of urgency along a chain: meanwhile the
+    /// raised parties may lag, so a controlled scheduler checks chains only when no thread does.
     @inline(__always)
     static func inheritance(_ begins: Bool) {
         #if DEBUG
@@ -326,13 +290,13 @@ enum SyncPoints {
 }
 
 #if DEBUG
-    /// The seam's entry for a controlled scheduler in another module (the `QueueSafeValueTesting`
-    /// library): debug builds only, as the seam.
+    /// The seam's entry for a controlled scheduler in another module (debug builds only).
     @_spi(Testing)
     public enum ControlledSchedulers {
-        /// Makes `scheduler` the scheduler of the calling thread (`nil`: none).
+        /// Makes `scheduler` the scheduler of the calling thread (`nil`: none); it must outlive the
+        /// thread's use of it.
         public static func install(_ scheduler: (any ControlledScheduler)?) {
-            SyncPoints.install(scheduler)
+            qsv_set_thread_scheduler(scheduler.map { Unmanaged.passUnretained($0 as AnyObject).toOpaque() })
         }
 
         /// The scheduler of the calling thread, if any.
@@ -343,22 +307,18 @@ enum SyncPoints {
     }
 
     /// A scheduler that runs some threads one at a time and decides, at every sync point, which of
-    /// them goes next (the test suite's checker, and the `QueueSafeValueTesting` library). Every call
-    /// comes from one of its own threads.
+    /// them goes next. Every call comes from one of its own threads.
     @_spi(Testing)
     public protocol ControlledScheduler: AnyObject {
         /// Before an atomic operation on a shared word.
         func atomicPoint()
-        /// A command point (see ``SyncPoints/commandPoint(_:_:_:)``); `describe` says what it is
-        /// ("a blocking command arrives at 'balance'"), for the scheduler's report.
+        /// A command point; `describe` says what it is, for the scheduler's report.
         func commandPoint(_ describe: () -> String)
-        /// Before taking `lock`, whose role is the type of what it guards, at `site`: returns once
-        /// the calling thread may take it without blocking.
+        /// Before taking `lock` (of `role`) at `site`: returns once it may take it without blocking.
         func willLock(_ lock: ObjectIdentifier, role: Any.Type, site: LockSite)
         /// After giving up `lock`.
         func didUnlock(_ lock: ObjectIdentifier)
-        /// Parks the calling thread on `parker` until a `unpark` (returns `true`) or, with a
-        /// `deadline`, until the scheduler lets it pass (returns `false`).
+        /// Parks the calling thread on `parker` until an `unpark` (`true`) or its `deadline` (`false`).
         func park(_ parker: ObjectIdentifier, deadline: DispatchTime?) -> Bool
         /// Wakes a thread parked on `parker`, or lets the next park on it return at once.
         func unpark(_ parker: ObjectIdentifier)
@@ -374,7 +334,7 @@ enum SyncPoints {
         func note(_ event: StaticString)
         /// A task is about to be escalated (the runtime takes the task's lock).
         func willTouchTask()
-        /// The calling thread runs code the concurrency runtime called under a lock of its own.
+        /// Around code the concurrency runtime calls under a lock of its own.
         func enterRuntimeLock()
         func leaveRuntimeLock()
         /// The virtual queue whose block the calling thread runs, if any.
@@ -391,14 +351,12 @@ enum SyncPoints {
         var fairnessNow: UInt64 { get }
         /// A sleep on the virtual clock, or `nil` for `Task.sleep`.
         var virtualSleep: (@Sendable (UInt64) async throws -> Void)? { get }
-        /// The executor for a task the library starts on the calling thread (see
-        /// ``SyncPoints/task(detached:_:)``): the scheduler runs its jobs, and tells them from other
-        /// tasks' jobs by it.
+        /// The executor for a task the library starts on the calling thread: the scheduler runs its jobs.
         @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
         func executorForNewTask() -> any TaskExecutor
     }
 
-    /// Where a lock is taken (the caller of `LockedState.withLock`), for the lock-order check.
+    /// Where a lock is taken, for the lock-order check.
     @_spi(Testing)
     public struct LockSite: CustomStringConvertible {
         /// The file that takes the lock.
@@ -419,33 +377,23 @@ enum SyncPoints {
 
 // MARK: - Parker
 
-/// Where a thread parks until another wakes it: a semaphore, behind the seam (see ``SyncPoints``).
-/// A wake before the park is kept: the park then returns at once.
+/// Where a thread parks until another wakes it: a semaphore, behind the seam. A wake before the
+/// park is kept: the park then returns at once.
 // @unchecked Sendable: the semaphore is thread-safe
 final class Parker: @unchecked Sendable {
     private let semaphore = DispatchSemaphore(value: 0)
 
     init() {}
 
-    /// Parks until woken.
-    func park() {
-        #if DEBUG
-            if let scheduler = SyncPoints.scheduler {
-                _ = scheduler.park(ObjectIdentifier(self), deadline: nil)
-                return
-            }
-        #endif
-        semaphore.wait()
-    }
-
-    /// Parks until woken (`true`) or until `deadline` (`false`).
-    func park(until deadline: DispatchTime) -> Bool {
+    /// Parks until woken (`true`) or until `deadline` (`false`; `nil`: none).
+    @discardableResult
+    func park(until deadline: DispatchTime? = nil) -> Bool {
         #if DEBUG
             if let scheduler = SyncPoints.scheduler {
                 return scheduler.park(ObjectIdentifier(self), deadline: deadline)
             }
         #endif
-        return semaphore.wait(timeout: deadline) == .success
+        return semaphore.wait(timeout: deadline ?? .distantFuture) == .success
     }
 
     /// Wakes the parked thread, or lets its next park return at once.

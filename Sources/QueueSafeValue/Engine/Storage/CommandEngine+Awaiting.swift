@@ -9,26 +9,14 @@ import QueueSafeValueShims
     import Musl
 #endif
 
-// Awaiting commands and CommandQueue operations: a task takes its place when the command is
-// issued and suspends until its turn; timeouts, cancellation and cancelAll().
+// Awaiting commands and CommandQueue operations.
 extension CommandEngine {
-    // MARK: Awaiting commands and operations
 
-    /// The part of an awaiting command's acquisition after the idle compare-and-swap failed: joins
-    /// the queue and suspends until the command's turn.
-    ///
-    /// A task cancelled while it waits leaves the queue and throws `.cancelled`; one granted at the
-    /// same instant it was cancelled releases at once and throws `.cancelled` too: its closure never
-    /// starts.
-    ///
-    /// It keeps an `isolated` parameter, where the functions it calls are `nonisolated(nonsending)`:
-    /// called `nonisolated(nonsending)` from the inlined command, it cost the uncontended command,
-    /// which never calls it, instructions of its own (the `await set uncontended` row;
-    /// <doc:Benchmarks#Why-the-code-is-shaped-this-way> has the count).
-    /// With `cancellable` false (`AwaitSchedule.evenIfCancelled`), the task's cancellation changes
-    /// nothing: the command keeps its place and runs when its turn comes.
-    /// - Throws: `.cancelled`, `.reentrantAccess` (the task is inside this section already),
-    ///   `.valueContainerDeinited`, `.timedOut` (`deadline` passed first), `.deadlock`.
+    /// An awaiting command's acquisition after the idle compare-and-swap failed. A task cancelled
+    /// while it waits, or granted as it was cancelled, throws `.cancelled` unless not `cancellable`.
+    /// It keeps an `isolated` parameter: `nonisolated(nonsending)`, it cost the uncontended command
+    /// instructions (<doc:Benchmarks#Why-the-code-is-shaped-this-way>).
+    /// - Throws: `.cancelled`, `.reentrantAccess`, `.valueContainerDeinited`, `.timedOut`, `.deadlock`.
     @usableFromInline
     final func acquireAwaitingSlow(
         priority: CommandPriority,
@@ -37,38 +25,44 @@ extension CommandEngine {
         cancellable: Bool = true,
         isolation: isolated (any Actor)?
     ) async throws(QueueSafeValueError) {
+        _ = try await awaitTurn(
+            shared: false, priority: priority, site: site, deadline: deadline, cancellable: cancellable)
+    }
+
+    /// An awaiting command, or shared read (`shared`), joins the queue through the lock and
+    /// suspends until its turn (see ``acquireAwaitingSlow(priority:site:deadline:cancellable:isolation:)``).
+    /// - Returns: its ticket (a read's, or `nil`).
+    nonisolated(nonsending) final func awaitTurn(
+        shared: Bool, priority: CommandPriority, site: CallSite, deadline: DispatchTime?, cancellable: Bool
+    ) async throws(QueueSafeValueError) -> Ticket? {
         let waiter = AwaitingWaiter()
         waiter.keptSite = site.kept
         waiter.deadline = deadline?.uptimeNanoseconds ?? 0
         let reentrant = isInsideRunningSection() || isInsideSharedRead(thread: 0)
-        switch enqueue(waiter, kind: .awaiting, priority: priority, reentrant: reentrant, deadline: waiter.deadline) {
-        case .granted:
-            return
+        switch enqueue(
+            waiter, kind: .awaiting, priority: priority, reentrant: reentrant, shared: shared, deadline: waiter.deadline
+        )
+        {
+        case .granted(let ticket):
+            return ticket
         case .refused(let error):
             throw reportingRefusal(error.namingQueue(), site: site.kept, priority: priority)
         case .queued(let ticket):
             waiter.ticket = ticket
             try await waitForTurn(waiter, deadline: deadline, cancellable: cancellable)
             if cancellable && Task.isCancelled {
-                // Granted, but the task was cancelled before its closure began: it never starts.
-                release(.awaiting)
+                // Granted, but cancelled before its closure began: it never starts.
+                if shared { releaseReader(ticket) } else { release(.awaiting) }
                 throw .cancelled
             }
+            return ticket
         }
     }
 
-    /// Places a ``CommandQueue`` operation in the queue, even when the section is free (then it is
-    /// granted at once), so its place is taken synchronously, before the task that runs it starts.
-    /// A discardable operation that had not begun is discarded first (see
-    /// ``EngineStateMachine/enqueueOperation(_:priority:discardable:observed:now:)``); if it was
-    /// waiting, its task is resumed here, after unlocking, and throws `.cancelled`.
-    /// - Returns: the operation's waiter, and whether it holds the section already. When it does
-    ///   not, the task calls ``waitForTurn(_:deadline:holdsNothing:startedLater:cancellable:)``.
-    /// - Parameters:
-    ///   - handled: the operation has a handle that may cancel it (``QueuedOperation``): it begins
-    ///     through ``beginOperation(_:progress:)``.
-    ///   - deadline: when it gives up waiting, if ever. If it has passed and the queue is busy, the
-    ///     operation is refused: its task throws `.timedOut` without waiting.
+    /// Places a ``CommandQueue`` operation in the queue, even when the section is free, so that its
+    /// place is taken before its task starts; a pending discardable operation is discarded first.
+    /// - Parameter handled: it has a ``QueuedOperation`` handle, and begins through ``beginOperation(_:progress:)``.
+    /// - Returns: its waiter, and whether it holds the section already.
     @usableFromInline
     final func enqueueOperation(
         priority: CommandPriority,
@@ -82,8 +76,7 @@ extension CommandEngine {
         waiter.keptSite = site.kept
         waiter.issuedPriority = priority
         waiter.deadline = deadline?.uptimeNanoseconds ?? 0
-        // A discarded operation that was parked may have been a reason for a boost: `perform`
-        // lowers it.
+        // `perform` lowers a boost the discarded operation was a reason for.
         let placed = perform { machine, actions in
             actions = machine.discardPending()
             let placed = transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
@@ -92,7 +85,7 @@ extension CommandEngine {
                     now: machineNow(precise: waiter.deadline != 0), deadline: waiter.deadline)
                 return placement(admission, machine, word: word)
             }
-            // Granted at once, to a queue of width above 1: it holds one slot, as a shared holder.
+            // Granted at once on a queue of width above 1: it holds one slot, as a shared holder.
             if case .granted = placed, machine.operationsShare { waiter.isGrantedShared = true }
             SyncPoints.note(discardable ? "a discardable operation is enqueued" : "an operation is enqueued")
             return placed
@@ -108,16 +101,14 @@ extension CommandEngine {
             noteContention()
             return (waiter, false)
         case .refused(let error):
-            // Its deadline had passed: its task finds the refusal as it waits (its ticket matches
-            // nothing, so it never suspends).
+            // Its task finds the refusal (its ticket matches nothing, so it never suspends).
             waiter.refusal = error.namingQueue()
             return (waiter, false)
         }
     }
 
-    /// The granted operation `waiter`, which has a handle, is about to begin its body, in its own
-    /// task: it begins unless it was cancelled (its task, or ``QueuedOperation/cancel()``, which
-    /// gave its turn back already) or discarded; then it gives its turn back, if it still held it.
+    /// The granted, handled operation `waiter` is about to begin in its own task: it begins unless
+    /// cancelled or discarded, and then gives its turn back if it still held it.
     /// - Returns: whether it begins (`false`: it never runs, and must not release).
     @usableFromInline
     final func beginOperation(_ waiter: AwaitingWaiter, progress: OperationProgress) -> Bool {
@@ -125,7 +116,7 @@ extension CommandEngine {
             transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
                 let actions = machine.beginOperation(
                     waiter.ticket, taskCancelled: Task.isCancelled, word: &word, now: machineNow())
-                // In the same lock section, so that a handle never sees it begin and not run.
+                // In the same section: a handle never sees it begin and not run.
                 if actions.found == .holding { progress.hasBegun = true }
                 SyncPoints.note("an operation with a handle asks to begin")
                 return actions
@@ -133,10 +124,7 @@ extension CommandEngine {
         }.found == .holding
     }
 
-    /// ``QueuedOperation/cancel()``: the operation `waiter` leaves the queue or gives its turn back
-    /// if it has not begun, and its task is cancelled (see
-    /// ``EngineStateMachine/cancelOperation(_:word:now:)``).
-    /// - Returns: what the machine found.
+    /// ``QueuedOperation/cancel()``.
     final func cancelOperation(_ waiter: AwaitingWaiter) -> Machine.Found {
         perform { machine in
             transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
@@ -147,8 +135,6 @@ extension CommandEngine {
         }.found
     }
 
-    /// Where the operation `waiter` of `progress`, whose task is `task`, stands now (see
-    /// ``QueuedOperationState``): read under the lock, with the machine's record of it.
     final func operationState(
         _ waiter: AwaitingWaiter, progress: OperationProgress, task: some CancellableTask
     ) -> QueuedOperationState {
@@ -157,11 +143,8 @@ extension CommandEngine {
         }
     }
 
-    /// Why the current task must not await the result of the operation `waiter` (issued at
-    /// `site`), if it must not: it would wait forever. Either the current task runs an operation
-    /// that holds this queue's only turn (a one-at-a-time queue of width 1) and `waiter` has not
-    /// begun, so it can begin only once the current one ends; or the current task is that
-    /// operation's own task (`task`, its address), which would wait for its own end.
+    /// Why the current task must not await the operation `waiter`'s result, if it would wait
+    /// forever: it holds the only turn `waiter` needs to begin, or it is `waiter`'s own task.
     /// - Returns: `.deadlock`, naming both operations; `nil` if the wait can end.
     final func refusalToAwait(_ waiter: AwaitingWaiter, progress: OperationProgress, task: Int) -> QueueSafeValueError?
     {
@@ -187,14 +170,12 @@ extension CommandEngine {
         return reportingRefusal(.deadlock(report), site: waiter.keptSite, priority: waiter.issuedPriority ?? .medium)
     }
 
-    /// The operation of `progress` ran to its end.
     @usableFromInline
     final func operationFinished(_ progress: OperationProgress) {
         machine.withLock { _ in progress.hasFinished = true }
     }
 
-    /// An operation that holds the section (alone, or one slot of a queue of width above 1) gives
-    /// it back without having run: it was cancelled or discarded after its grant.
+    /// An operation that holds the section (or a slot) gives it back without having run.
     @usableFromInline
     final func releaseOperation(_ waiter: AwaitingWaiter) {
         if holdsSlot(waiter) {
@@ -204,30 +185,23 @@ extension CommandEngine {
         }
     }
 
-    /// Whether the operation's grant made it the holder of one slot of a queue of width above 1
-    /// (rather than the only holder). Read by the operation's own task once it is granted: the flag
-    /// was written under the engine lock before the task read its grant under that lock (or, for
-    /// a grant at once, before the task was created), so no lock is needed here.
+    /// Whether the operation's grant made it the holder of one slot (width above 1). Read by its
+    /// own task after reading its grant under the lock, or before the task existed: no lock needed.
     @usableFromInline
     final func holdsSlot(_ waiter: AwaitingWaiter) -> Bool {
         waiter.isGrantedShared
     }
 
-    /// A ``CommandQueue``'s width changes; the operations it lets start now are started.
     final func setWidth(_ width: Int) {
         perform { $0.setWidth(width) }
     }
 
-    /// The queue's width.
     final var width: Int {
         machine.withLock { $0.width }
     }
 
     /// The waiting operation `waiter` moves to the place of a `priority` operation arriving now;
-    /// its handle's `progress` keeps the new priority (if it moved, or is raised while it holds).
-    /// - Returns: what the machine found: ``EngineStateMachine/Found/moved``,
-    ///   ``EngineStateMachine/Found/holding`` (it holds the section, begun or not) or
-    ///   ``EngineStateMachine/Found/gone``.
+    /// `progress` keeps the new priority if it moved, or is raised while it holds.
     final func reprioritize(
         _ waiter: AwaitingWaiter, to priority: CommandPriority, progress: OperationProgress
     ) -> Machine.Found {
@@ -243,9 +217,7 @@ extension CommandEngine {
         }.found
     }
 
-    /// Escalates a running operation's task (kept alive by the caller) for its new `priority`:
-    /// `.high` and above to `TaskPriority.high`, `.medium` and above to `.medium`, `.low` and above
-    /// to `.utility`, below that `.background`. The runtime never lowers a task's priority.
+    /// Escalates a running operation's task (kept alive by the caller) for its new `priority`.
     static func escalate(task: Int, to priority: CommandPriority) {
         let taskPriority: TaskPriority =
             priority >= .high ? .high : priority >= .medium ? .medium : priority >= .low ? .utility : .background
@@ -254,8 +226,7 @@ extension CommandEngine {
     }
 
     /// A discardable operation that holds the section is about to begin.
-    /// - Returns: `false` if a later operation discarded it after it was granted: it must release
-    ///   the section and throw `.cancelled` without running.
+    /// - Returns: `false` if a later one discarded it: it releases and throws `.cancelled`.
     @usableFromInline
     final func beginDiscardable(_ waiter: AwaitingWaiter) -> Bool {
         machine.withLock { machine in
@@ -264,9 +235,8 @@ extension CommandEngine {
         }
     }
 
-    /// Records the task that runs an operation, so ``cancelAll()`` can cancel it. If `cancelAll()`
-    /// ran in the meantime, the task is cancelled at once; if the operation ended already, the task
-    /// is not kept.
+    /// Records the task that runs an operation, for ``cancelAll()``; it is cancelled at once if
+    /// `cancelAll()` ran meanwhile, and not kept if the operation ended.
     @usableFromInline
     final func attach(_ task: any CancellableTask, to waiter: AwaitingWaiter) {
         let attachment = machine.withLock { machine in
@@ -277,38 +247,16 @@ extension CommandEngine {
         if attachment == .cancelNow { task.cancel() }
     }
 
-    /// Suspends the current task until `waiter` is granted, or until it leaves the queue because the
-    /// task was cancelled (then it throws `.cancelled`), because `deadline` passed (then it throws
-    /// `.timedOut`) or because suspending would close a wait cycle (then it throws `.deadlock`).
-    /// Does not suspend if the wait is over already. Exactly one of "granted, runs" and "left, never
-    /// runs" happens: the state machine decides under the lock.
-    ///
-    /// The verdict is read under the lock after the resumption, not passed through the
-    /// continuation: a continuation resumed before its task finished suspending lets the task go on
-    /// ordered only by the concurrency runtime's own atomics, which ThreadSanitizer does not see.
-    /// The lock orders everything the task does next after the releaser's critical section, for the
-    /// sanitizer as for the hardware.
-    ///
-    /// Runs on the caller's executor (`nonisolated(nonsending)`), like the functions it calls
-    /// here: a function with an `isolated` parameter switches executors on entering and leaving it
-    /// even when the task is there already, a call into the runtime that a contended command paid
-    /// on every function boundary of this path.
-    ///
-    /// A task that holds no section (no awaiting command or shared read of the task is running its
-    /// closure: its task-local stack of sections is empty) and that no other task awaits
-    /// (`perform`) does not register its wait for deadlock detection: a cycle passes only through
-    /// parties that hold what another waits for, and a walk looks only at holders' waits, so the
-    /// registration could never take part in a cycle. (It cost every waiting command two trips
-    /// through the process-wide detector lock.) Its own urgency is then
-    /// parked in the same trip through the engine lock that stores its continuation.
+    /// Suspends the current task until `waiter` is granted, or it leaves because the task was
+    /// cancelled (`.cancelled`), `deadline` passed (`.timedOut`) or suspending would close a wait
+    /// cycle (`.deadlock`). `nonisolated(nonsending)`, like its callees: an `isolated` parameter
+    /// switches executors at every function boundary. A task that holds no section and that no
+    /// other task awaits does not register for deadlock detection: a cycle passes only through holders.
     /// - Parameters:
-    ///   - holdsNothing: the waiting task is an operation's own task that has run none of its
-    ///     operation yet, so it holds no section whatever its task-locals say (it inherits them
-    ///     from the task that enqueued it).
-    ///   - startedLater: the waiter was queued before this task started (an operation's task), so
-    ///     it may well be granted already.
-    ///   - cancellable: whether the task's cancellation takes the waiter out of the queue; `false`
-    ///     waits for the turn whatever happens to the task (`AwaitSchedule.evenIfCancelled`).
+    ///   - holdsNothing: an operation's own task that has run none of it yet, whatever its
+    ///     inherited task-locals say.
+    ///   - startedLater: queued before this task started (an operation's task): may be granted already.
+    ///   - cancellable: whether cancellation takes the waiter out of the queue.
     @usableFromInline
     nonisolated(nonsending) final func waitForTurn(
         _ waiter: AwaitingWaiter,
@@ -317,46 +265,39 @@ extension CommandEngine {
         startedLater: Bool = false,
         cancellable: Bool = true
     ) async throws(QueueSafeValueError) {
-        // Granted already (the task started after its predecessor released, as a backlog drained
-        // by one pool thread always does): no handlers, no suspension and no second executor trip.
-        // Under the lock, like the verdict after a resumption. A command this task has only just
-        // queued does not look: a grant since then is found when the continuation would be stored.
+        // Granted already (a backlog drained by one pool thread): no handlers, no suspension. A
+        // command this task has only just queued finds a grant when storing its continuation.
         if startedLater && machine.withLock({ _ in waiter.isGranted }) { return }
         let ticket = waiter.ticket
-        // The parties this wait registers for deadlock detection: none for a task that holds
-        // nothing and that nobody awaits (see above).
         let taskNodes = DeadlockDetector.taskNodes(currentTaskID())
         // mutant(holding-task-not-registered): let holdsNone = true
         let holdsNone = holdsNothing || CriticalSectionContext.sections.get().depth == 0
         let nodes = holdsNone && taskNodes.count == 1 ? [] : taskNodes
-        // Armed once the task waits; cancelled when the wait is over. Like a cancellation, it leaves
-        // the deadlock graph before it leaves the queue.
+        // Like a cancellation, it leaves the deadlock graph before it leaves the queue.
         let timer = deadline.map { _ in
             DispatchWorkItem { [self] in
                 if !nodes.isEmpty { DeadlockDetector.shared.unregister(nodes) }
-                timeOut(waiter)
+                leaveWithSnapshot(waiter.ticket) { waiter.refusal = .timedOut($0) }
             }
         }
         if cancellable {
             await withTaskCancellationHandler {
                 await suspendForTurnPassingOnEscalations(waiter, nodes: nodes, deadline: deadline, timer: timer)
             } onCancel: {
-                // No longer a waiter for deadlock detection, then out of the queue; the continuation
-                // was stored before `leave` (both under the lock), if the task suspended at all.
+                // Out of the deadlock graph, then out of the queue.
                 SyncPoints.insideRuntimeLock {
                     if !nodes.isEmpty { DeadlockDetector.shared.unregister(nodes) }
                     leave(ticket)
                 }
             }
         } else {
-            // Cleanup that must run: cancellation does not take it out of the queue.
             await suspendForTurnPassingOnEscalations(waiter, nodes: nodes, deadline: deadline, timer: timer)
         }
         timer?.cancel()
         if !nodes.isEmpty { DeadlockDetector.shared.unregister(nodes) }
-        // The verdict is read under the lock it was written under: a resumption alone does not
-        // order the two for ThreadSanitizer, and the grant's other flags (`isGrantedShared`, read
-        // by `holdsSlot`) rely on this read.
+        // Read under the lock, not passed through the continuation: a task resumed before it
+        // finished suspending is ordered only by the runtime's atomics, which ThreadSanitizer does
+        // not see. `holdsSlot` relies on it too.
         let (granted, refusal) = machine.withLock { _ in (waiter.isGranted, waiter.refusal) }
         if !granted {
             guard let refusal else { throw .cancelled }
@@ -365,9 +306,8 @@ extension CommandEngine {
         }
     }
 
-    /// ``suspendForTurn(_:nodes:deadline:timer:)``, passing an escalation of the waiting task on to
-    /// the holder where the runtime can tell (`withTaskPriorityEscalationHandler`, macOS 26 and
-    /// iOS 26 onwards; below, the holder keeps the priority the task had when it suspended).
+    /// ``suspendForTurn(_:nodes:deadline:timer:)``, passing the waiting task's escalations on to
+    /// the holder where the runtime can tell (macOS 26 / iOS 26 onwards).
     nonisolated(nonsending) private func suspendForTurnPassingOnEscalations(
         _ waiter: AwaitingWaiter,
         nodes: [DeadlockDetector.Node],
@@ -378,20 +318,18 @@ extension CommandEngine {
             return await suspendForTurn(waiter, nodes: nodes, deadline: deadline, timer: timer)
         }
         let ticket = waiter.ticket
-        // A task escalated while it waits passes the escalation on to the holder.
         await withTaskPriorityEscalationHandler {
             await suspendForTurn(waiter, nodes: nodes, deadline: deadline, timer: timer)
         } onPriorityEscalated: { [self] _, escalated in
-            // No chain walk under the runtime's lock (see `park`).
+            // No chain walk under the runtime's lock.
             SyncPoints.insideRuntimeLock {
                 _ = park(ticket, .ofTask(escalated), party: nodes, walks: false) { _ in }
             }
         }
     }
 
-    /// The suspension of ``waitForTurn(_:deadline:holdsNothing:startedLater:cancellable:)``: registers `nodes` for
-    /// deadlock detection (none: not registered), stores the continuation unless the wait is over
-    /// already, raises the holder to this task's priority and arms the deadline.
+    /// Registers `nodes`, stores the continuation unless the wait is over, raises the holder and
+    /// arms the deadline.
     nonisolated(nonsending) private func suspendForTurn(
         _ waiter: AwaitingWaiter,
         nodes: [DeadlockDetector.Node],
@@ -400,19 +338,16 @@ extension CommandEngine {
     ) async {
         let ticket = waiter.ticket
         await withUnsafeContinuation(isolation: #isolation) { (continuation: TurnContinuation) in
-            // Registered before the continuation is stored, so that a cancellation (which
-            // unregisters, then leaves) never leaves a stale registration behind.
-            // From its registration until it has raised the holder, the chains it may extend lag.
+            // Registered before the continuation is stored: a cancellation unregisters, then leaves.
+            // Until it has raised the holder, the chains it may extend lag.
             SyncPoints.inheritance(true)
             defer { SyncPoints.inheritance(false) }
             let registration =
                 nodes.isEmpty
                 ? DeadlockDetector.Registration(verdict: .wait, names: [:])
                 : DeadlockDetector.shared.register(nodes, waitingFor: self, ticket: ticket, poolThread: false)
-            // While it waits, the holder runs at least at this task's priority, and at what the
-            // task inherits from sections it holds (read after its registration: a raise that
-            // reached it before cannot be missed), decided in the section that stores the
-            // continuation. A wait that would deadlock parks nothing: it leaves.
+            // The holder runs at least at this task's priority and what it inherits (read after
+            // registering, so no raise is missed). A wait that would deadlock parks nothing.
             let waits = registration.verdict == .wait
             let waiting =
                 park(ticket, waits ? .ofTask(Task.currentPriority) : .none, party: waits ? nodes : []) { machine in
@@ -423,7 +358,7 @@ extension CommandEngine {
                 }.result
             if waiting {
                 if let deadline, let timer {
-                    // A deadline already past gives up now, like `wait(timeout:)`.
+                    // Already past: gives up now, like `wait(timeout:)`.
                     if deadline <= SyncPoints.now() {
                         timer.perform()
                     } else {
@@ -445,19 +380,8 @@ extension CommandEngine {
         }
     }
 
-    /// The deadline of a waiting awaiting command or operation passed: it leaves the queue and its
-    /// task is resumed to throw `.timedOut` with a snapshot of the queue, unless it was granted (or
-    /// left) first.
-    private func timeOut(_ waiter: AwaitingWaiter) {
-        perform { machine in
-            guard let actions = leave(waiter.ticket, &machine) else { return .init() }
-            waiter.refusal = .timedOut(snapshot(machine, word: state.loadAcquire()))
-            return actions
-        }
-    }
-
-    /// Every waiting operation leaves the queue (its task is resumed, cancelled and throws
-    /// `.cancelled`), and the running operation's task is cancelled.
+    /// Every waiting operation leaves (its task throws `.cancelled`), and every running one's task
+    /// is cancelled.
     final func cancelAll() {
         perform { $0.cancelAll() }
     }

@@ -9,21 +9,13 @@ import QueueSafeValueShims
     import Musl
 #endif
 
-// Blocking commands: a thread that waits for its turn, spins briefly and parks (see
-// `BlockingWaiter`), and holds the section on its own thread.
+// Blocking commands: a thread waits for its turn, spins briefly, parks, and holds on its own thread.
 extension CommandEngine {
-    // MARK: Blocking commands
 
-    /// Waits until the calling thread holds the critical section.
-    ///
-    /// On a free section this is one compare-and-swap. Otherwise the thread joins the queue, spins
-    /// briefly and then parks.
-    /// - Parameter timeout: how long to wait for the turn (see `commandDeadline(after:)`); `nil` waits
-    ///   as long as it takes.
-    /// - Returns: `nil` once the section is held (release it with ``release(_:)`` and
-    ///   `.blocking`), or why not: `.valueContainerDeinited`, `.reentrantAccess` (the caller is
-    ///   inside this section already), `.timedOut`, `.deadlock`, `.invalidArgument` (a negative
-    ///   timeout).
+    /// Waits until the calling thread holds the section: one compare-and-swap on a free section.
+    /// - Parameter timeout: how long to wait for the turn; `nil` waits as long as it takes.
+    /// - Returns: `nil` once held (release with ``release(_:)`` and `.blocking`), or why not:
+    ///   `.valueContainerDeinited`, `.reentrantAccess`, `.timedOut`, `.deadlock`, `.invalidArgument`.
     @inlinable
     @inline(__always)
     final func acquireBlocking(
@@ -36,8 +28,7 @@ extension CommandEngine {
         return acquireBlockingSlow(priority: priority, deadline: deadline, thread: thread, site: site)
     }
 
-    // Never inlined: the idle path above is what a command's call site inlines (the
-    // `wait.set uncontended` instruction row).
+    // Never inlined: the idle path above is what a command's call site inlines.
     @usableFromInline
     @inline(never)
     final func acquireBlockingSlow(
@@ -46,28 +37,44 @@ extension CommandEngine {
         thread: Int,
         site: CallSite
     ) -> QueueSafeValueError? {
+        switch acquireThroughLock(shared: false, priority: priority, deadline: deadline, thread: thread, site: site) {
+        case .success:
+            ownerThread.storeRelaxed(thread)
+            return nil
+        case .failure(let error):
+            return error
+        }
+    }
+
+    /// A blocking command, or shared read (`shared`), joins the queue through the lock and waits
+    /// for its turn.
+    /// - Returns: its ticket (a read's, or `nil`), or why it does not run.
+    final func acquireThroughLock(
+        shared: Bool, priority: CommandPriority, deadline: DispatchTime?, thread: Int, site: CallSite
+    ) -> Result<Ticket?, QueueSafeValueError> {
         let waiter = BlockingWaiter.forCurrentThread()
         waiter.keptSite = site.kept
         waiter.deadline = deadline?.uptimeNanoseconds ?? 0
         let reentrant =
             ownerThread.loadRelaxed() == thread || isInsideRunningSection() || isInsideSharedRead(thread: thread)
-        switch enqueue(waiter, kind: .blocking, priority: priority, reentrant: reentrant, deadline: waiter.deadline) {
-        case .granted:
-            break
+        switch enqueue(
+            waiter, kind: .blocking, priority: priority, reentrant: reentrant, shared: shared, deadline: waiter.deadline
+        )
+        {
+        case .granted(let ticket):
+            return .success(ticket)
         case .refused(let error):
-            return reportingRefusal(error.namingQueue(), site: site.kept, priority: priority)
+            return .failure(reportingRefusal(error.namingQueue(), site: site.kept, priority: priority))
         case .queued(let ticket):
             if let error = waitForGrant(waiter, ticket: ticket, deadline: deadline) {
-                return reportingRefusal(error, site: site.kept, priority: priority)
+                return .failure(reportingRefusal(error, site: site.kept, priority: priority))
             }
+            return .success(ticket)
         }
-        ownerThread.storeRelaxed(thread)
-        return nil
     }
 
-    /// Calls `body` with a completion closure on the thread that holds the section, then blocks
-    /// that thread until the completion is called (from any thread) or dropped. The caller still
-    /// holds the section afterwards and releases it as usual.
+    /// Calls `body` with a completion on the holding thread, then blocks that thread until the
+    /// completion is called or dropped. The caller still holds the section afterwards.
     @usableFromInline
     final func holdUntilCompleted(_ body: (@escaping CommandCompletionClosure) -> Void) {
         let waiter = BlockingWaiter.forCurrentThread()
@@ -81,23 +88,18 @@ extension CommandEngine {
 
 // MARK: - Waiting for the grant
 
-// The waiting thread's side of a blocking command, driven from here: the waiter (`BlockingWaiter`)
-// is its word and its parker, and answers what its word says; every decision that involves the
-// engine is taken here, so that the waiter never calls back into the engine.
+// The waiting thread's side of a blocking command: every decision that involves the engine is taken
+// here, so that the waiter (`BlockingWaiter`) never calls back into the engine.
 extension CommandEngine {
-    /// Blocks until the engine grants `waiter`, or until `deadline`; meanwhile runs the dispatch
-    /// commands handed to it (see `BlockingWaiter`'s *helping*).
-    ///
-    /// Exactly one of "granted" and "gave up" wins: the state machine decides, under the engine
-    /// lock, in ``leaveWithSnapshot(_:)``.
-    /// - Returns: `nil` when granted; `.timedOut` when the deadline passed first; `.deadlock` when
-    ///   parking would have closed a wait cycle or starved the cooperative pool.
+    /// Blocks until the engine grants `waiter`, or until `deadline`, running the dispatch commands
+    /// handed to it meanwhile. The machine decides "granted" or "gave up" under the lock.
+    /// - Returns: `nil` when granted; `.timedOut`; `.deadlock` when parking would have closed a wait
+    ///   cycle or starved the cooperative pool.
     final func waitForGrant(_ waiter: BlockingWaiter, ticket: Ticket, deadline: DispatchTime?) -> QueueSafeValueError? {
-        // Eventually fair mode: this thread was woken to claim a free section and is on its way.
+        // Eventually fair mode: woken to claim a free section, and on its way.
         var claiming = false
         while true {
-            // Before each spin, and as it parks: a deadline that passed while
-            // this thread did not run ends the wait here.
+            // A deadline that passed while this thread did not run ends the wait here.
             if let deadline, SyncPoints.now() >= deadline {
                 return giveUp(waiter, ticket: ticket)
             }
@@ -115,20 +117,9 @@ extension CommandEngine {
         }
     }
 
-    /// Polls `waiter`'s word for a while (``BlockingWaiter/spinLimit`` turns), running the jobs
-    /// handed over meanwhile and, in the eventually fair mode, claiming a section that was freed
-    /// for this thread.
-    ///
-    /// Only the waiter the next grant goes to keeps its CPU: the `head` or `handedTo` hint names
-    /// it. It polls without yielding for ``BlockingWaiter/headPatience`` polls (the holder is
-    /// running on another CPU, or is about to), and then yields every
-    /// ``BlockingWaiter/headYieldEvery``. Where the processor it runs on is unknown (Apple
-    /// platforms), it also yields on its first poll while the holder has not started (whoever was
-    /// handed the section may be waiting for this CPU); where it is known, the releasing thread gave
-    /// that CPU away already if the new holder waited on it (see `waitsOnCallersProcessor`). Every
-    /// other waiter yields at every poll: it cannot be granted before the head is, and its CPU is
-    /// better spent on the holder or the head. With one processor online every waiter yields at
-    /// every poll.
+    /// Polls `waiter`'s word up to ``BlockingWaiter/spinLimit`` times, running jobs handed over
+    /// and, in the eventually fair mode, claiming a section freed for it. Who yields when is
+    /// Architecture.md's "More threads than cores".
     /// - Returns: how the wait ended, or `nil` if it spun out its polls (it parks next).
     private func spin(_ waiter: BlockingWaiter, ticket: Ticket, claiming: inout Bool) -> BlockingWaiter.Verdict? {
         let me = waiter.address
@@ -145,16 +136,13 @@ extension CommandEngine {
                 default: break
                 }
             }
-            // Architecture, "More threads than cores": the head spins, the others yield (the holder
-            // or the head may be waiting for this CPU).
             let isHead = word(.head).loadRelaxed() == me || word(.handedTo).loadRelaxed() == me
             let yields =
                 !isHead || !mayKeepProcessor
                 || (round == 1 && here < 0 && ownerThread.loadRelaxed() == 0)
                 || (round > BlockingWaiter.headPatience && round % BlockingWaiter.headYieldEvery == 0)
-            // A command with a deadline parks instead of yielding: on a busy machine a yield can
-            // keep the thread off its processor for a scheduler tick, long past a short deadline,
-            // where a timed park wakes it when the deadline passes.
+            // A timed command parks instead of yielding: a yield can keep it off its processor for
+            // a scheduler tick, long past a short deadline.
             if yields && waiter.hasDeadline() { break }
             SyncPoints.relax(givingProcessorAway: yields)
             if yields { here = waiter.noteProcessor() }
@@ -162,18 +150,18 @@ extension CommandEngine {
         return nil
     }
 
-    /// The deadline passed while the thread did not park: it leaves the queue, unless the machine
-    /// decided first (granted it, or found it expired).
-    /// - Returns: `.timedOut`, or the machine's earlier verdict (`nil`: granted).
-    private func giveUp(_ waiter: BlockingWaiter, ticket: Ticket) -> QueueSafeValueError? {
-        if let diagnostics = leaveWithSnapshot(ticket) {
-            waiter.runJobHandedBeforeLeaving()
-            return .timedOut(diagnostics)
-        }
-        return waiter.awaitVerdict()
+    /// The wait ends (the deadline passed while not parked, or parking would deadlock): it leaves
+    /// with the error `reason` makes of the queue's snapshot, unless the machine decided first.
+    /// - Returns: that error, or the machine's earlier verdict (`nil`: granted).
+    private func giveUp(
+        _ waiter: BlockingWaiter, ticket: Ticket,
+        _ reason: (QueueDiagnostics) -> QueueSafeValueError = { .timedOut($0) }
+    ) -> QueueSafeValueError? {
+        guard let diagnostics = leaveWithSnapshot(ticket) else { return waiter.awaitVerdict() }
+        waiter.runJobHandedBeforeLeaving()
+        return reason(diagnostics)
     }
 
-    /// How a park ended.
     private enum ParkResult {
         case granted
         case gaveUp(QueueSafeValueError)
@@ -182,35 +170,36 @@ extension CommandEngine {
     }
 
     /// The parking half of ``waitForGrant(_:ticket:deadline:)``: registered for deadlock detection
-    /// while parked, unregistered before it does anything else.
+    /// while parked.
     private func park(_ waiter: BlockingWaiter, ticket: Ticket, deadline: DispatchTime?) -> ParkResult {
         let nodes = DeadlockDetector.currentNodes()
         let poolThread = nodes.count > 1 && qsv_is_main_thread() == 0
-        // Before it blocks its queue for longer than a spin (see *helping*), in one lock section:
-        // its helper role and its urgency. While it is parked, the holder runs at least as urgently
-        // as this thread, and as what this thread inherits from sections it holds (a chain). From
-        // that section until it is registered and has passed that on, the chains it may extend lag
-        // (`becomeHelper` says so to a controlled scheduler; this ends it).
+        // In one lock section before it blocks its queue: its helper role and its urgency, so the
+        // holder runs at least as urgently as this thread and what it inherits. Until registered
+        // and passed on, the chains it may extend lag (ended below).
         let parked = becomeHelper(ticket, parking: nodes)
         var tagEpoch = parked.tagEpoch
         var inheritancePending = true
         while true {
-            // About to park: would that close a cycle, or starve the cooperative pool?
             let registration = DeadlockDetector.shared.register(
                 nodes, waitingFor: self, ticket: ticket, poolThread: poolThread,
                 watcher: tagEpoch.map { (waiter, $0) })
             if inheritancePending {
-                // A raise that reached this thread before the chain walk could see where it waits.
+                // A raise that reached it before the chain walk could see where it waits.
                 if registration.verdict == .wait { passOnInherited(ticket, party: nodes, parkedWith: parked.inherited) }
                 SyncPoints.inheritance(false)
                 inheritancePending = false
             }
             guard registration.verdict == .wait else {
-                return refuse(registration, waiter, ticket: ticket).map { .gaveUp($0) } ?? .granted
+                return giveUp(waiter, ticket: ticket) { diagnostics in
+                    .deadlock(
+                        DeadlockDetector.report(
+                            registration, diagnostics: diagnostics,
+                            waiterDescription: DeadlockDetector.describeCurrent()))
+                }.map { .gaveUp($0) } ?? .granted
             }
             let outcome = waiter.parkOnce(deadline: deadline)
-            // Unregistered before anything else, and before leaving the queue: a party that gave
-            // up must not look like a waiter to another thread's walk.
+            // Unregistered first: a party that gave up must not look like a waiter to a walk.
             DeadlockDetector.shared.unregister(nodes, watcher: tagEpoch == nil ? nil : waiter)
             switch outcome {
             case .granted:
@@ -218,36 +207,22 @@ extension CommandEngine {
             case .job:
                 waiter.runJob()
             case .recheck:
-                // A queue was tagged: it may be the one this thread runs on.
+                // A queue was tagged: maybe the one this thread runs on.
                 (tagEpoch, _) = becomeHelper(ticket)
             case .claim:
                 return .claim
             case .left:
                 return .gaveUp(waiter.tookLeave())
             case .deadlinePassed:
-                // Unless granted (or found expired) at the same instant: then its start() (or its
-                // leave) sets a bit without a signal (not parked).
+                // Unless granted or expired at the same instant (a bit set without a signal).
                 return giveUp(waiter, ticket: ticket).map { .gaveUp($0) } ?? .granted
             }
         }
     }
 
-    /// Waiting would deadlock: leave the queue and report why, unless the grant came first.
-    private func refuse(
-        _ registration: DeadlockDetector.Registration, _ waiter: BlockingWaiter, ticket: Ticket
-    ) -> QueueSafeValueError? {
-        if let diagnostics = leaveWithSnapshot(ticket) {
-            waiter.runJobHandedBeforeLeaving()
-            return .deadlock(
-                DeadlockDetector.report(
-                    registration, diagnostics: diagnostics, waiterDescription: DeadlockDetector.describeCurrent()))
-        }
-        return waiter.awaitVerdict()
-    }
 }
 
 extension BlockingWaiter.Verdict {
-    /// `nil` when granted, or why it gave up.
     var error: QueueSafeValueError? {
         if case .gaveUp(let error) = self { error } else { nil }
     }

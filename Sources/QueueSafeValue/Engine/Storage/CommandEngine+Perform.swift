@@ -1,28 +1,15 @@
 import QueueSafeValueShims
 
-// Performing the machine's actions: the one place where the storage carries out what a transition
-// decided. Every transition that returns `EngineStateMachine.Actions` runs through `perform(_:)`,
-// in two halves, because a grant's publication belongs to the transition's lock section and
-// everything else must wait until the lock is released:
-//
-// - `prepare(_:)`, under the engine lock, right after the transition: marks the granted waiter,
-//   publishes a granted dispatched command (in the dispatched holder's slot, or as a helper's job),
-//   and attaches to the rarer effects what they need from their waiters (their continuations and
-//   tasks are guarded by this lock). It runs no user code, signals nothing and releases no
-//   reference.
-// - `carryOut(_:nextHolder:_:)`, after unlocking: raises and starts the grant as the machine chose, ends
-//   the releaser's boost, frees the value, lets go of an ended holder, then carries out the rarer
-//   actions in order: resumes the tasks of commands that left, cancels tasks, finishes a manual
-//   completion, starts shared reads.
+// Performing the machine's actions (Architecture.md, "What a transition returns"): `prepare`
+// under the lock, in the transition's section (it runs no user code, signals nothing, releases no
+// reference); `carryOut` after unlocking.
 extension CommandEngine {
-    /// The thread and task of a newly granted holder that inherits an urgency (see
-    /// ``raiseNextHolder(_:_:)``), read under the lock.
+    /// The thread and task of a new holder that inherits an urgency, read under the lock.
     typealias NextHolder = (thread: Int, task: Int)
 
-    /// What ``perform(_:)`` hands back: what the transition found for its caller
-    /// (``EngineStateMachine/Actions/found``), the granted command the machine chose the
-    /// releasing block to run (``EngineStateMachine/Starter/releasingBlock``: the caller claims
-    /// and runs it inline), and the answer of a transition that has one besides its actions.
+    /// What ``perform(_:)`` hands back: ``EngineStateMachine/Actions/found``, the grant the
+    /// releasing block runs inline (``EngineStateMachine/Starter/releasingBlock``), and the answer
+    /// of a transition that has one besides its actions.
     struct Performed<Answer> {
         var found: Machine.Found
         var inline: Waiter?
@@ -30,22 +17,16 @@ extension CommandEngine {
     }
 
     /// Runs one transition under the engine lock and carries out its actions after unlocking.
-    /// - Parameter transition: the machine's transition (with the state word's handling, where it
-    ///   changes the word).
-    /// - Returns: what the transition found, and a command to run inline, if any.
     @inline(__always)
     @discardableResult
     final func perform(_ transition: (inout Machine) -> Machine.Actions) -> Performed<Void> {
-        // The actions may hand a raise on to the nextHolder, or end the releaser's own.
         SyncPoints.inheritance(true)
         defer { SyncPoints.inheritance(false) }
         var nextHolder: NextHolder = (0, 0)
-        // The actions leave the lock section as its result, never through a captured variable:
-        // the compiler then moves them instead of copying every reference they hold.
+        // Returned from the lock section, never captured: moved, not copied.
         var actions = machine.withLock { machine in
             var actions = transition(&machine)
-            // A command that expired gets its error, which shows the queue as the release that
-            // passed it over left it (rare: only here does a lock section read the whole machine).
+            // An expired command's error shows the queue as the release that passed it left it.
             if !actions.others.isEmpty {
                 for case .expired(let waiter, _) in actions.others {
                     waiter.expired(snapshot(machine, word: state.loadAcquire()))
@@ -57,9 +38,8 @@ extension CommandEngine {
         return finish(&actions, nextHolder: nextHolder, answer: ())
     }
 
-    /// ``perform(_:)`` for a transition that answers its caller besides its actions (an
-    /// operation's enqueue, which discards the pending operation too): it returns the answer and
-    /// leaves its actions in `actions`. (Not the common path: its result is a pair.)
+    /// ``perform(_:)`` for a transition that also answers its caller (an operation's enqueue).
+    /// Not the common path: its result is a pair.
     final func perform<Answer>(
         _ transition: (inout Machine, inout Machine.Actions) -> Answer
     ) -> Performed<Answer> {
@@ -82,12 +62,11 @@ extension CommandEngine {
         return finish(&actions, nextHolder: nextHolder, answer: answer)
     }
 
-    /// After unlocking: carries out `actions` and answers with what ``perform(_:)`` returns.
     @inline(__always)
     private func finish<Answer>(
         _ actions: inout Machine.Actions, nextHolder: NextHolder, answer: Answer
     ) -> Performed<Answer> {
-        // A waiter left: the boost it asked for ends with it (see `PriorityInheritance.swift`).
+        // A waiter left: the boost it asked for ends with it.
         // mutant(boost-sync-dropped): let lowersBoost = false
         let lowersBoost = actions.lowersBoost
         defer { if lowersBoost { lowerBoost() } }
@@ -95,11 +74,9 @@ extension CommandEngine {
         return Performed(found: found, inline: carryOut(&actions, nextHolder: nextHolder), answer: answer)
     }
 
-    /// Under the engine lock, in the lock section of the transition that returned `actions`:
-    /// marks the granted waiter, publishes a granted dispatched command (see
-    /// ``publishGrantedDispatch(_:helper:)``), and attaches to the rarer effects what they need
-    /// from their waiters.
-    /// - Returns: the nextHolder's thread and task, if the grant inherits an urgency.
+    /// Under the lock, in the transition's section: marks the granted waiter, publishes a granted
+    /// dispatched command, and attaches to the rarer effects what they need from their waiters.
+    /// - Returns: the new holder's thread and task, if the grant inherits an urgency.
     @inline(__always)
     private func prepare(_ actions: inout Machine.Actions) -> NextHolder {
         if !actions.others.isEmpty { prepareOthers(&actions.others) }
@@ -109,8 +86,7 @@ extension CommandEngine {
         let next = grant.handle
         next.isGranted = true
         next.isGrantedShared = grant.shared
-        // Under the lock, with a monitor running: two loads and a comparison (how long the command
-        // waited came with the grant); an event is made only for a wait past its threshold.
+        // With a monitor running: an event only for a wait past its threshold.
         if grant.waited != Machine.Grant.unknownWait, qsv_monitor_load() != 0 {
             let waited = grant.waited
             let own = ownLongWaitWord.peekForAssertion()
@@ -126,8 +102,7 @@ extension CommandEngine {
         switch grant.starter {
         case .helper(let helper):
             if grant.shared {
-                // A shared read is not published in the dispatched holder's slot: its block claims
-                // it from the machine, and a helper takes it from there too.
+                // A shared read is claimed from the machine, not from the dispatched holder's slot.
                 helper.assignJob(next)
             } else {
                 publishGrantedDispatch(next, helper: helper)
@@ -140,9 +115,8 @@ extension CommandEngine {
         return grant.urgency.isNone ? (0, 0) : (next.threadToBoost, next.taskToEscalate)
     }
 
-    /// ``prepare(_:)`` for the rarer effects: attaches what each needs from its waiter. Out of
-    /// line: most transitions have none, and the lock section of those that do not stays small
-    /// enough for the compiler to inline into its caller.
+    /// ``prepare(_:)`` for the rarer effects. Out of line: most transitions have none, and the lock
+    /// section of those stays small enough to inline into its caller.
     @inline(never)
     private func prepareOthers(_ others: inout [Machine.Other]) {
         for index in others.indices {
@@ -163,7 +137,7 @@ extension CommandEngine {
                 reader.isGrantedShared = true
                 helper.assignJob(reader)
             case .longHoldEnded(let nanoseconds):
-                // Before the grant below: the holder's words still name the hold that ended.
+                // Before the grant: the holder's words still name the hold that ended.
                 if let event = longHoldEnded(nanoseconds: nanoseconds) { others[index] = .report(event) }
             case .finish, .claim, .report:
                 break
@@ -171,17 +145,16 @@ extension CommandEngine {
         }
     }
 
-    /// After unlocking: carries out the actions ``prepare(_:)`` prepared, in the order
-    /// ``EngineStateMachine/Actions`` gives.
-    /// - Returns: the granted command when the machine chose the releasing block to run it.
+    /// After unlocking: carries out the prepared actions, in the order ``EngineStateMachine/Actions``
+    /// gives.
+    /// - Returns: the grant the releasing block runs inline.
     @inline(__always)
     private func carryOut(_ actions: inout Machine.Actions, nextHolder: NextHolder) -> Waiter? {
-        // A boosted holder hands the section on while still boosted, and only then goes back to
-        // its own priority (below): at its own priority it might not get the processor to hand it on.
+        // A boosted holder hands on while still boosted: at its own priority it might not get the
+        // processor to hand on.
         var inline: Waiter?
         var givesProcessorAway = false
         if let grant = actions.grant.take() {
-            // The new holder inherits the urgency of the waiters still parked before it starts.
             if !grant.urgency.isNone { raiseNextHolder(nextHolder, grant.urgency) }
             switch grant.starter {
             case .itself:
@@ -197,17 +170,15 @@ extension CommandEngine {
         }
         if actions.endBoost { endBoostOfCurrentThread() }
         if actions.freeValue { freeValue() }
-        // Its release is the last to touch it: the machine forgot it in the same transition.
+        // The machine forgot it in the same transition: this is the last touch.
         actions.ended.take()?.endHold()
         if !actions.others.isEmpty { carryOut(actions.others) }
-        // Architecture, "More threads than cores": the new holder waits on this processor, and
-        // cannot start until this thread gives it away.
+        // The new holder waits on this processor ("More threads than cores").
         if givesProcessorAway { SyncPoints.yield() }
         return inline
     }
 
-    /// ``carryOut(_:nextHolder:)`` for the rarer effects, in order. Out of line, as
-    /// ``prepareOthers(_:)``.
+    /// ``carryOut(_:nextHolder:)`` for the rarer effects, in order; out of line, as ``prepareOthers(_:)``.
     @inline(never)
     private func carryOut(_ others: [Machine.Other]) {
         for other in others {

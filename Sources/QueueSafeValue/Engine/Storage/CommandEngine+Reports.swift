@@ -1,11 +1,8 @@
 import Dispatch
 import QueueSafeValueShims
 
-// What an engine reports: its diagnostics snapshot (`QueueDiagnostics`), its statistics
-// (`QueueStatistics`), and what the running `QueueMonitor` asks of it and is told. Nothing here
-// runs on the idle path: a command that takes a free value never reads the clock. The watchdog
-// samples holders under the engine lock (`sampleHold`); contended commands report long waits,
-// timeouts and deadlocks after unlocking.
+// What an engine reports: its diagnostics snapshot, its statistics, and what the running
+// `QueueMonitor` asks of it and is told. Nothing here runs on the idle path.
 extension CommandEngine {
     /// ``noteContention()`` while a monitor runs.
     @inline(never)
@@ -13,12 +10,10 @@ extension CommandEngine {
         if monitoredWord.peekForAssertion() == 0, let monitor = QueueMonitor.active { monitor.watch(self) }
     }
 
-    /// The watchdog looks at the holder: under the lock, an exclusive holder is *watched*
-    /// (``EngineStateMachine/watch(word:now:)``: its release goes through the lock, where its end
-    /// is seen) and, once it has held for `threshold` nanoseconds, reported, once.
+    /// The watchdog looks at the holder: an exclusive holder is *watched* (its release goes through
+    /// the lock, where its end is seen) and reported once it has held for `threshold` nanoseconds.
     /// - Returns: the `longHold` event, if the hold is to be reported now.
     final func sampleHold(longHold threshold: UInt64) -> QueueMonitor.Event? {
-        // A free value costs the watchdog one load.
         guard EngineWord.isHeld(state.loadRelaxed()) else { return nil }
         let now = machineNow()
         let found = withMachineLocked { machine -> (UInt64, QueueDiagnostics)? in
@@ -36,9 +31,8 @@ extension CommandEngine {
             priority: named.holder?.priority, diagnostics: named, time: DispatchTime(uptimeNanoseconds: now))
     }
 
-    /// Under the lock, at a grant: the waiter `next` was granted the section after waiting
-    /// `waited` milliseconds, past its threshold; `endedSite` is the holder that handed it on. The
-    /// event to report once unlocked, if a monitor still runs.
+    /// Under the lock: `next` was granted after waiting `waited` milliseconds, past its threshold,
+    /// by the holder at `endedSite`. The event to report once unlocked.
     @inline(never)
     final func longWait(of next: Waiter, waited: UInt32, endedSite: KeptCallSite) -> QueueMonitor.Event? {
         guard QueueMonitor.active != nil else { return nil }
@@ -56,14 +50,12 @@ extension CommandEngine {
             priority: priority, time: SyncPoints.now())
     }
 
-    /// After unlocking: hands `event` to the running monitor.
     final func report(_ event: QueueMonitor.Event) {
         QueueMonitor.active?.report(event, of: self)
     }
 
-    /// A command issued at `site` with `priority` was refused after it waited: a timeout or a
-    /// deadlock is counted (if statistics are on) and reported to the running monitor. Returns
-    /// `error`.
+    /// A command was refused after it waited: a timeout or a deadlock is counted and reported to
+    /// the running monitor. Returns `error`.
     @discardableResult
     final func reportingRefusal(
         _ error: QueueSafeValueError, site: KeptCallSite, priority: CommandPriority
@@ -90,15 +82,13 @@ extension CommandEngine {
 // MARK: - Taking the snapshot
 
 extension CommandEngine {
-    /// How many waiting commands a snapshot lists (``QueueDiagnostics/waiters``), and how many of
-    /// those blocking ones it names by their thread: reading a thread's name is a system call,
-    /// made under the engine lock.
+    /// How many waiting commands a snapshot lists, and how many blocking ones it names by their
+    /// thread (a system call each, under the engine lock).
     static let listedWaiters = 100
     static let namedWaitingThreads = 16
 
-    /// The section's holder and waiters now, read under the lock. A snapshot *watches* an
-    /// exclusive holder (``EngineStateMachine/watch(word:now:)``): its release then goes through
-    /// the lock once, so that its thread can be named while it surely holds.
+    /// The section's holder and waiters now. A snapshot *watches* an exclusive holder, so that its
+    /// thread can be named while it surely holds.
     @usableFromInline
     final var diagnostics: QueueDiagnostics {
         withMachineLocked { machine in
@@ -109,10 +99,8 @@ extension CommandEngine {
         }.namingQueue()
     }
 
-    /// The snapshot of `machine` and `word`, taken by a caller that holds the lock. Queues are known
-    /// by their identities only: call ``QueueDiagnostics/namingQueue()`` after unlocking (the labels
-    /// are the deadlock detector's, under its lock, which is taken before an engine's, never inside
-    /// it).
+    /// The snapshot of `machine` and `word`, under the lock. Queues are named after unlocking
+    /// (``QueueDiagnostics/namingQueue()``): the detector's lock is never taken inside this one.
     final func snapshot(_ machine: Machine, word: Int) -> QueueDiagnostics {
         var diagnostics = QueueDiagnostics(
             name: displayName, holder: holder(machine, word: word), waiting: machine.waitingCountsByPriority(),
@@ -121,21 +109,15 @@ extension CommandEngine {
         return diagnostics
     }
 
-    /// The holder, named as far as the words and the machine tell (see ``snapshot(_:word:)``).
+    /// The holder, named as far as the words and the machine tell.
     private func holder(_ machine: Machine, word: Int) -> QueueDiagnostics.Holder? {
         let since = machine.holderSince == 0 ? nil : DispatchTime(uptimeNanoseconds: machine.holderSince)
         var holder: QueueDiagnostics.Holder
         if EngineWord.readersHold(word) {
             // Reads that took the idle path are blocking reads the machine keeps no record of.
-            let kind: QueueDiagnostics.HolderKind =
-                switch machine.firstReaderKind ?? .blocking {
-                case .blocking: .blocking
-                case .dispatched: .dispatch
-                case .awaiting: .awaiting
-                case .operation: .operation  // a CommandQueue of width above 1
-                }
             holder = QueueDiagnostics.Holder(
-                kind: kind, awaitsCompletion: false, since: since,
+                kind: QueueDiagnostics.HolderKind(machine.firstReaderKind ?? .blocking), awaitsCompletion: false,
+                since: since,
                 sinceIsExact: machine.firstReaderKind != nil || machine.holderSinceIsExact, queue: nil,
                 isWaitingForItsQueue: false,
                 sharedReads: machine.readers.count + EngineWord.idleReaders(word))
@@ -151,12 +133,11 @@ extension CommandEngine {
             case CommandKind.dispatched.wordBits: kind = .dispatch
             default: kind = machine.trackedHolderKind == .operation ? .operation : .awaiting
             }
-            let queueIdentity = kind == .dispatch ? dispatchedHolderQueue.loadRelaxed() : nil
+            let queueIdentity = kind == .dispatch ? self.word(.dispatchedHolderQueue).loadRelaxed() : nil
             // A retained address: published and not claimed by its block (or a helper) yet.
             let waitingForQueue = kind == .dispatch && pendingDispatch.loadAcquire() > Self.dispatchStarted
             holder = QueueDiagnostics.Holder(
                 kind: kind, awaitsCompletion: machine.holderAwaitsCompletion, since: since,
-                // Named after unlocking (`namingQueue()`): the detector's lock is never taken inside this one.
                 // mutant(lock-order-inversion): sinceIsExact: machine.holderSinceIsExact, queue: queueIdentity.flatMap { DeadlockDetector.shared.label(ofQueue: $0) }, isWaitingForItsQueue: waitingForQueue,
                 sinceIsExact: machine.holderSinceIsExact, queue: nil, isWaitingForItsQueue: waitingForQueue,
                 queueIdentity: queueIdentity)
@@ -178,12 +159,9 @@ extension CommandEngine {
         return holder
     }
 
-    /// Whether the holder words name the current exclusive holder of `kind`: a command that took a
-    /// free value stores its call site a few instructions after its compare-and-swap, then its
-    /// owner word (the thread, the task, or the published dispatch command), releasing the call
-    /// site; until a report sees the owner, the words may still name the previous holder.
-    /// (A blocking holder that is releasing has cleared its owner word too: its call site is then
-    /// not shown either, though it would be right.)
+    /// Whether the holder words name the current exclusive holder of `kind`: a holder that took a
+    /// free value stores its call site, then its owner word, releasing it; until a report sees the
+    /// owner, the words may still name the previous holder.
     private func holderSiteIsCurrent(_ kind: QueueDiagnostics.HolderKind, thread: Int) -> Bool {
         switch kind {
         // mutant(stale-holder-site-trusted): case .blocking: true
@@ -193,8 +171,8 @@ extension CommandEngine {
         }
     }
 
-    /// Who holds exclusively: a blocking command's thread, named only while the word makes its
-    /// release go through the lock (which the caller holds), so that the thread is alive; a task.
+    /// Who holds exclusively: a blocking command's thread, named only while its release must take
+    /// the lock the caller holds (so the thread is alive); a task.
     private func holderParty(_ kind: QueueDiagnostics.HolderKind, thread: Int, word: Int) -> String? {
         switch kind {
         case .blocking:
@@ -208,7 +186,6 @@ extension CommandEngine {
         }
     }
 
-    /// The first ``listedWaiters`` waiting commands, in grant order.
     private func waiters(_ machine: Machine) -> [QueueDiagnostics.Waiter] {
         let now = machineNow()
         let nowMilliseconds = UInt32(truncatingIfNeeded: now / 1_000_000)
@@ -241,13 +218,12 @@ extension CommandEngine {
 // MARK: - Statistics
 
 extension CommandEngine {
-    /// Turns the statistics on (from zero) or off.
     final func collectStatistics(_ on: Bool) {
         let now = machineNow()
         withMachineLocked { $0.collectStatistics(on, now: now) }
     }
 
-    /// The statistics (and a fresh start if `reset`), or `nil` while they are off.
+    /// `nil` while statistics are off.
     final func statistics(reset: Bool) -> QueueStatistics? {
         let now = machineNow()
         return withMachineLocked { $0.readStatistics(reset: reset, now: now) }.map { QueueStatistics($0, now: now) }

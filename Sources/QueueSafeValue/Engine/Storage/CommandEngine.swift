@@ -12,52 +12,33 @@ import QueueSafeValueShims
 // MARK: - CommandEngine
 
 /// The priority command queue behind every value container and ``CommandQueue``: the storage half
-/// of the engine.
-///
-/// Every decision is made by an ``EngineStateMachine`` that this class keeps behind its lock. A
-/// method here calls one transition with the lock held and then, after unlocking, performs what the
-/// transition returned: it wakes a parked thread, dispatches a block, resumes or cancels a task,
-/// frees the value. No user code runs, no semaphore is signalled and no continuation is resumed
-/// while the lock is held (and no reference whose release could run user code is dropped there).
-///
-/// The one exception to "every decision in the machine" is the idle path: taking a free section and
-/// releasing one that nobody waits for are single compare-and-swaps on the state word, without the
-/// lock. ``EngineWord`` states the invariant that makes this safe.
-///
-/// `ValueEngine` subclasses it to add the value, which the engine frees through ``freeValue()``
-/// when the state machine says so.
+/// of the engine. It calls one ``EngineStateMachine`` transition under its lock and performs the
+/// result after unlocking; the idle path alone (one compare-and-swap on the state word, see
+/// ``EngineWord``) decides without the machine. `ValueEngine` subclasses it to add the value.
 ///
 /// ## Lock order
 ///
 /// A thread that holds one of these locks takes only locks further down the list, and never two of
-/// the same kind (no order between two engines' locks is defined, so neither is taken inside the
-/// other). One exception: a waiting task's escalation handler escalates the holder it waits for, a
-/// task's lock inside another's along the wait-for graph, as the runtime does for a task that
-/// awaits another. The checker (`LockOrder` in the tests) records every nesting that any run of any
-/// scenario takes, by kind, and fails on a cycle.
+/// the same kind. One exception: a waiting task's escalation handler escalates the holder it waits
+/// for, a task's lock inside another's, as the runtime does for a task that awaits another.
 ///
-/// 1. **A task's lock in the concurrency runtime.** The runtime holds it while it escalates or
-///    cancels a task and while the task's escalation or cancellation handler runs; those handlers
-///    take the locks below. So no lock below is held while a task is escalated: a boost decided
-///    under a boost lock is made after releasing it (`Escalations`).
-/// 2. **The deadlock detector's lock** (one per process). Registration reads who holds an engine:
-///    its shared reads, under that engine's boost lock. The chain walk takes it alone, between links.
-///    It also keeps queue labels: a snapshot taken under an engine lock names a dispatch holder's
-///    queue after unlocking (`QueueDiagnostics.namingQueue()`).
+/// 1. **A task's lock in the concurrency runtime**, held while it escalates or cancels a task and
+///    while the task's handlers run. So a boost decided under a boost lock is made after releasing
+///    it (`Escalations`).
+/// 2. **The deadlock detector's lock** (one per process). A snapshot taken under an engine lock
+///    names a dispatch holder's queue after unlocking (`QueueDiagnostics.namingQueue()`).
 /// 3. **An engine's boost lock** (`boosts`): the raised parties, the running shared reads and the
-///    observers. Priority inheritance reads the machine's decision under it.
+///    observers.
 /// 4. **An engine's lock** (`machine`): every transition.
-/// 5. **Leaves**, which take nothing inside: the boost registry's lock (one per process), a parked
-///    waiter's helper jobs, each observer's delivery lock, and the locks of `RefreshingValue`,
-///    `RecurringExecutor` and the lost-update handler. The queue-identity cache (the `queueCache…` words) takes
-///    no lock.
+/// 5. **Leaves**, which take nothing inside: the boost registry's lock, a parked waiter's helper
+///    jobs, each observer's delivery lock, and the locks of `RefreshingValue`, `RecurringExecutor`
+///    and the lost-update handler.
 // @unchecked Sendable: mutable state is the locked machine and atomic words
 @usableFromInline
 class CommandEngine: @unchecked Sendable {
     typealias Machine = EngineStateMachine
     typealias Ticket = Machine.Ticket
 
-    /// The engine's atomic words, by ``Word`` (each word's meaning is there).
     @usableFromInline final let words = AtomicWords.make(count: Word.allCases.count)
 
     /// The engine's atomic words, one per case, in this order in ``words``.
@@ -65,48 +46,38 @@ class CommandEngine: @unchecked Sendable {
     enum Word: Int, CaseIterable {
         /// The state word (``EngineWord``).
         case state
-        /// The thread running a synchronous closure in the section (or waiting for its `done()`),
-        /// or 0.
+        /// The thread running a synchronous closure in the section (or waiting for its `done()`), or 0.
         case ownerThread
-        /// The call site of the exclusive holder (``keepHolder(thread:site:)``): the address of
-        /// its `#fileID` and its line, written by the holder when it takes a free section and by
-        /// the storage when it grants one; read by reports only. Not cleared on release: a report
-        /// reads them only while the state word shows an exclusive holder.
+        /// The exclusive holder's call site (``keepHolder(thread:site:)``), read by reports only
+        /// while the state word shows an exclusive holder, so never cleared.
         case holderFile
         case holderLine  // right after `holderFile`, and both after `ownerThread`: see `keepHolder(thread:site:)`
-        /// The task section's generation, with its sign saying whether a task section is held:
-        /// positive `g` while the `g`th task section is held, `-g` once it ended (so the next one is
-        /// `g + 1`, and a task-local record of an ended section never matches the word); only the
-        /// holder writes it (see `Reentrancy.swift`).
+        /// `g` while the `g`th task section is held, `-g` once it ended, so that a stale task-local
+        /// record never matches (see `Reentrancy.swift`).
         case taskSection
         /// The task holding the section, or 0 (for deadlock detection).
         case ownerTask
-        /// The dispatched holder's slot for helping (see ``publishPendingDispatch(_:)``).
+        /// The dispatched holder's slot for helping (see ``publishGrantedDispatch(_:helper:)``).
         case pendingDispatch
-        /// The identity of the dispatched holder's queue (see `QueueTag`), for diagnostics;
-        /// meaningful only while a dispatched command holds the section.
+        /// The identity of the dispatched holder's queue, for diagnostics.
         case dispatchedHolderQueue
-        /// How many observers a value has (see `Observation.swift`); 0 for a command queue. Read
-        /// relaxed by every command that may change the value, before its release.
+        /// How many observers a value has (see `Observation.swift`).
         case observing
-        /// 1 while the running ``QueueMonitor`` watches this engine, else 0 (read on the slow path only).
+        /// 1 while the running ``QueueMonitor`` watches this engine.
         case monitored
-        /// This engine's own long-wait threshold in the running monitor, in milliseconds; 0: the
-        /// monitor's (read at a hand-off while a monitor runs).
+        /// This engine's own long-wait threshold in milliseconds; 0: the monitor's.
         case ownLongWait
-        // The one-entry queue identity cache (see ``queueIdentity(of:)``): a version, odd while it
-        // is written; the cached queue's address; its identity; and the cached queue itself,
-        // retained, so that no other queue can have that address while the entry names it.
+        // The queue identity cache (see ``queueIdentity(of:)``): a version, odd while written; the
+        // queue's address; its identity; the queue, retained so no other queue can take its address.
         case queueCacheVersion
         case queueCacheAddress
         case queueCacheID
         case queueCacheOwner
-        /// The waiting order's head: the address of the waiter it serves next, or 0. A hint for
-        /// spinning waiters (`BlockingWaiter`), never a decision: written under the lock by the
-        /// enqueue and the release through the lock (a leave does not update it), read relaxed.
+        /// The address of the waiter the next grant goes to, or 0: a hint for spinning waiters,
+        /// never a decision (a leave does not update it).
         case head
-        /// The waiter the last release through the lock handed the section to (the head before
-        /// it), or 0: it is still "the head" for its own spin until it sees its grant.
+        /// The waiter the last release through the lock handed the section to: still the head for
+        /// its own spin until it sees its grant.
         case handedTo
     }
 
@@ -122,22 +93,15 @@ class CommandEngine: @unchecked Sendable {
     @inline(__always) final var taskSection: AtomicWord { word(.taskSection) }
     @inline(__always) final var ownerTask: AtomicWord { word(.ownerTask) }
     @inline(__always) final var pendingDispatch: AtomicWord { word(.pendingDispatch) }
-    @inline(__always) final var dispatchedHolderQueue: AtomicWord { word(.dispatchedHolderQueue) }
     @inlinable @inline(__always) final var observing: AtomicWord { word(.observing) }
     @inlinable @inline(__always) final var holderFile: AtomicWord { word(.holderFile) }
     @inlinable @inline(__always) final var holderLine: AtomicWord { word(.holderLine) }
     @inline(__always) final var monitoredWord: AtomicWord { word(.monitored) }
     @inline(__always) final var ownLongWaitWord: AtomicWord { word(.ownLongWait) }
-    @inline(__always) final var queueCacheVersion: AtomicWord { word(.queueCacheVersion) }
-    @inline(__always) final var queueCacheAddress: AtomicWord { word(.queueCacheAddress) }
-    @inline(__always) final var queueCacheID: AtomicWord { word(.queueCacheID) }
-    @inline(__always) final var queueCacheOwner: AtomicWord { word(.queueCacheOwner) }
 
-    /// The name the user gave the container or queue, if any; see ``displayName``.
     final let label: String?
 
-    /// The value was made with ``CommandFairness/eventual``: the machine's clock is precise (the
-    /// bound is a millisecond), not the coarse one diagnostics need.
+    /// Made with ``CommandFairness/eventual``: the machine needs the precise clock for the bound.
     final let isEventuallyFair: Bool
 
     @usableFromInline
@@ -145,53 +109,41 @@ class CommandEngine: @unchecked Sendable {
         self.label = label
         isEventuallyFair = fairness.bargingBound != nil
         machine = LockedState.make(Machine(maxOvertakes: fairness.maxOvertakes, bargingBound: fairness.bargingBound))
-        // Created while a monitor runs: watched from the start (one load otherwise).
         QueueMonitor.active?.watch(self)
     }
 
-    /// The time the machine's transitions are given (``Hold/since``, and the eventually fair mode's
-    /// bound): the coarse clock, or in the eventually fair mode the precise one (on a controlled
-    /// scheduler's clock under the testing library).
-    ///
-    /// A timed command's arrival reads the precise clock (`precise`), so that a deadline that has
-    /// just passed (a zero timeout) is seen as passed; every other transition reads the coarse one,
-    /// and may see a deadline as passed up to one tick of it late (1 to 4 ms on Linux,
-    /// `clock_getres(CLOCK_MONOTONIC_COARSE)`; about a millisecond on Apple platforms).
+    /// The time the machine's transitions are given: the coarse clock, or the precise one in the
+    /// eventually fair mode and for a timed command's arrival (so that a zero timeout is seen as
+    /// passed); elsewhere a deadline may be seen up to one coarse tick late.
     @inline(__always)
     final func machineNow(precise: Bool = false) -> UInt64 {
         isEventuallyFair || precise ? SyncPoints.fairnessNow() : SyncPoints.coarseNow()
     }
 
     deinit {
-        releaseCachedQueue()
+        Self.releaseCachedQueue(word(.queueCacheOwner).exchange(0))
     }
 
-    /// How diagnostics and deadlock reports name this engine: its label in quotes, or a short
-    /// identity (`CommandQueue #3fa0`).
+    /// How diagnostics and deadlock reports name this engine (`CommandQueue #3fa0` without a label).
     var displayName: String {
         label.map { "'\($0)'" } ?? "CommandQueue #\(shortIdentity)"
     }
 
-    /// How a schedule's trace names this engine: its label in quotes, or its type (no identity, so
-    /// that a replay's trace reads the same as the run it replays; label the values to tell them
-    /// apart).
+    /// How a schedule's trace names this engine: without an identity, so a replay's trace reads
+    /// the same as its run.
     var traceName: String {
         label.map { "'\($0)'" } ?? "a CommandQueue"
     }
 
-    /// The low 16 bits of the engine's address, in hex: enough to tell two engines apart in a report.
     final var shortIdentity: String {
         String((UInt(bitPattern: ObjectIdentifier(self)) >> 4) & 0xFFFF, radix: 16)
     }
 
-    /// Frees the guarded value. Called once, outside the lock, when the state machine decides that
-    /// the container is gone and nothing holds or waits for the value. The engine of a
-    /// ``CommandQueue`` guards no value.
+    /// Frees the guarded value, once, outside the lock (a ``CommandQueue`` guards none).
     func freeValue() {}
 
-    /// Releases the section of a `kind` holder that may have changed the value while the value has
-    /// observers: captures the change first and offers it after the release. A value's engine
-    /// overrides it (see `Observation.swift`); a command queue has no value and no observers.
+    /// Releases a holder that may have changed an observed value; `ValueEngine` overrides it to
+    /// capture the change (see `Observation.swift`).
     @usableFromInline
     func releaseObservedChange(_ kind: CommandKind) {
         release(kind)
@@ -199,28 +151,26 @@ class CommandEngine: @unchecked Sendable {
 
     // MARK: Idle path
 
-    /// Ends the running command of `kind` and starts the next one, if any: ``releaseInline(_:releaserQueue:)``
-    /// behind a call, for async code, where the inlined release made every command slower.
+    /// ``releaseInline(_:releaserQueue:)`` behind a call, for async code, where the inlined release
+    /// made every command slower.
     @usableFromInline
     final func release(_ kind: CommandKind) {
         releaseInline(kind)
     }
 
-    /// The one release, inlined into the caller: on the idle path a store and a compare-and-swap,
-    /// with no call, else ``releaseSlow(releaserQueue:)``. A dispatched command's block first
-    /// clears the dispatched holder's slot (while the word still says held), so the blocking
-    /// release pays nothing for helping.
+    /// The one release, inlined into the caller. A dispatched block clears its slot first (while
+    /// the word still says held), so the blocking release pays nothing for helping.
     /// - Parameter releaserQueue: a dispatched block's queue, if it could run a granted successor
     ///   for that queue inline (0: it cannot).
-    /// - Returns: the successor the machine chose the releasing dispatched block to run inline
-    ///   (see ``EngineStateMachine/Starter/releasingBlock``); every other grant was started already.
+    /// - Returns: the successor the releasing block runs inline
+    ///   (``EngineStateMachine/Starter/releasingBlock``); every other grant was started already.
     @inlinable
     @inline(__always)
     @discardableResult
     final func releaseInline(_ kind: CommandKind, releaserQueue: Int = 0) -> Waiter? {
         if kind == .dispatched { word(.pendingDispatch).storeRelaxed(0) }
-        // Cleared first: once the word says free, another thread may take the section and set them.
-        // The words are loaded once for both (the store would make the compiler load them again).
+        // Cleared first: once the word says free, another thread may set it. Loaded once: the
+        // store would make the compiler load the words again.
         let words = self.words
         AtomicWord(words, index: Word.ownerThread.rawValue).storeRelaxed(0)
         if tryReleaseIdle(kind, in: words) { return nil }
@@ -229,45 +179,49 @@ class CommandEngine: @unchecked Sendable {
 
     // MARK: Transitions
 
-    /// Where a command that asked for the section through the lock stands: the machine's
-    /// ``EngineStateMachine/Admission``, with an expired command refused (see ``placement(_:_:word:)``).
+    /// Where a command that asked for the section through the lock stands.
     enum Placement {
-        /// It holds the section now (the ticket is an operation's holder record).
+        /// The ticket is an operation's holder record.
         case granted(Ticket?)
-        /// It waits in the queue, and is started when its turn comes.
         case queued(Ticket)
-        /// It never runs.
         case refused(QueueSafeValueError)
     }
 
-    /// Asks the machine for the section on behalf of `waiter`.
+    /// Asks the machine for the section, or a share of it (`shared`), on behalf of `waiter`; a
+    /// read's ticket is stored in the waiter under the lock, before any release can grant it.
     /// - Parameter deadline: when a timed command gives up (`uptimeNanoseconds`; 0: never).
     final func enqueue(
         _ waiter: Waiter,
         kind: CommandKind,
         priority: CommandPriority,
         reentrant: Bool = false,
+        shared: Bool = false,
         deadline: UInt64 = 0
     ) -> Placement {
+        if shared { SyncPoints.commandPoint("read arrives at", self, kind) }
         waiter.issuedPriority = priority
         let placed = machine.withLock { machine in
             transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
                 let admission = machine.enqueue(
                     waiter, kind: kind, priority: priority, reentrant: reentrant, word: &word,
-                    now: machineNow(precise: deadline != 0), deadline: deadline)
-                // Granted at once: it holds the section now, as if it had taken it on the idle path.
-                if case .granted = admission { keepHolderSite(waiter.keptSite, priority: priority) }
-                if case .queued = admission { noteHead(machine) }
+                    now: machineNow(precise: deadline != 0), shared: shared, deadline: deadline)
+                switch admission {
+                case .granted(let ticket?) where shared, .queued(let ticket) where shared: waiter.readerTicket = ticket
+                // It holds the section now, as if it had taken it on the idle path.
+                case .granted where !shared: keepHolderSite(waiter.keptSite, priority: priority)
+                case .queued where !shared: noteHead(machine)
+                default: break
+                }
                 return placement(admission, machine, word: word)
             }
         }
-        noteContention()
+        // A read through the lock is not contention unless it waits.
+        if case .queued = placed { noteContention() } else if !shared { noteContention() }
         return placed
     }
 
-    /// Under the lock: the placement of `admission`; one the machine found
-    /// ``EngineStateMachine/Admission/expired`` (the command's deadline had passed and the section
-    /// is held) is a `.timedOut` refusal with a snapshot of the queue.
+    /// Under the lock: the placement of `admission`; an expired one becomes a `.timedOut` refusal
+    /// with a snapshot of the queue.
     @inline(__always)
     final func placement(_ admission: Machine.Admission, _ machine: Machine, word: Int) -> Placement {
         switch admission {
@@ -278,24 +232,22 @@ class CommandEngine: @unchecked Sendable {
         }
     }
 
-    /// Under the lock, after a transition that may have changed the waiting order's head: stores
-    /// it in the ``Word/head`` hint if it changed (the spinning waiters read that cache line).
+    /// Under the lock: updates the ``Word/head`` hint only if it changed (spinning waiters read
+    /// that cache line).
     @inline(__always)
     final func noteHead(_ machine: borrowing Machine) {
         let head = machine.table.firstWaitingAddress
         if word(.head).loadRelaxed() != head { word(.head).storeRelaxed(head) }
     }
 
-    /// A command asked for the section through the lock: if a monitor runs and does not watch this
-    /// engine yet, it does from now on (so that its long holds are sampled; see `CommandEngine+Reports.swift`). One load of a C global
-    /// (`qsv_monitor_word`) when no monitor runs.
+    /// A command went through the lock: a running monitor watches this engine from now on, so its
+    /// long holds are sampled. One load when no monitor runs.
     @inline(__always)
     final func noteContention() {
         if qsv_monitor_load() != 0 { watchFromNowOn() }
     }
 
-    /// A release the idle path could not take: the machine decides, and the actions are performed
-    /// after unlocking.
+    /// A release the idle path could not take.
     /// - Returns: the granted command the releasing block runs inline, if the machine chose it.
     @usableFromInline
     @discardableResult
@@ -310,17 +262,15 @@ class CommandEngine: @unchecked Sendable {
         }.inline
     }
 
-    /// Takes a waiting command out of the queue (a cancellation), if it still waits: it never runs
-    /// then, and its task, if suspended, is resumed. If it had been granted, or had left already,
-    /// nothing changes.
-    /// The resumed task then finds out under the lock that it was not granted.
+    /// Takes a waiting command out of the queue (a cancellation), if it still waits; its suspended
+    /// task is resumed and finds out under the lock that it was not granted.
     /// - Complexity: O(1) amortized.
     final func leave(_ ticket: Ticket) {
         perform { leave(ticket, &$0) ?? .init() }
     }
 
-    /// Under the lock: the machine's leave. In the eventually fair mode a command may leave while the
-    /// section is free (the one woken to claim it): the transition then decides on the word.
+    /// Under the lock: the machine's leave; in the eventually fair mode the one woken to claim a
+    /// free section may leave, so the transition decides on the word.
     @inline(__always)
     final func leave(_ ticket: Ticket, _ machine: inout Machine) -> Machine.Actions? {
         guard isEventuallyFair else { return machine.leave(ticket) }
@@ -330,11 +280,8 @@ class CommandEngine: @unchecked Sendable {
     }
 
     /// Eventually fair mode: the blocking command `ticket`, woken to claim the section a release
-    /// freed, claims it (see ``EngineStateMachine/claim(_:parking:word:now:)``). If it is granted,
-    /// its own start (the granted bit) is among the actions performed.
+    /// freed, claims it (see ``EngineStateMachine/claim(_:parking:word:now:)``).
     /// - Parameter parking: the claimer is about to park.
-    /// - Returns: what the machine decided: ``EngineStateMachine/Found/settled``,
-    ///   ``EngineStateMachine/Found/stillHeld`` or ``EngineStateMachine/Found/passedOn``.
     final func claim(_ ticket: Ticket, parking: Bool) -> Machine.Found {
         perform { machine in
             transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
@@ -343,23 +290,25 @@ class CommandEngine: @unchecked Sendable {
         }.found
     }
 
-    /// A waiting command gives up (its deadline passed, or waiting would deadlock): it leaves the
-    /// queue if it still waits.
-    /// - Returns: what held the value and what waited, if it left (it never runs now); `nil` if it
-    ///   was granted first (then it runs).
-    final func leaveWithSnapshot(_ ticket: Ticket) -> QueueDiagnostics? {
+    /// A waiting command gives up (deadline, or deadlock): it leaves the queue if it still waits,
+    /// and `left` is given the queue's snapshot under the lock.
+    /// - Returns: that snapshot if it left; `nil` if it was granted first (then it runs).
+    @discardableResult
+    final func leaveWithSnapshot(
+        _ ticket: Ticket, _ left: (QueueDiagnostics) -> Void = { _ in }
+    ) -> QueueDiagnostics? {
         var diagnostics: QueueDiagnostics?
         perform { machine in
             guard let actions = leave(ticket, &machine) else { return .init() }
             diagnostics = snapshot(machine, word: state.loadAcquire())
+            diagnostics.map(left)
             return actions
         }
         return diagnostics?.namingQueue()
     }
 
     /// Refuses every command issued from now on with `.valueContainerDeinited`, and frees the value
-    /// as soon as nothing holds or waits for it (now, if that is already so). Queued commands still
-    /// run.
+    /// once nothing holds or waits for it. Queued commands still run.
     @usableFromInline
     final func close() {
         perform { machine in
@@ -370,7 +319,6 @@ class CommandEngine: @unchecked Sendable {
     // MARK: Manual completion
 
     /// The holder starts a manual-completion command.
-    /// - Returns: the ticket its completion closure reports to.
     final func beginManual(_ waiter: Waiter, kind: CommandKind) -> Ticket {
         machine.withLock { machine in
             transitionWhileHeld(&machine) { machine, word in
@@ -379,16 +327,14 @@ class CommandEngine: @unchecked Sendable {
         }
     }
 
-    /// The closure of the manual-completion command `ticket` returned. If the command goes on
-    /// holding the section without the calling thread (it waits for its completion), that thread
-    /// ends the boost it may have inherited.
+    /// The closure of the manual-completion command `ticket` returned; a thread that stops
+    /// holding while the command waits for its completion ends its inherited boost.
     final func manualClosureReturned(_ ticket: Ticket) -> Machine.ManualStep {
         let step = machine.withLock { $0.manualClosureReturned(ticket) }
         if case .waitForCompletion(boosted: true) = step, ownerThread.loadRelaxed() == 0 { endBoostOfCurrentThread() }
         return step
     }
 
-    /// The completion of the manual-completion command `ticket` was called, or dropped uncalled.
     final func manualCompletionArrived(_ ticket: Ticket, dropped: Bool) {
         SyncPoints.commandPoint("manual completion is called for", self)
         perform { $0.manualCompletionArrived(ticket, dropped: dropped) }
@@ -396,7 +342,6 @@ class CommandEngine: @unchecked Sendable {
 
     // MARK: Observation
 
-    /// Runs `body` with the machine, under the lock: one transition or query, nothing else.
     @inline(__always)
     final func withMachineLocked<R>(
         file: StaticString = #fileID, line: UInt = #line, _ body: (inout Machine) -> R
@@ -404,24 +349,21 @@ class CommandEngine: @unchecked Sendable {
         machine.withLock(file: file, line: line, body)
     }
 
-    /// Runs `body` with the machine and the state word, under the lock (for snapshots).
+    /// For snapshots: the machine and the state word, under the lock.
     @inline(__always)
     final func withMachine<R>(file: StaticString = #fileID, line: UInt = #line, _ body: (Machine, Int) -> R) -> R {
         machine.withLock(file: file, line: line) { machine in body(machine, state.loadAcquire()) }
     }
 
-    /// How many manual completions were released without being called.
     @usableFromInline
     final var droppedCompletionCount: Int {
         machine.withLock { $0.droppedCompletions }
     }
 
-    /// The number of commands waiting for their turn (for tests and diagnostics).
     final var pendingCount: Int {
         machine.withLock { $0.waitingCount }
     }
 
-    /// Whether the value has been freed.
     final var isValueFreed: Bool {
         machine.withLock { $0.isValueFreed }
     }

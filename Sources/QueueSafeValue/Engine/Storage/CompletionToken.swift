@@ -14,12 +14,9 @@ public typealias CommandCompletionClosure = @Sendable () -> Void
 
 // MARK: - CompletionToken
 
-/// The object behind a ``CommandCompletionClosure``. It tells the engine that the completion
-/// arrived exactly once: at the first call, or, if it is never called, when the last copy of the
-/// closure is released (a *dropped* completion, which the engine counts).
-///
-/// The token refers to the engine and the command's ticket, never to the value or the container,
-/// so a completion closure kept after its command ended keeps nothing alive but the engine.
+/// The object behind a ``CommandCompletionClosure``: tells the engine once that the completion
+/// arrived, at the first call or when the last copy is released (*dropped*). It refers to the
+/// engine and the ticket only, so a kept closure keeps nothing alive but the engine.
 // @unchecked Sendable: `arrived` is atomic, the rest immutable
 final class CompletionToken: @unchecked Sendable {
     private let arrived = AtomicWord(0)
@@ -43,9 +40,7 @@ final class CompletionToken: @unchecked Sendable {
         }
     }
 
-    /// Makes a token for the manual-completion command `ticket` and calls `body` with its closure.
-    /// The token is referenced only by that closure, so when `body` (and whatever it handed the
-    /// closure to) lets go of it, it completes itself.
+    /// Calls `body` with the closure of a new token for `ticket`, referenced only by that closure.
     @inline(never)
     static func withCompletion(
         engine: CommandEngine,

@@ -1,21 +1,8 @@
 import QueueSafeValueShims
 
-// Priority inheritance asks the operating system for three things: how urgently a thread runs on
-// its own, to run a thread at least at some urgency until told to stop, and to escalate a task.
-// This file keeps those calls apart from the policy that decides when to make them:
-//
-// - `PriorityBackend` is the platform's mechanism with its calls: on Linux a real-time policy
-//   (`RealtimeSchedulingCalls`: SCHED_FIFO at the waiter's priority, then back to what the thread
-//   had), on Apple platforms QoS overrides (`QoSOverrideCalls`: an override at the waiter's class
-//   until it is ended). Both escalate tasks through the concurrency runtime (`TaskEscalationCalls`).
-// - `ThreadBoost` is what a raise changed on one thread, and `PriorityBackend.move(_:ofThread:to:)`
-//   is the policy: raise, move or end a thread's boost, never for a thread that already runs at
-//   least that urgently on its own, and (on Apple platforms) never leaving the thread unraised
-//   while it moves from one class to another.
-//
-// The process uses `PriorityBackend.platform`. The tests run both policies on Linux with a
-// recording fake (`RecordingPriorityBackend`, in QueueSafeValueTesting), which plays the kernel: it
-// says what each thread runs at, and checks that every override started is ended exactly once.
+// Priority inheritance's calls into the operating system, kept apart from the policy that decides
+// when to make them (`PriorityBackend.move(_:ofThread:to:)`), so that the tests run both platforms'
+// policies on Linux against a recording fake (`RecordingPriorityBackend`).
 
 // MARK: - The platform's calls
 
@@ -71,7 +58,7 @@ public protocol TaskEscalationCalls: Sendable {
 }
 
 /// How this platform raises the holder of a value that a more urgent party waits for, with the
-/// calls that do it (see the header of `PriorityBackend.swift`).
+/// calls that do it.
 @_spi(Testing)
 public enum PriorityBackend: Sendable {
     /// Linux: the holder thread gets a real-time policy (SCHED_FIFO) at the waiter's priority while
@@ -91,8 +78,7 @@ public enum PriorityBackend: Sendable {
         #endif
     }()
 
-    /// The concurrency runtime's escalation, which every platform's backend uses (for a fake that
-    /// records escalations and still makes them).
+    /// The concurrency runtime's escalation, for a fake that records escalations and still makes them.
     public static var runtimeEscalation: any TaskEscalationCalls { RuntimeTaskEscalation() }
 
     /// Escalates `task` (see ``TaskEscalationCalls/escalate(task:to:)``).
@@ -104,9 +90,8 @@ public enum PriorityBackend: Sendable {
 
     // MARK: Urgencies
 
-    /// The urgency of a thread that runs at `own` (see ``ownUrgency(ofThread:boost:)``) and is about
-    /// to park: its own, and the task priority a thread of it stands for (on Apple platforms its QoS
-    /// class, the same scale; on Linux `.high` for a real-time thread, `.medium` for any other).
+    /// The urgency of a thread that runs at `own` and is about to park, with the task priority it
+    /// stands for (Apple platforms: its QoS class; Linux: `.high` if real-time, else `.medium`).
     func urgency(ofThreadAt own: Int32) -> Urgency {
         switch self {
         case .realtimePolicy:
@@ -117,8 +102,7 @@ public enum PriorityBackend: Sendable {
         }
     }
 
-    /// The urgency of a task of `priority` that is about to suspend: its priority, and on Apple
-    /// platforms the QoS class it runs at (the same number); Linux cannot lend it to a thread.
+    /// The urgency of a task of `priority` that is about to suspend (Linux cannot lend it to a thread).
     func urgency(ofTask priority: TaskPriority) -> Urgency {
         switch self {
         case .realtimePolicy: return Urgency(thread: 0, task: priority.rawValue)
@@ -126,9 +110,7 @@ public enum PriorityBackend: Sendable {
         }
     }
 
-    /// The urgency the live `thread` runs at on its own, without `boost` (the raise in effect on it,
-    /// if any): a thread raised for one value that parks for another passes on its own urgency and,
-    /// apart, what it inherits, so that each ends where it came from.
+    /// The urgency the live `thread` runs at on its own, without `boost`, the raise in effect on it.
     func ownUrgency(ofThread thread: Int, boost: ThreadBoost) -> Int32 {
         switch self {
         case .realtimePolicy(let calls, _):
@@ -141,13 +123,9 @@ public enum PriorityBackend: Sendable {
 
     // MARK: The policy
 
-    /// Brings the live `thread`, raised as `boost` says (`.none`: not raised), to run at least at
-    /// `urgency`, or back to its own scheduling when `urgency` is 0 or not above its own.
-    ///
-    /// A thread that runs at least at `urgency` on its own is not raised. A refused raise leaves
-    /// the thread as it was: a boost is a best effort. On Apple platforms a move from one class to
-    /// another starts the new override before it ends the old one, so the thread never runs
-    /// unraised in between; on Linux the thread's policy is simply set again.
+    /// Brings the live `thread`, raised as `boost` says, to run at least at `urgency`, or back to its
+    /// own scheduling when `urgency` is 0 or not above its own. A refused raise leaves the thread as
+    /// it was (a best effort); on Apple platforms a move never leaves it unraised in between.
     /// - Returns: the boost in effect afterwards.
     func move(_ boost: ThreadBoost, ofThread thread: Int, to urgency: Int32) -> ThreadBoost {
         switch self {
@@ -210,7 +188,6 @@ extension QoSOverrideCalls {
     func move(_ boost: ThreadBoost, ofThread thread: Int, to urgency: Int32) -> ThreadBoost {
         guard case .qosOverride(let override, let current) = boost else {
             guard urgency > 0 else { return .none }
-            // A thread that runs at least at that class on its own needs no override.
             // mutant(override-for-a-thread-that-reaches-it): let reaches = false
             let reaches = qosClass(ofThread: thread) >= urgency
             guard !reaches, let started = startOverride(ofThread: thread, qosClass: urgency) else { return .none }

@@ -1,20 +1,10 @@
 // Reentrancy: a command that would wait for a section its own caller holds fails at once with
-// `.reentrantAccess` instead of waiting for itself.
-//
-// - Threads: the engine's `ownerThread` word holds the id of the thread running a synchronous
-//   closure in the section (written by the holder, so a thread that reads its own id is inside).
-// - Tasks: an awaiting closure, and every `CommandQueue` operation, runs with a task-local
-//   `SectionStack` that records `(engine, generation)` for each section the task is inside; the
-//   engine's `taskSection` word holds the generation of the task section being held. Child tasks
-//   inherit the stack. A stale record, inherited by an unstructured task that runs after the
-//   section ended, never matches: the generation moved on.
+// `.reentrantAccess` (Architecture.md, "ThreadSanitizer, reentrancy, lifetime").
 
 // MARK: - Critical sections of the current task
 
-/// One critical section a task is inside: which engine, and which of its sections: an exclusive
-/// task section's generation (see ``CommandEngine/enterTaskSection()``), or a shared read's token
-/// (its ticket, packed: see `CommandEngine.readerToken(_:)`). Both are 64 bits on every platform,
-/// and `isSharedRead` tells them apart, so a token may use all 64.
+/// One critical section a task is inside: its engine, and an exclusive task section's generation or
+/// a shared read's token (`isSharedRead` tells them apart, so a token may use all 64 bits).
 @usableFromInline
 struct SectionEntry: Sendable, Equatable {
     @usableFromInline let engine: ObjectIdentifier
@@ -38,14 +28,9 @@ struct SectionEntry: Sendable, Equatable {
     }
 }
 
-/// The critical sections the current task (and its child tasks) run inside.
-///
-/// A value type with room for three entries inline, so entering a section costs a task-local push
-/// and no heap allocation; deeper nesting spills into an array.
-/// The sections the current task is inside. The first three live inline: the type is trivial, so
-/// the task-local copies it pushes on entering a section move bytes and touch no reference count.
-/// Deeper ones (a task inside four sections or more at once) live in
-/// ``CriticalSectionContext/deeper``, pushed only then.
+/// The critical sections the current task (and its child tasks) run inside. The first three live
+/// inline: the type is trivial, so pushing it moves bytes and touches no reference count; deeper
+/// ones live in ``CriticalSectionContext/deeper``.
 @usableFromInline
 struct SectionStack: Sendable {
     @usableFromInline var first: SectionEntry?
@@ -57,8 +42,7 @@ struct SectionStack: Sendable {
     @inlinable
     init() {}
 
-    /// The stack with `entry` added: inline while there is room, otherwise only counted (the caller
-    /// pushes it onto ``CriticalSectionContext/deeper``).
+    /// The stack with `entry` added: inline while there is room, otherwise only counted.
     @inlinable
     func pushing(_ entry: SectionEntry) -> SectionStack {
         var copy = self
@@ -75,8 +59,7 @@ struct SectionStack: Sendable {
     @inlinable
     var overflows: Bool { depth > 3 }
 
-    /// The tokens of the shared reads of `engine` this task is inside (see
-    /// `CommandEngine.readerToken(_:)`).
+    /// The tokens of the shared reads of `engine` this task is inside.
     func readerTokens(of engine: ObjectIdentifier) -> [UInt64] {
         var tokens: [UInt64] = []
         for entry in [first, second, third] {
@@ -108,15 +91,12 @@ enum CriticalSectionContext {
 // MARK: - Task sections of an engine
 
 extension CommandEngine {
-    /// Marks the current task as inside this engine's section; returns the task-local stack to run
-    /// the section's body with (see `ValueEngine.withAwaitingAccess`), so a nested command on the
-    /// same engine from this task or its child tasks is recognised as reentrant instead of waiting
-    /// for itself. Call it while holding the section, and ``leaveTaskSection()`` before releasing.
+    /// Marks the current task as inside this engine's section, which it holds; returns the
+    /// task-local stack to run the section's body with. ``leaveTaskSection()`` before releasing.
     @usableFromInline
     final func enterTaskSection() -> (stack: SectionStack, entry: SectionEntry) {
-        // Only the holder writes `taskSection`, so a load and a store do. The generation wraps from
-        // `Int.max` back to 1 (after 2^31 sections where `Int` has 32 bits): a stale record could
-        // match again only if a task kept it across all of them.
+        // Only the holder writes it. The generation wraps to 1 (after 2^31 sections on 32 bits): a
+        // stale record could match again only if a task kept it across all of them.
         let ended = taskSection.loadRelaxed()
         let generation = ended == -Int.max ? 1 : -ended + 1
         taskSection.storeRelease(generation)
@@ -125,8 +105,8 @@ extension CommandEngine {
         return (CriticalSectionContext.sections.get().pushing(entry), entry)
     }
 
-    /// ``runHeldTaskSection(_:mutates:isolation:_:)`` for a section that may change a value with
-    /// observers, kept out of line: the common path stays as short as it was without observers.
+    /// ``runHeldTaskSection(_:mutates:isolation:_:)`` for a section that may change an observed
+    /// value, out of line so the common path stays short.
     @inlinable
     @inline(never)
     final func runHeldObservedTaskSection<R>(
@@ -144,11 +124,9 @@ extension CommandEngine {
         taskSection.storeRelease(-taskSection.loadRelaxed())
     }
 
-    /// Runs `body` as the body of the section the current task holds (see ``enterTaskSection()``),
-    /// in the caller's isolation, then leaves the section and releases it (as a holder of `kind`),
-    /// whether `body` returns or throws. The one place where a task's section begins and ends.
-    /// - Parameter mutates: `body` may change the value: while the value has observers, the change
-    ///   is captured before the release and offered to them after it (see `Observation.swift`).
+    /// Runs `body` as the body of the section the current task holds, in the caller's isolation,
+    /// then leaves the section and releases it, whether `body` returns or throws.
+    /// - Parameter mutates: `body` may change the value, which observers are then offered.
     @inlinable
     final func runHeldTaskSection<R>(
         _ kind: CommandKind,
@@ -168,11 +146,10 @@ extension CommandEngine {
         return try await withSections(sections, entry, isolation: isolation, body)
     }
 
-    /// Runs `body` in the caller's isolation with `sections` (which ends with `entry`) as the
-    /// current task's stack of sections: the task-local plumbing of an exclusive task section and of
-    /// a shared read alike. Always inlined: as an async function of its own (with an isolated
-    /// parameter) it cost every awaiting command two task switches and two task allocations more
-    /// (<doc:Benchmarks#Why-the-code-is-shaped-this-way> has the count).
+    /// Runs `body` in the caller's isolation with `sections` (ending with `entry`) as the current
+    /// task's stack of sections. Always inlined: as an async function of its own it cost every
+    /// awaiting command two task switches and two task allocations
+    /// (<doc:Benchmarks#Why-the-code-is-shaped-this-way>).
     @inlinable
     @inline(__always)
     final func withSections<R>(
@@ -183,8 +160,7 @@ extension CommandEngine {
     ) async rethrows -> R {
         guard sections.overflows else {
             return try await CriticalSectionContext.sections.withValue(sections) {
-                // Capturing the isolated parameter keeps this closure on the caller's executor
-                // (a closure that does not capture it is nonisolated and would hop off).
+                // Capturing the isolated parameter keeps this closure on the caller's executor.
                 _ = isolation
                 return try await body()
             }
@@ -199,8 +175,7 @@ extension CommandEngine {
         }
     }
 
-    /// Whether the current task runs inside the section this engine has granted now. A task-local
-    /// record of an ended section never matches: the engine's generation has moved on.
+    /// Whether the current task runs inside the section this engine has granted now.
     @usableFromInline
     final func isInsideRunningSection() -> Bool {
         let generation = taskSection.loadAcquire()
@@ -213,13 +188,10 @@ extension CommandEngine {
 // MARK: - Checking that code runs inside a critical section
 
 extension CommandEngine {
-    /// Whether the caller runs inside this engine's critical section: on the thread that runs a
-    /// blocking or dispatch closure in it, in the task (or a child task of the task) that runs an
-    /// awaiting closure or a `CommandQueue` operation in it, or in the closure of a shared read
-    /// (its thread, or its task and that task's children), listed as a reader party while it runs.
+    /// Whether the caller runs inside this engine's critical section: on its holding thread, in its
+    /// holding task (or a child task), or in a shared read's closure.
     final func isCallerInside() -> Bool {
         let thread = currentThreadID()
-        // Only the holder's own thread writes its id here, and it clears it before it releases.
         return ownerThread.loadRelaxed() == thread || isInsideRunningSection() || isInsideSharedRead(thread: thread)
     }
 
@@ -240,10 +212,8 @@ extension CommandEngine {
 // MARK: - Holders
 
 extension CommandEngine {
-    /// Who holds the section now, as far as deadlock detection can follow it: the thread running a
-    /// synchronous closure in it (or waiting for its `done()`), else the task whose awaiting
-    /// closure or operation holds it; none otherwise. While shared reads hold: each of them that
-    /// runs its closure (or waits for its `done()` on its thread).
+    /// Who holds the section now, as far as deadlock detection can follow it: the holding thread,
+    /// else the holding task; while shared reads hold, each of them that runs its closure.
     final var holderNodes: [WaitForGraph<DeadlockDetector.EngineHandle>.Node] {
         if EngineWord.readersHold(state.loadAcquire()) {
             return readerParties.map { $0.thread != 0 ? .thread($0.thread) : .task($0.task) }

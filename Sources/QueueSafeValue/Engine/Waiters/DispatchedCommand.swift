@@ -2,13 +2,9 @@ import Dispatch
 
 // MARK: - DispatchedCommand
 
-/// A command whose closures run on a `DispatchQueue`.
-///
-/// It takes its place in the engine at the moment of the call; only its execution is dispatched.
-/// While it waits it is a record in the queue, not a blocked thread or a queued block. When granted
-/// it is dispatched onto its queue; when it finishes there and the next granted command targets the
-/// same queue, that command runs in the same block (up to ``batchLimit`` in a row), which saves a
-/// dispatch per command when a queue drains a backlog.
+/// A command whose closures run on a `DispatchQueue`. It takes its place at the moment of the call
+/// and waits as a record in the queue; granted, it is dispatched onto its queue, where a finished
+/// command may run the next granted one for the same queue in the same block (up to ``batchLimit``).
 // @unchecked Sendable: runs on one queue at a time; fields immutable
 class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
     enum Operation {
@@ -32,21 +28,15 @@ class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
     /// How many granted commands for the same queue one dispatched block runs back to back.
     static var batchLimit: Int { 64 }
 
-    // The fields are in this order so that the object fits the allocation the memory-layout test
-    // `aDispatchedCommandIsOneAllocationOf96BytesAtMost` allows (the benchmark's memory per
-    // pending command): `Waiter` ends at a word boundary (its flags and call site), the operation
-    // comes first, the flag and the queue's identity share the word of the operation's tag byte.
-    // Put anywhere else, they spill into words of their own and every command takes the next
-    // larger allocation.
+    // In this order so that the object fits the allocation `aDispatchedCommandIsOneAllocationOf96BytesAtMost`
+    // allows: the flag and the queue's identity share the word of the operation's tag byte.
 
     private let operation: Operation
-    /// A shared read (see `CommandEngine+Shared.swift`; always a ``DispatchedSharedRead``): it
-    /// takes and gives back its share through the lock, by ``Waiter/readerTicket``, and is never
-    /// published in the dispatched holder's slot nor run inline by a releasing block.
+    /// A shared read (always a ``DispatchedSharedRead``): its share goes through the lock, never
+    /// through the dispatched holder's slot or a releasing block.
     private let isShared: Bool
-    /// The queue's identity (see `QueueTag`): a waiter running on the queue compares it with its own.
-    /// Given by the storage when the command arrives, before anyone else can see the command.
-    /// 32 bits, to share a word (identities count queues tagged, one by one, from 1).
+    /// The queue's identity (see `QueueTag`), given as the command arrives; 32 bits to share a word
+    /// (identities count tagged queues from 1).
     private var queueID: Int32 = 0
     private let engine: ValueEngine<Value>
     private let queue: DispatchQueue
@@ -63,34 +53,32 @@ class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
         self.queue = queue
         self.operation = operation
         self.completion = completion
-        // Passed in, not read from `operation`: switching over the generic enum in unspecialized
-        // code costs a metadata lookup per command (see `ValueEngine.dispatchedCommandType`).
+        // Not read from `operation`: switching over the generic enum costs a metadata lookup.
         self.isShared = shared
     }
 
-    /// Places the command in the queue now and arranges for it to run on `queue`.
-    /// If the container is gone, the failure is delivered on `queue` and nothing else runs.
+    /// Places the command in the queue now, or a shared read (`shared`), and arranges for it to run
+    /// on `queue`. If the container is gone, the failure is delivered on `queue` and nothing runs.
     static func submit(
         engine: ValueEngine<Value>,
         queue: DispatchQueue,
         priority: CommandPriority,
         site: CallSite,
         operation: Operation,
-        completion: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)?
+        completion: (@Sendable (Result<Value, QueueSafeValueError>) -> Void)?,
+        shared: Bool = false
     ) {
-        let command = Self(engine: engine, queue: queue, operation: operation, completion: completion)
+        let command = Self(engine: engine, queue: queue, operation: operation, completion: completion, shared: shared)
         command.keptSite = site.kept
         do {
-            if try engine.admitDispatched(command, on: queue, priority: priority) { command.start() }
+            if try engine.admitDispatched(command, on: queue, priority: priority, shared: shared) { command.start() }
         } catch {
             SyncPoints.async(queue) { command.deliverFailure(error) }
         }
     }
 
-    /// Places a shared read (`.sharedRead` or `.sharedReadManual`) in the queue now, or grants it
-    /// its share at once, through the lock, and arranges for it to run on `queue`. If the container
-    /// is gone, the failure is delivered on `queue`. Called on ``DispatchedSharedRead``, which
-    /// keeps the ticket (see `ValueEngine.sharedReadCommandType`).
+    /// ``submit(engine:queue:priority:site:operation:completion:shared:)`` for a shared read, called
+    /// on ``DispatchedSharedRead``, which keeps the ticket.
     static func submitShared(
         engine: ValueEngine<Value>,
         queue: DispatchQueue,
@@ -98,22 +86,13 @@ class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
         site: CallSite,
         operation: Operation
     ) {
-        let command = Self(engine: engine, queue: queue, operation: operation, completion: nil, shared: true)
-        command.keptSite = site.kept
-        // Tagged before it takes its place: see `CommandEngine.admitDispatched(_:on:priority:)`.
-        command.queueID = Int32(truncatingIfNeeded: engine.queueIdentity(of: queue))
-        switch engine.enqueueReader(command, kind: .dispatched, priority: priority, reentrant: false) {
-        case .granted:
-            command.start()
-        case .queued:
-            break
-        case .refused(let error):
-            SyncPoints.async(queue) { command.deliverFailure(error) }
-        }
+        submit(
+            engine: engine, queue: queue, priority: priority, site: site, operation: operation, completion: nil,
+            shared: true)
     }
 
-    /// Runs a granted shared read on this thread (its block, or a helper running on its queue),
-    /// listed as a reader party while its closure runs, and gives its share back.
+    /// Runs a granted shared read on this thread (its block, or a helper on its queue), listed as a
+    /// reader party while its closure runs, and gives its share back.
     private func executeShared() {
         let ticket = readerTicket
         engine.enterReader(ticket, thread: currentThreadID(), task: 0)
@@ -130,7 +109,7 @@ class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
             if case .release = engine.readerManualClosureReturned(ticket) {
                 engine.releaseReader(ticket)
             } else {
-                // Held until the completion arrives, by no thread: this one ends any boost it had.
+                // Held by no thread until the completion arrives.
                 engine.endBoostOfCurrentThread()
             }
         case .read, .readManual, .access, .accessManual, .map:
@@ -146,9 +125,8 @@ class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
         queueID = Int32(truncatingIfNeeded: identity)
     }
 
-    /// Dispatches the block of the granted (and published) command. Until the block claims it, a
-    /// blocking waiter that runs on `queue` may take it over (see
-    /// ``CommandEngine/publishPendingDispatch(_:)``).
+    /// Dispatches the block of the granted command; until the block claims it, a blocking waiter on
+    /// `queue` may take it over.
     override func start() {
         if isShared {
             SyncPoints.async(queue) {
@@ -163,28 +141,21 @@ class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
         }
     }
 
-    /// Runs on a waiting thread that runs on `queue`: this command only; its completion is
-    /// delivered in a block of its own, after the thread's current block (the waiter) ends.
+    /// Runs on a waiting thread on `queue`: this command only; its completion in a block of its own.
     override func runOnHelper() {
         if isShared { return executeShared() }
-        engine.setOwnerThread(currentThreadID())
-        if let delivery = execute(inlineQueue: 0, deliverHere: false).delivery {
-            let box = UncheckedSendable(delivery)
-            SyncPoints.async(queue) { box.value() }
-        }
+        engine.ownerThread.storeRelaxed(currentThreadID())
+        deliverOnQueue(execute(inlineQueue: 0, deliverHere: false).delivery)
     }
 
-    /// Runs on `queue`: this command, then any granted successors for the same queue.
-    ///
-    /// A successor runs inline only after a command that delivers nothing once it released the
-    /// value. A command with a completion (or a `map` delivery) starts its successor first and only
-    /// then delivers: the delivery may wait for that successor (a blocking command on the same
-    /// value, or work on another queue), and on a concurrent queue running the successor behind the
-    /// delivery on this thread would deadlock where a plain dispatch would not.
-    ///
-    /// Whether a successor runs inline is the machine's decision (``EngineStateMachine/Starter``):
-    /// the block offers its queue when it releases, while its budget lasts, and the machine takes
-    /// the offer only for a successor on the same queue that no waiting thread must run.
+    private func deliverOnQueue(_ delivery: Delivery?) {
+        guard let delivery else { return }
+        let box = UncheckedSendable(delivery)
+        SyncPoints.async(queue) { box.value() }
+    }
+
+    /// Runs on `queue`: this command, then the granted successors the machine lets it run inline
+    /// (``EngineStateMachine/Starter``) while its budget lasts.
     private func runBatch() {
         var command = self
         var budget = Self.batchLimit
@@ -204,21 +175,10 @@ class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
     /// What runs after the command released the value: its completion or `map` delivery.
     private typealias Delivery = () -> Void
 
-    /// Runs the command on its queue while it holds the section.
-    /// - Parameter inlineQueue: this block's queue if it could run a granted successor inline; 0 if
-    ///   not (it is not a batch, or its budget ran out). A command that delivers something never
-    ///   offers: it starts its successor first and only then delivers, since the delivery may wait
-    ///   for that successor (a blocking command on the same value, or work on another queue), and
-    ///   on a concurrent queue running the successor behind the delivery on this thread would
-    ///   deadlock where a plain dispatch would not.
-    /// - Parameter deliverHere: the caller is the command's own block, which delivers right after
-    ///   the release anyway: a plain `set`'s completion is then called here, with no closure
-    ///   allocated to carry it (`nil, nil` is returned).
-    /// - Returns: the successor the machine chose this block to run inline (`nil` if there is none,
-    ///   it was started otherwise, or the release is left to a manual completion), and the delivery
-    ///   to run after the release.
+    /// Runs the command on its queue while it holds the section (parameters as
+    /// ``finish(changed:inlineQueue:deliverHere:)``).
+    /// - Returns: the successor to run inline, and the delivery to run after the release.
     private func execute(inlineQueue: Int, deliverHere: Bool) -> (next: DispatchedCommand?, delivery: Delivery?) {
-        // The thread running it was marked by its claim, or as the helper.
         switch operation {
         case .read(let body):
             read(body)
@@ -240,21 +200,16 @@ class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
         return finish(changed: false, inlineQueue: inlineQueue, deliverHere: deliverHere)
     }
 
-    /// The one end of an exclusive command's hold, whichever way it ran (its block, a helper, the
-    /// arrival of its manual completion). In the section: captures the change for the observers
-    /// (if `changed` and the value has any) and reads the result for the completion. Then
-    /// releases: the machine grants the next command, which is started, or returned when it is
-    /// this block's to run inline. After the release: offers the change, then delivers the
-    /// completion here (`deliverHere`) or returns it.
+    /// The one end of an exclusive command's hold, however it ran: captures the change for
+    /// observers and reads the result in the section, releases, then offers the change and
+    /// delivers the completion here or returns it.
     /// - Parameters:
     ///   - changed: the command may have changed the value.
     ///   - inlineQueue: this block's queue, if it may run a granted successor inline; 0 if not. A
-    ///     command that delivers something or offers a change never does: it starts its successor
-    ///     first, since the delivery may wait for that successor (see ``execute(inlineQueue:deliverHere:)``).
-    ///   - deliverHere: the caller is the command's own block, which delivers right after the
-    ///     release anyway: the completion is called here, with no closure allocated to carry it.
-    /// - Returns: the successor to run inline, and the delivery to run (on this command's queue)
-    ///   if it was not delivered here.
+    ///     command that delivers something or offers a change never does: the delivery may wait
+    ///     for that successor, and running it behind the delivery could deadlock.
+    ///   - deliverHere: the caller is the command's own block: the completion is called here, with
+    ///     no closure allocated to carry it.
     private func finish(changed: Bool, inlineQueue: Int, deliverHere: Bool) -> (
         next: DispatchedCommand?, delivery: Delivery?
     ) {
@@ -276,16 +231,14 @@ class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
         return (nil, { completion(.success(result)) })
     }
 
-    /// The successor the machine chose this block to run inline: a command of this value (the engine
-    /// of a value grants only its own commands) and on this queue (the releaser's), so of this type.
+    /// The successor the machine chose this block to run inline: of this value and queue, so of this type.
     @inline(__always)
     private func successor(_ next: Waiter?) -> DispatchedCommand? {
         next.map { unsafeDowncast($0, to: Self.self) }
     }
 
-    // The `Result` cases live in functions of their own: in unspecialized code, naming
-    // `Result<Value, QueueSafeValueError>` costs a runtime metadata lookup, which the compiler
-    // would otherwise make on every `execute()`, whatever the case.
+    // In functions of their own: naming `Result<Value, QueueSafeValueError>` in unspecialized code
+    // costs a metadata lookup, which `execute()` would otherwise make whatever the case.
 
     @inline(never)
     private func read(_ body: @Sendable (Result<Value, QueueSafeValueError>) -> Void) {
@@ -303,33 +256,26 @@ class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
     private func executeManual(_ body: (@escaping CommandCompletionClosure) -> Void) -> Delivery? {
         let ticket = engine.beginManual(self, kind: .dispatched)
         CompletionToken.withCompletion(engine: engine, ticket: ticket, body)
-        engine.setOwnerThread(0)
+        engine.ownerThread.storeRelaxed(0)
         guard case .release = engine.manualClosureReturned(ticket) else {
             return nil  // the completion will finish the command
         }
         return finishManual()
     }
 
-    /// ``finish(changed:inlineQueue:deliverHere:)`` for a manual completion (from its closure's
-    /// return or from the completion's arrival): no successor runs inline, and the delivery is
-    /// returned.
+    /// ``finish(changed:inlineQueue:deliverHere:)`` for a manual completion.
     private func finishManual() -> Delivery? {
         let changed = if case .accessManual = operation { true } else { false }
         return finish(changed: changed, inlineQueue: 0, deliverHere: false).delivery
     }
 
-    /// The manual completion arrived after the closure returned, on some thread (possibly not
-    /// `queue`): release, hand off, and deliver the completion on `queue`.
+    /// The manual completion arrived after the closure returned: release, and deliver on `queue`.
     override func finishManualCompletion() {
         if isShared { return engine.releaseReader(readerTicket) }
-        if let delivery = finishManual() {
-            let box = UncheckedSendable(delivery)
-            SyncPoints.async(queue) { box.value() }
-        }
+        deliverOnQueue(finishManual())
     }
 
-    /// Reports a command that never ran: closures that receive a `Result` get the failure; access
-    /// closures are not run.
+    /// Reports a command that never ran to the closures that receive a `Result`.
     private func deliverFailure(_ error: QueueSafeValueError) {
         switch operation {
         case .read(let body), .sharedRead(let body): body(.failure(error))
@@ -344,7 +290,6 @@ class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
 // MARK: - DispatchedSharedRead
 
 /// A dispatched shared read: a ``DispatchedCommand`` that keeps its ``Waiter/readerTicket``.
-/// Exclusive dispatch commands, the common ones, do not carry the ticket.
 final class DispatchedSharedRead<Value>: DispatchedCommand<Value>, @unchecked Sendable {
     // @unchecked Sendable: the ticket is written under the engine lock before the read can be
     // granted, and read by the read's own block or helper once granted.
