@@ -155,8 +155,8 @@ extension WaitScheduling {
     /// The same commands at ``CommandPriority/highest``, replacing the priority chosen before: they
     /// run before every other pending command (FIFO among themselves).
     ///
-    /// ``WaitSchedule`` and ``QueueSafeSyncedValue`` store their own, which reach the commands with
-    /// no reference counting; this one serves a priority chosen again.
+    /// ``WaitSchedule`` has its own, stored, and ``QueueSafeSyncedValue`` reads those: they reach the
+    /// commands with no reference counting. This one serves a priority chosen again.
     @inlinable public var highestPriority: WaitCommands<Value> { priority(.highest) }
 
     /// The same commands at ``CommandPriority/lowest``, replacing the priority chosen before: they
