@@ -56,6 +56,22 @@
             #expect(outcome.holderPriorityAfter == 0, "the holder kept a real-time priority after its release")
         }
 
+        /// The same shape, with a fourth thread: a normal one, on the same processor, inside a lock
+        /// the urgent waiter takes as it parks (the value's boost lock, held 50 ms here so that the
+        /// spinner preempts it there; the deadlock detector's and the boost registry's are taken on
+        /// the same path, by threads of every value: that is how it happened once in CI, 950 ms). A
+        /// plain mutex leaves the waiter behind the spinner (1.5 s here); these locks pass the
+        /// waiter's priority to the thread that holds them, as they do on Apple platforms.
+        @Test(.enabled(if: Realtime.mayRun, Realtime.skipReason))
+        func aNormalThreadInsideALockOfTheParkingPath_doesNotHoldUpTheUrgentWaiter() throws {
+            try Realtime.require()
+            let outcome = Self.run(holder: .blocking, waiter: .wait, lockHeldByANormalThread: true)
+            #expect(outcome.setUpFailures.isEmpty, "set-up calls failed: \(outcome.setUpFailures)")
+            #expect(outcome.latency < 0.2, "the urgent waiter waited \(Int(outcome.latency * 1000)) ms")
+            #expect(outcome.holderPriorityAtEnd == 20, "the holder did not run at the urgent waiter's priority")
+            #expect(outcome.holderPriorityAfter == 0, "the holder kept a real-time priority after its release")
+        }
+
         /// How a boosted hold ends.
         enum Ending: String, CaseIterable, Sendable {
             /// The holder releases after the urgent waiter gave up (its deadline passed).
@@ -163,7 +179,7 @@
         }
 
         /// Runs the shape once and undoes everything it set (affinities, policies).
-        static func run(holder: Holder, waiter: Waiter) -> Outcome {
+        static func run(holder: Holder, waiter: Waiter, lockHeldByANormalThread: Bool = false) -> Outcome {
             let value = QueueSafeValue(value: 0, label: "pathfinder")
             let holding = DispatchSemaphore(value: 0)
             let urgentReady = DispatchSemaphore(value: 0)
@@ -206,6 +222,23 @@
                     })
             }
             holding.wait()
+            let bystanderDone = DispatchSemaphore(value: 0)
+            if lockHeldByANormalThread {
+                // A normal thread on the holder's processor, inside the value's boost lock.
+                let locked = DispatchSemaphore(value: 0)
+                Thread {
+                    setUp.note("bystander pin", qsvrt_pin_to_cpu(0))
+                    value.engine.boosts.withLock { _ in
+                        locked.signal()
+                        qsvrt_burn_cpu(0.050)
+                    }
+                    _ = qsvrt_pin_to_cpu(-1)
+                    bystanderDone.signal()
+                }.start()
+                locked.wait()
+            } else {
+                bystanderDone.signal()
+            }
             // The urgent waiter: real-time priority 20, waits for its cue.
             Thread {
                 // Real-time first, then onto the holder's processor: it preempts the holder at once.
@@ -238,6 +271,7 @@
             urgentDone.wait()
             spinnerDone.wait()
             holderDone.wait()
+            bystanderDone.wait()
             return Outcome(
                 latency: latency.value, holderPriorityAfter: priorityAfter.value,
                 holderPriorityAtEnd: priorityAtEnd.value, setUpFailures: setUp.failures)

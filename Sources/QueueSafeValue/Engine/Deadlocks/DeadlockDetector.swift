@@ -49,7 +49,7 @@ public final class DeadlockDetector: @unchecked Sendable {  // @unchecked Sendab
 
     private static let labelLimit = 4096
 
-    private let state = LockedState.make(State())
+    private let state = LockedState.make(State(), inheritsPriority: true)
     /// Changed under the lock, read without it.
     private let tagCount = AtomicWord(0)
     /// One thread per processor. Not `ProcessInfo`: only one file imports Foundation.

@@ -18,8 +18,12 @@
 /// is the buffer's tail element, so its address never moves (as swift-nio's `NIOLock`). A failed
 /// `pthread` call traps with its code. The engine's bodies only read and change `State`.
 final class LockedState<State>: ManagedBuffer<State, PlatformMutex> {
-    /// Makes the lock, guarding `initialState`.
-    static func make(_ initialState: State) -> LockedState<State> {
+    /// Makes the lock, guarding `initialState`. `inheritsPriority`: a thread that waits for the lock
+    /// lends its priority to the one that holds it, as `os_unfair_lock` always does. On Linux that
+    /// is a priority-inheriting futex, which hands a contended lock from thread to thread: it is for
+    /// the process-wide locks a parking thread takes (a real-time waiter must not wait there for a
+    /// normal thread that a thread between the two keeps off its processor), not for a value's own.
+    static func make(_ initialState: State, inheritsPriority: Bool = false) -> LockedState<State> {
         let buffer = create(minimumCapacity: 1) { _ in initialState }
         let storage = unsafeDowncast(buffer, to: LockedState<State>.self)
         storage.withUnsafeMutablePointerToElements { mutex in
@@ -27,7 +31,13 @@ final class LockedState<State>: ManagedBuffer<State, PlatformMutex> {
                 mutex.initialize(to: os_unfair_lock())
             #else
                 mutex.initialize(to: pthread_mutex_t())
-                let status = pthread_mutex_init(mutex, nil)
+                var attributes = pthread_mutexattr_t()
+                pthread_mutexattr_init(&attributes)
+                defer { pthread_mutexattr_destroy(&attributes) }
+                if inheritsPriority { pthread_mutexattr_setprotocol(&attributes, Int32(PTHREAD_PRIO_INHERIT)) }
+                var status = pthread_mutex_init(mutex, &attributes)
+                // A kernel without priority-inheriting futexes: a plain mutex.
+                if status == ENOTSUP { status = pthread_mutex_init(mutex, nil) }
                 precondition(status == 0, "pthread_mutex_init failed: \(status)")
             #endif
         }

@@ -35,7 +35,7 @@ public final class BoostRegistry: @unchecked Sendable {  // @unchecked Sendable:
         var entries: [Node: Entry] = [:]
     }
 
-    private let state = LockedState.make(State())
+    private let state = LockedState.make(State(), inheritsPriority: true)
     /// How many parties have an entry: a parking waiter pays one load while nobody is raised.
     private let count = AtomicWord(0)
     let backend: PriorityBackend

@@ -84,7 +84,7 @@ class CommandEngine: @unchecked Sendable {
     /// The state machine behind its lock. Internal only for the engine's own extensions (`CommandEngine+…`).
     let machine: LockedState<Machine>
     /// The boost lock and what it guards (see `PriorityInheritance.swift`).
-    final let boosts = LockedState.make(BoostRecord())
+    final let boosts = LockedState.make(BoostRecord(), inheritsPriority: true)
 
     @inlinable @inline(__always) final func word(_ word: Word) -> AtomicWord { AtomicWord(words, index: word.rawValue) }
 
