@@ -94,6 +94,34 @@ func blockingHandOn(_ operations: Int) {
     check(try! value.wait.highestPriority.get().get() == operations / 2 * 2, "handed-on blocking sets lost updates")
 }
 
+/// `await withLock handed on`: every awaiting command waits and is handed the value by a release,
+/// the awaiting twin of `wait.set handed on`. Two tasks on one actor issue `operations / 2`
+/// commands each; each section yields (`Task.yield()`, inside the section), so the actor runs the
+/// other task, whose command finds the value held and suspends; the release hands the value on and
+/// resumes it. On one actor the turns are the same in every run: every command but the first waits.
+actor HandOnParty {
+    func issue(_ value: QueueSafeValue<Int>, _ commands: Int) async {
+        for _ in 0..<commands {
+            try! await value.async.highestPriority.withLock { number in
+                number += 1
+                await Task.yield()
+            }
+        }
+    }
+}
+
+@inline(never)
+func awaitingHandOn(_ operations: Int) {
+    let value = QueueSafeValue(value: 0)
+    let party = HandOnParty()
+    blockingAwait {
+        async let first: Void = party.issue(value, operations / 2)
+        async let second: Void = party.issue(value, operations / 2)
+        _ = await (first, second)
+    }
+    check(try! value.wait.highestPriority.get().get() == operations / 2 * 2, "handed-on awaiting sections lost updates")
+}
+
 /// Performs `operations` operations of `scenario`. Not isolated to the main actor (top-level code
 /// is): the tasks it starts run on the global executor, as a library user's would, while this
 /// thread waits for them.
@@ -220,6 +248,17 @@ func run(_ scenario: String, _ operations: Int) {
             for _ in 0..<operations { try! await value.async.highestPriority.set { $0 += 1 } }
         }
         check(try! value.wait.highestPriority.get().get() == operations, "await set lost updates")
+
+    case "await read uncontended":
+        let value = QueueSafeValue(value: 1)
+        blockingAwait {
+            var sum = 0
+            for _ in 0..<operations { sum &+= try! await value.async.highestPriority.read { $0 } }
+            check(sum == operations, "await read summed \(sum)")
+        }
+
+    case "await withLock handed on":
+        awaitingHandOn(operations)
 
     case "Task {} × N":
         let completed = TaskCounter()
