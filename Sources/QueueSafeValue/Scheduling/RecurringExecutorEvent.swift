@@ -127,8 +127,7 @@ public struct RecurringExecutorFailure: Sendable, Equatable, CustomStringConvert
     }
 
     private static func isEqual<E: Equatable>(_ lhs: E, _ rhs: Any) -> Bool {
-        guard let rhs = rhs as? E else { return false }
-        return lhs == rhs
+        (rhs as? E) == lhs
     }
 
     /// The error's `String(describing:)`.
