@@ -5,12 +5,9 @@ import Dispatch
 /// The thin layer behind a ``RecurringExecutor``: the lock, the driver task, the sleeps, the run
 /// tasks, the continuations and the event delivery. Every decision is ``RecurringStateMachine``'s.
 ///
-/// Each entry point calls one machine transition with the lock held, stamps the events it returned
-/// and queues them (with the callers' outcomes) in the outbox, still under the lock, so that the
-/// outbox is in transition order. After unlocking it performs the rest of the actions: cancel
-/// tasks, resume the driver, and schedule a drain of the outbox on the private serial delivery
-/// queue. No user code runs, no continuation is resumed, no task is cancelled and nothing is
-/// dispatched while the lock is held.
+/// Each entry point is one machine transition (`apply`), whose events and outcomes enter the
+/// outbox under the lock, so the outbox is in transition order. No user code runs, no continuation
+/// is resumed, no task is cancelled and nothing is dispatched while the lock is held.
 ///
 /// One driver task runs ``runLoop()``: it asks the machine for the next step (run, wait, or end),
 /// performs it outside the lock, reports how it ended, and asks again. The public executor owns
@@ -38,8 +35,7 @@ final class RecurringExecutorCore: @unchecked Sendable {
         var machine: Machine
         var nextSubscriberID: UInt64 = 0
         var subscribers: [UInt64: Subscriber] = [:]
-        /// Callers of `stopAndWait()` suspended until the loop has ended and its events were
-        /// delivered.
+        /// Callers of `stopAndWait()`, resumed once the loop has ended and its events were delivered.
         var stopWaiters: [CheckedContinuation<Void, Never>] = []
         var outbox: [Delivery] = []
         /// A drain block is on the delivery queue and has not taken the outbox yet.
@@ -72,8 +68,8 @@ final class RecurringExecutorCore: @unchecked Sendable {
 
     // MARK: Performing transitions
 
-    /// Runs `transition` on the machine under the lock, queues its events and outcomes, and
-    /// performs the rest after unlocking. Returns what `transition` returned besides its actions.
+    /// Runs `transition` under the lock and queues its deliveries; after unlocking, cancels its tasks,
+    /// resumes the driver and schedules a drain. Returns what `transition` returned besides its actions.
     private func apply<R>(_ transition: (inout Machine) -> (R, Machine.Actions)) -> R {
         let (result, actions, drain) = guarded.withLock { guarded -> (R, Machine.Actions, Bool) in
             let (result, actions) = transition(&guarded.machine)

@@ -56,13 +56,10 @@ public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {  // `
     ///   - priority: the priority of this type's commands on `store` (default `.medium`).
     ///   - needsRefresh: whether a stored value must be refreshed before use. Called inside the
     ///     critical section; keep it fast and free of side effects.
-    ///   - cancellation: what happens to the refresh in flight when the caller that started it is
-    ///     cancelled; ``RefreshCancellation/letRefreshFinish`` (the default) lets it finish for the
-    ///     other callers.
+    ///   - cancellation: see ``RefreshCancellation``; the default lets the refresh finish.
     ///   - refresh: makes a fresh value from the stale one. Called inside the critical section, at
-    ///     most once at a time; it may `await` (nothing else touches the value meanwhile) and may
-    ///     throw. With ``RefreshCancellation/letRefreshFinish`` it runs in a task of its own, which
-    ///     inherits the caller's priority and task-locals but not its cancellation.
+    ///     most once at a time (in the task ``get()`` names); it may `await` (nothing else touches
+    ///     the value meanwhile) and may throw.
     public init(
         store: QueueSafeValue<Value>,
         priority: CommandPriority = .medium,
@@ -200,9 +197,8 @@ public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {  // `
             continuation?.resumeFromAnotherThread(with: result)
         }
 
-        /// The caller's task was cancelled: it leaves at once. A command still waiting for its turn is
-        /// cancelled (it leaves the queue, and the caller throws `.cancelled`); a running one
-        /// finishes, for the callers behind it (and the caller throws `CancellationError`).
+        /// The caller's task was cancelled: it leaves at once, and the command is cancelled only if it
+        /// is still waiting for its turn (see `RefreshCancellation.letRefreshFinish`).
         func cancel() {
             let (continuation, task, inSection) = state.withLock { state in
                 state.left = true
