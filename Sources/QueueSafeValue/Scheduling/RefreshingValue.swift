@@ -24,9 +24,8 @@
 /// **Cancelling the caller that is refreshing**: by default the refresh in flight finishes, still
 /// inside the critical section, for the callers waiting behind it; see ``RefreshCancellation``.
 ///
-/// The value can also be read and written through ``store`` directly (for instance by a
-/// ``RecurringExecutor`` that refreshes it ahead of expiry); those commands take their turn in the
-/// same queue.
+/// The value can also be read and written through ``store`` directly, for instance by a
+/// ``RecurringExecutor`` that refreshes it ahead of expiry.
 public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {  // `section`: in `store`'s section only
     /// The container of the value. Every command on it, including the ones of this type, runs one at
     /// a time in the container's priority order.
@@ -40,7 +39,6 @@ public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {  // `
     private let refresh: @Sendable (Value) async throws -> Value
     /// Numbers the calls to `get()` in arrival order.
     private let arrivals = AtomicWord(0)
-    /// Touched only inside `store`'s critical section.
     private let section = SectionState()
 
     // @unchecked Sendable: touched only by the holder of `store`'s critical section
@@ -128,8 +126,7 @@ public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {  // `
         }
     }
 
-    /// `get()` with ``RefreshCancellation/letRefreshFinish``: the command runs in a task of its own,
-    /// which the caller's cancellation reaches only while the command waits for its turn.
+    /// `get()` with ``RefreshCancellation/letRefreshFinish``: the command runs in a `Call`'s task.
     private func getInOwnTask(ticket: Int) async throws -> Value {
         if Task.isCancelled { throw QueueSafeValueError.cancelled }
         let call = Call()
