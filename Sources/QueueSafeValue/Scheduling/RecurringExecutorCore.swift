@@ -70,9 +70,9 @@ final class RecurringExecutorCore: @unchecked Sendable {
 
     /// Runs `transition` under the lock and queues its deliveries; after unlocking, cancels its tasks,
     /// resumes the driver and schedules a drain. Returns what `transition` returned besides its actions.
-    private func apply<R>(_ transition: (inout Machine) -> (R, Machine.Actions)) -> R {
+    private func apply<R>(_ transition: (inout Guarded) -> (R, Machine.Actions)) -> R {
         let (result, actions, drain) = guarded.withLock { guarded -> (R, Machine.Actions, Bool) in
-            let (result, actions) = transition(&guarded.machine)
+            let (result, actions) = transition(&guarded)
             return (result, actions, queue(actions, in: &guarded))
         }
         perform(actions, drain: drain)
@@ -81,7 +81,7 @@ final class RecurringExecutorCore: @unchecked Sendable {
 
     /// The public executor's commands (`setPolicy(_:)`, `runNow()`, `stop()`) are these transitions.
     func apply(_ transition: (inout Machine) -> Machine.Actions) {
-        apply { machine in ((), transition(&machine)) }
+        apply { guarded in ((), transition(&guarded.machine)) }
     }
 
     /// Under the lock: stamps the events and puts them, the outcomes and the end in the outbox.
@@ -152,7 +152,7 @@ final class RecurringExecutorCore: @unchecked Sendable {
             // The requested run cannot start before this operation returns, which waits for it.
             throw .reentrantAccess
         }
-        guard let id = apply({ $0.runNowAndWait() }) else { return .stopped }
+        guard let id = apply({ $0.machine.runNowAndWait() }) else { return .stopped }
         if Task.isCancelled {
             // Cancelled before the call: the request stands, and the call throws at once, even if
             // the run ended meanwhile (its outcome came after the cancellation).
@@ -172,8 +172,8 @@ final class RecurringExecutorCore: @unchecked Sendable {
     }
 
     private func attach(caller id: UInt64, _ continuation: Caller) {
-        let attachment = apply { machine -> (Machine.CallerAttachment, Machine.Actions) in
-            let attachment = machine.attachCaller(id, continuation)
+        let attachment = apply { guarded -> (Machine.CallerAttachment, Machine.Actions) in
+            let attachment = guarded.machine.attachCaller(id, continuation)
             var actions = Machine.Actions()
             // Through the outbox, behind every delivery already queued: the run's end event comes first.
             if case .resolved(let outcome) = attachment { actions.outcomes = [(continuation, outcome)] }
@@ -185,14 +185,13 @@ final class RecurringExecutorCore: @unchecked Sendable {
     /// Returns once the loop has ended and every event, `.stopped` included, was delivered.
     func waitUntilEnded() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            var actions = Machine.Actions()
-            let drain = guarded.withLock { guarded in
+            apply { guarded -> ((), Machine.Actions) in
                 guarded.stopWaiters.append(continuation)
+                var actions = Machine.Actions()
                 // Once ended, resumed through the outbox, behind every delivery queued (the streams' end included).
                 actions.ended = guarded.machine.isEnded
-                return queue(actions, in: &guarded)
+                return ((), actions)
             }
-            perform(actions, drain: drain)
         }
     }
 
@@ -224,7 +223,7 @@ final class RecurringExecutorCore: @unchecked Sendable {
     /// The driver: runs until `stop()` (or the executor's release) and the last run has ended.
     func runLoop() async {
         while true {
-            switch apply({ $0.decide() }) {
+            switch apply({ $0.machine.decide() }) {
             case .run(let number):
                 await perform(run: number)
             case .wait(let token, let nanoseconds):
