@@ -117,10 +117,9 @@ struct RecurringStateMachine<Driver, Job, Caller> {
     mutating func setPolicy(_ newPolicy: RecurringPolicy) -> Actions {
         var actions = Actions()
         guard !stopRequested, policy != newPolicy else { return actions }
-        let previous = policy
+        actions.events.append(.policyChanged(from: policy, to: newPolicy))
         policy = newPolicy
         intervalDue = false
-        actions.events.append(.policyChanged(from: previous, to: newPolicy))
         wakeWait(&actions, cancellingSleep: true)
         return actions
     }
@@ -292,12 +291,10 @@ struct RecurringStateMachine<Driver, Job, Caller> {
         switch result {
         case .success:
             outcome = .finished(run: number)
+        case .failure(let error) where run.cancelRequested || Self.isCancellation(error):
+            outcome = .cancelled(run: number)
         case .failure(let error):
-            if run.cancelRequested || Self.isCancellation(error) {
-                outcome = .cancelled(run: number)
-            } else {
-                outcome = .failed(run: number, error: RecurringExecutorFailure(error))
-            }
+            outcome = .failed(run: number, error: RecurringExecutorFailure(error))
         }
         actions.events.append(outcome.event)
         if case .cancelled = outcome, pendingRequest != nil, !stopRequested {
