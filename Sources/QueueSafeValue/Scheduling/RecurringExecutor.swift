@@ -28,7 +28,7 @@
 ///   handler that captures it strongly keeps it alive (capture it `weak`, as with a `Timer`).
 ///
 /// The executor is `Sendable`: every method may be called from any thread, task or actor, at any
-/// time, and none of them blocks or suspends except ``stopAndWait()``.
+/// time; none of them blocks a thread, and only ``runNowAndWait()`` and ``stopAndWait()`` suspend.
 public final class RecurringExecutor: Sendable {
     private let core: RecurringExecutorCore
 
