@@ -28,7 +28,7 @@
 ///   handler that captures it strongly keeps it alive (capture it `weak`, as with a `Timer`).
 ///
 /// The executor is `Sendable`: every method may be called from any thread, task or actor, at any
-/// time, and none of them blocks or suspends except ``stopAndWait()``.
+/// time; none of them blocks a thread, and only ``runNowAndWait()`` and ``stopAndWait()`` suspend.
 public final class RecurringExecutor: Sendable {
     private let core: RecurringExecutorCore
 
@@ -120,12 +120,9 @@ public final class RecurringExecutor: Sendable {
         core.apply { $0.runNow() }
     }
 
-    /// Requests a run now, as ``runNow()`` does, and returns how the run that served the request
-    /// ended.
-    ///
-    /// The request is made at once, in the caller's order with the other calls, and emits
-    /// ``RecurringExecutorEvent/Kind/requested(request:)``. The outcome names the run that did the
-    /// work for this call (see ``RecurringRunOutcome`` for which run serves a request):
+    /// Requests a run now, as ``runNow()`` does (at once, in the caller's order with the other
+    /// calls), and returns how the run that served the request ended (see ``RecurringRunOutcome``
+    /// for which run that is):
     ///
     /// ```swift
     /// let executor = RecurringExecutor { /* the work of one run */ }
@@ -137,10 +134,8 @@ public final class RecurringExecutor: Sendable {
     /// }
     /// ```
     ///
-    /// The call returns after the event that reports the outcome (``RecurringExecutorEvent/Kind/finished(run:)``,
-    /// ``RecurringExecutorEvent/Kind/failed(run:error:)`` or ``RecurringExecutorEvent/Kind/cancelled(run:)``)
-    /// was delivered to the event handler and the streams. It suspends the calling task and never
-    /// blocks a thread.
+    /// It returns once the event that reports the outcome was delivered to the event handler and the
+    /// streams. It suspends the calling task and never blocks a thread.
     ///
     /// **Cancellation.** Cancelling the calling task abandons the wait, not the request: the call
     /// throws ``QueueSafeValueError/cancelled`` at once, and the run goes on for everyone else (other
@@ -184,10 +179,9 @@ public final class RecurringExecutor: Sendable {
 
     /// A stream of the events emitted from now on, ending after ``RecurringExecutorEvent/Kind/stopped``.
     ///
-    /// Every stream, and the event handler, gets the same events in the same order. Earlier events
-    /// are not replayed (pass an `eventHandler` to the initializer to see every event from the
-    /// first). Any number of streams may be open at once; a stream whose consumer stops iterating is
-    /// dropped. If the executor has stopped already, the stream is finished and empty.
+    /// Earlier events are not replayed (pass an `eventHandler` to the initializer to see every event
+    /// from the first). Any number of streams may be open at once; a stream whose consumer stops
+    /// iterating is dropped. If the executor has stopped already, the stream is finished and empty.
     ///
     /// - Parameter bufferingPolicy: what the stream keeps while its consumer is slower than the
     ///   executor; `.unbounded` (the default) keeps every event, `.bufferingNewest(n)` and

@@ -5,12 +5,9 @@ import Dispatch
 /// The thin layer behind a ``RecurringExecutor``: the lock, the driver task, the sleeps, the run
 /// tasks, the continuations and the event delivery. Every decision is ``RecurringStateMachine``'s.
 ///
-/// Each entry point calls one machine transition with the lock held, stamps the events it returned
-/// and queues them (with the callers' outcomes) in the outbox, still under the lock, so that the
-/// outbox is in transition order. After unlocking it performs the rest of the actions: cancel
-/// tasks, resume the driver, and schedule a drain of the outbox on the private serial delivery
-/// queue. No user code runs, no continuation is resumed, no task is cancelled and nothing is
-/// dispatched while the lock is held.
+/// Each entry point is one machine transition (`apply`), whose events and outcomes enter the
+/// outbox under the lock, so the outbox is in transition order. No user code runs, no continuation
+/// is resumed, no task is cancelled and nothing is dispatched while the lock is held.
 ///
 /// One driver task runs ``runLoop()``: it asks the machine for the next step (run, wait, or end),
 /// performs it outside the lock, reports how it ended, and asks again. The public executor owns
@@ -38,8 +35,7 @@ final class RecurringExecutorCore: @unchecked Sendable {
         var machine: Machine
         var nextSubscriberID: UInt64 = 0
         var subscribers: [UInt64: Subscriber] = [:]
-        /// Callers of `stopAndWait()` suspended until the loop has ended and its events were
-        /// delivered.
+        /// Callers of `stopAndWait()`, resumed once the loop has ended and its events were delivered.
         var stopWaiters: [CheckedContinuation<Void, Never>] = []
         var outbox: [Delivery] = []
         /// A drain block is on the delivery queue and has not taken the outbox yet.
@@ -72,11 +68,11 @@ final class RecurringExecutorCore: @unchecked Sendable {
 
     // MARK: Performing transitions
 
-    /// Runs `transition` on the machine under the lock, queues its events and outcomes, and
-    /// performs the rest after unlocking. Returns what `transition` returned besides its actions.
-    private func apply<R>(_ transition: (inout Machine) -> (R, Machine.Actions)) -> R {
+    /// Runs `transition` under the lock and queues its deliveries; after unlocking, cancels its tasks,
+    /// resumes the driver and schedules a drain. Returns what `transition` returned besides its actions.
+    private func apply<R>(_ transition: (inout Guarded) -> (R, Machine.Actions)) -> R {
         let (result, actions, drain) = guarded.withLock { guarded -> (R, Machine.Actions, Bool) in
-            let (result, actions) = transition(&guarded.machine)
+            let (result, actions) = transition(&guarded)
             return (result, actions, queue(actions, in: &guarded))
         }
         perform(actions, drain: drain)
@@ -85,7 +81,7 @@ final class RecurringExecutorCore: @unchecked Sendable {
 
     /// The public executor's commands (`setPolicy(_:)`, `runNow()`, `stop()`) are these transitions.
     func apply(_ transition: (inout Machine) -> Machine.Actions) {
-        apply { machine in ((), transition(&machine)) }
+        apply { guarded in ((), transition(&guarded.machine)) }
     }
 
     /// Under the lock: stamps the events and puts them, the outcomes and the end in the outbox.
@@ -156,7 +152,7 @@ final class RecurringExecutorCore: @unchecked Sendable {
             // The requested run cannot start before this operation returns, which waits for it.
             throw .reentrantAccess
         }
-        guard let id = apply({ $0.runNowAndWait() }) else { return .stopped }
+        guard let id = apply({ $0.machine.runNowAndWait() }) else { return .stopped }
         if Task.isCancelled {
             // Cancelled before the call: the request stands, and the call throws at once, even if
             // the run ended meanwhile (its outcome came after the cancellation).
@@ -176,8 +172,8 @@ final class RecurringExecutorCore: @unchecked Sendable {
     }
 
     private func attach(caller id: UInt64, _ continuation: Caller) {
-        let attachment = apply { machine -> (Machine.CallerAttachment, Machine.Actions) in
-            let attachment = machine.attachCaller(id, continuation)
+        let attachment = apply { guarded -> (Machine.CallerAttachment, Machine.Actions) in
+            let attachment = guarded.machine.attachCaller(id, continuation)
             var actions = Machine.Actions()
             // Through the outbox, behind every delivery already queued: the run's end event comes first.
             if case .resolved(let outcome) = attachment { actions.outcomes = [(continuation, outcome)] }
@@ -189,14 +185,13 @@ final class RecurringExecutorCore: @unchecked Sendable {
     /// Returns once the loop has ended and every event, `.stopped` included, was delivered.
     func waitUntilEnded() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            var actions = Machine.Actions()
-            let drain = guarded.withLock { guarded in
+            apply { guarded -> ((), Machine.Actions) in
                 guarded.stopWaiters.append(continuation)
+                var actions = Machine.Actions()
                 // Once ended, resumed through the outbox, behind every delivery queued (the streams' end included).
                 actions.ended = guarded.machine.isEnded
-                return queue(actions, in: &guarded)
+                return ((), actions)
             }
-            perform(actions, drain: drain)
         }
     }
 
@@ -228,7 +223,7 @@ final class RecurringExecutorCore: @unchecked Sendable {
     /// The driver: runs until `stop()` (or the executor's release) and the last run has ended.
     func runLoop() async {
         while true {
-            switch apply({ $0.decide() }) {
+            switch apply({ $0.machine.decide() }) {
             case .run(let number):
                 await perform(run: number)
             case .wait(let token, let nanoseconds):

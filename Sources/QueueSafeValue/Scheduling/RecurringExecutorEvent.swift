@@ -49,8 +49,7 @@ public struct RecurringExecutorEvent: Sendable, Equatable, CustomStringConvertib
     /// What a ``RecurringExecutorEvent`` reports.
     public enum Kind: Sendable, Equatable, CustomStringConvertible {
         /// ``RecurringExecutor/runNow()`` or ``RecurringExecutor/runNowAndWait()`` was called;
-        /// `request` numbers the calls from 1. If an operation is running it has just been asked to
-        /// stop (task cancellation).
+        /// `request` numbers the calls from 1.
         case requested(request: UInt64)
         /// Run number `run` began: the operation was handed to its target (a task of its own, or its
         /// place in a ``CommandQueue`` or ``QueueSafeValue``, where it may still wait for its turn).
@@ -71,14 +70,13 @@ public struct RecurringExecutorEvent: Sendable, Equatable, CustomStringConvertib
         /// ``RecurringTrigger/interval`` follows unless a policy change, a `runNow()` or a stop came
         /// first.
         case intervalElapsed
-        /// ``RecurringExecutor/setPolicy(_:)`` changed the policy from `from` to `to`. The new policy
-        /// applies to the next wait; a wait in progress restarts with it.
+        /// ``RecurringExecutor/setPolicy(_:)`` changed the policy from `from` to `to`.
         case policyChanged(from: RecurringPolicy, to: RecurringPolicy)
         /// The ``RecurringSleeper`` threw while the executor waited on it (a sleep it did not cancel,
         /// whatever the error): the executor stops, and ``stopped`` follows once the loop has ended.
         case sleeperFailed(RecurringExecutorFailure)
-        /// The executor stopped: its loop ended and no operation of it is running. Always the last
-        /// event; the event streams finish right after it.
+        /// The executor stopped: its loop ended and no operation of it is running. The event streams
+        /// finish right after it.
         case stopped
 
         /// A short text such as `"started(run: 3, trigger: runNow(#5))"`.
@@ -127,8 +125,7 @@ public struct RecurringExecutorFailure: Sendable, Equatable, CustomStringConvert
     }
 
     private static func isEqual<E: Equatable>(_ lhs: E, _ rhs: Any) -> Bool {
-        guard let rhs = rhs as? E else { return false }
-        return lhs == rhs
+        (rhs as? E) == lhs
     }
 
     /// The error's `String(describing:)`.

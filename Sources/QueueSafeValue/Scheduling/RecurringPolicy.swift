@@ -20,10 +20,6 @@ public struct RecurringPolicy: Sendable, Hashable, CustomStringConvertible {
     /// The interval in nanoseconds, or `nil` for ``onDemand``.
     public let intervalNanoseconds: UInt64?
 
-    private init(intervalNanoseconds: UInt64?) {
-        self.intervalNanoseconds = intervalNanoseconds
-    }
-
     /// The interval in seconds, or `nil` for ``onDemand``.
     public var intervalSeconds: Double? {
         intervalNanoseconds.map { Double($0) / 1_000_000_000 }

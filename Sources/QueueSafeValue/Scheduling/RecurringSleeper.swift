@@ -21,9 +21,8 @@ public protocol RecurringSleeper: Sendable {
 
 // MARK: - TaskRecurringSleeper
 
-/// The default ``RecurringSleeper``: `Task.sleep(nanoseconds:)`, which ends early with
-/// `CancellationError` when its task is cancelled. Inside a `QueueSafeValueTesting` exploration
-/// (debug builds) it sleeps on the exploration's virtual clock instead (see <doc:TestingYourCode>).
+/// The default ``RecurringSleeper``: `Task.sleep(nanoseconds:)`, or inside a `QueueSafeValueTesting`
+/// exploration (debug builds) the exploration's virtual clock (see <doc:TestingYourCode>).
 public struct TaskRecurringSleeper: RecurringSleeper {
     /// Creates the sleeper.
     public init() {}

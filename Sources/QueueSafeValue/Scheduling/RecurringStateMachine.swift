@@ -21,13 +21,9 @@ struct RecurringStateMachine<Driver, Job, Caller> {
 
     /// What the driver is doing.
     enum Phase {
-        /// Between two steps: the driver is about to call ``decide()``.
         case deciding
-        /// Waiting for the interval, a request, a policy change or a stop.
         case waiting(Wait)
-        /// A run is in progress.
         case running(Run)
-        /// The loop ended. Nothing runs any more.
         case ended
     }
 
@@ -121,10 +117,9 @@ struct RecurringStateMachine<Driver, Job, Caller> {
     mutating func setPolicy(_ newPolicy: RecurringPolicy) -> Actions {
         var actions = Actions()
         guard !stopRequested, policy != newPolicy else { return actions }
-        let previous = policy
+        actions.events.append(.policyChanged(from: policy, to: newPolicy))
         policy = newPolicy
         intervalDue = false
-        actions.events.append(.policyChanged(from: previous, to: newPolicy))
         wakeWait(&actions, cancellingSleep: true)
         return actions
     }
@@ -132,14 +127,28 @@ struct RecurringStateMachine<Driver, Job, Caller> {
     /// `runNow()`: a new pending request; the wait in progress ends and the running operation is
     /// asked to stop. Ignored once stopping.
     mutating func runNow() -> Actions {
-        request(registeringCaller: false).actions
+        runNowAndWait(registeringCaller: false).actions
     }
 
     /// `runNowAndWait()`: as ``runNow()``, and registers a caller that the run serving this request
-    /// will resume. Returns `nil` (and does nothing) once stopping: the caller gets
-    /// ``RecurringRunOutcome/stopped`` at once.
-    mutating func runNowAndWait() -> (caller: UInt64?, actions: Actions) {
-        request(registeringCaller: true)
+    /// will resume (none for `runNow()`). Returns `nil` (and does nothing) once stopping: the caller
+    /// gets ``RecurringRunOutcome/stopped`` at once.
+    mutating func runNowAndWait(registeringCaller: Bool = true) -> (caller: UInt64?, actions: Actions) {
+        var actions = Actions()
+        guard !stopRequested else { return (nil, actions) }
+        var caller: UInt64?
+        if registeringCaller {
+            callerCount += 1
+            caller = callerCount
+            callers[callerCount] = CallerRecord()
+            pendingCallers.append(callerCount)
+        }
+        lastRequest += 1
+        pendingRequest = lastRequest
+        actions.events.append(.requested(request: lastRequest))
+        wakeWait(&actions, cancellingSleep: true)
+        askRunToStop(&actions)
+        return (caller, actions)
     }
 
     /// The continuation of caller `id` arrived.
@@ -176,10 +185,17 @@ struct RecurringStateMachine<Driver, Job, Caller> {
 
     /// `stop()`: drops the pending request (its callers get ``RecurringRunOutcome/stopped``), ends
     /// the wait in progress and asks the running operation to stop. The loop ends at the driver's
-    /// next ``decide()``. Ignored the second time.
-    mutating func stop() -> Actions {
-        var actions = Actions()
-        stop(&actions)
+    /// next ``decide()``. Ignored the second time. Returns `actions` (those of the transition that
+    /// stops) followed by its own.
+    mutating func stop(after actions: Actions = Actions()) -> Actions {
+        var actions = actions
+        guard !stopRequested else { return actions }
+        stopRequested = true
+        pendingRequest = nil
+        for id in pendingCallers { resolve(id, .stopped, &actions) }
+        pendingCallers = []
+        wakeWait(&actions, cancellingSleep: true)
+        askRunToStop(&actions)
         return actions
     }
 
@@ -247,8 +263,7 @@ struct RecurringStateMachine<Driver, Job, Caller> {
         var actions = Actions()
         guard wakeWait(&actions, token: token, cancellingSleep: false) else { return actions }  // the sleep is over
         actions.events.append(.sleeperFailed(RecurringExecutorFailure(error)))
-        stop(&actions)
-        return actions
+        return stop(after: actions)
     }
 
     /// Run `number`'s task exists: keep it, and cancel it at once if the run was asked to stop
@@ -276,12 +291,10 @@ struct RecurringStateMachine<Driver, Job, Caller> {
         switch result {
         case .success:
             outcome = .finished(run: number)
+        case .failure(let error) where run.cancelRequested || Self.isCancellation(error):
+            outcome = .cancelled(run: number)
         case .failure(let error):
-            if run.cancelRequested || Self.isCancellation(error) {
-                outcome = .cancelled(run: number)
-            } else {
-                outcome = .failed(run: number, error: RecurringExecutorFailure(error))
-            }
+            outcome = .failed(run: number, error: RecurringExecutorFailure(error))
         }
         actions.events.append(outcome.event)
         if case .cancelled = outcome, pendingRequest != nil, !stopRequested {
@@ -297,34 +310,6 @@ struct RecurringStateMachine<Driver, Job, Caller> {
     }
 
     // MARK: Helpers
-
-    private mutating func request(registeringCaller: Bool) -> (caller: UInt64?, actions: Actions) {
-        var actions = Actions()
-        guard !stopRequested else { return (nil, actions) }
-        var caller: UInt64?
-        if registeringCaller {
-            callerCount += 1
-            caller = callerCount
-            callers[callerCount] = CallerRecord()
-            pendingCallers.append(callerCount)
-        }
-        lastRequest += 1
-        pendingRequest = lastRequest
-        actions.events.append(.requested(request: lastRequest))
-        wakeWait(&actions, cancellingSleep: true)
-        askRunToStop(&actions)
-        return (caller, actions)
-    }
-
-    private mutating func stop(_ actions: inout Actions) {
-        guard !stopRequested else { return }
-        stopRequested = true
-        pendingRequest = nil
-        for id in pendingCallers { resolve(id, .stopped, &actions) }
-        pendingCallers = []
-        wakeWait(&actions, cancellingSleep: true)
-        askRunToStop(&actions)
-    }
 
     /// Calls `body` with the wait in progress if it is wait `token` (any, when `nil`) and was not
     /// woken yet; returns whether there was such a wait.

@@ -24,9 +24,8 @@
 /// **Cancelling the caller that is refreshing**: by default the refresh in flight finishes, still
 /// inside the critical section, for the callers waiting behind it; see ``RefreshCancellation``.
 ///
-/// The value can also be read and written through ``store`` directly (for instance by a
-/// ``RecurringExecutor`` that refreshes it ahead of expiry); those commands take their turn in the
-/// same queue.
+/// The value can also be read and written through ``store`` directly, for instance by a
+/// ``RecurringExecutor`` that refreshes it ahead of expiry.
 public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {  // `section`: in `store`'s section only
     /// The container of the value. Every command on it, including the ones of this type, runs one at
     /// a time in the container's priority order.
@@ -40,7 +39,6 @@ public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {  // `
     private let refresh: @Sendable (Value) async throws -> Value
     /// Numbers the calls to `get()` in arrival order.
     private let arrivals = AtomicWord(0)
-    /// Touched only inside `store`'s critical section.
     private let section = SectionState()
 
     // @unchecked Sendable: touched only by the holder of `store`'s critical section
@@ -56,13 +54,10 @@ public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {  // `
     ///   - priority: the priority of this type's commands on `store` (default `.medium`).
     ///   - needsRefresh: whether a stored value must be refreshed before use. Called inside the
     ///     critical section; keep it fast and free of side effects.
-    ///   - cancellation: what happens to the refresh in flight when the caller that started it is
-    ///     cancelled; ``RefreshCancellation/letRefreshFinish`` (the default) lets it finish for the
-    ///     other callers.
+    ///   - cancellation: see ``RefreshCancellation``; the default lets the refresh finish.
     ///   - refresh: makes a fresh value from the stale one. Called inside the critical section, at
-    ///     most once at a time; it may `await` (nothing else touches the value meanwhile) and may
-    ///     throw. With ``RefreshCancellation/letRefreshFinish`` it runs in a task of its own, which
-    ///     inherits the caller's priority and task-locals but not its cancellation.
+    ///     most once at a time (in the task ``get()`` names); it may `await` (nothing else touches
+    ///     the value meanwhile) and may throw.
     public init(
         store: QueueSafeValue<Value>,
         priority: CommandPriority = .medium,
@@ -131,8 +126,7 @@ public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {  // `
         }
     }
 
-    /// `get()` with ``RefreshCancellation/letRefreshFinish``: the command runs in a task of its own,
-    /// which the caller's cancellation reaches only while the command waits for its turn.
+    /// `get()` with ``RefreshCancellation/letRefreshFinish``: the command runs in a `Call`'s task.
     private func getInOwnTask(ticket: Int) async throws -> Value {
         if Task.isCancelled { throw QueueSafeValueError.cancelled }
         let call = Call()
@@ -200,9 +194,8 @@ public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {  // `
             continuation?.resumeFromAnotherThread(with: result)
         }
 
-        /// The caller's task was cancelled: it leaves at once. A command still waiting for its turn is
-        /// cancelled (it leaves the queue, and the caller throws `.cancelled`); a running one
-        /// finishes, for the callers behind it (and the caller throws `CancellationError`).
+        /// The caller's task was cancelled: it leaves at once, and the command is cancelled only if it
+        /// is still waiting for its turn (see `RefreshCancellation.letRefreshFinish`).
         func cancel() {
             let (continuation, task, inSection) = state.withLock { state in
                 state.left = true
