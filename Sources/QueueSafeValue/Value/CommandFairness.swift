@@ -76,24 +76,14 @@ public struct CommandFairness: Sendable, Hashable, CustomStringConvertible {
     public static func eventual(starvationBound: DispatchTimeInterval) throws(QueueSafeValueError)
         -> CommandFairness
     {
-        // Saturated, in 64 bits on every platform (a bound beyond 292 years is as good as none).
-        func scaled(_ amount: Int, _ unit: Int64) -> Int64 {
-            let (product, overflow) = Int64(amount).multipliedReportingOverflow(by: unit)
-            return overflow ? (amount < 0 ? .min : .max) : product
+        // A bound beyond 292 years (saturated) is as good as none.
+        guard let nanoseconds = starvationBound.saturatedNanoseconds else {
+            throw .invalidArgument("starvationBound must be finite, got \(starvationBound)")
         }
-        let nanoseconds: Int64
-        switch starvationBound {
-        case .seconds(let amount): nanoseconds = scaled(amount, 1_000_000_000)
-        case .milliseconds(let amount): nanoseconds = scaled(amount, 1_000_000)
-        case .microseconds(let amount): nanoseconds = scaled(amount, 1_000)
-        case .nanoseconds(let amount): nanoseconds = Int64(amount)
-        case .never: throw .invalidArgument("starvationBound must be finite, got .never")
-        @unknown default: throw .invalidArgument("starvationBound \(starvationBound) is not supported")
-        }
-        guard !starvationBound.isNegative else {
+        guard nanoseconds >= 0 else {
             throw .invalidArgument("starvationBound must not be negative, got \(starvationBound)")
         }
-        return CommandFairness(maxOvertakes: nil, bargingBound: UInt64(max(0, nanoseconds)))
+        return CommandFairness(maxOvertakes: nil, bargingBound: UInt64(nanoseconds))
     }
 
     /// The eventually fair mode's bound, or `nil` for the other modes.

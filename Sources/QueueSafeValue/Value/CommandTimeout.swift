@@ -39,6 +39,22 @@ extension DispatchTimeInterval {
 }
 
 extension DispatchTimeInterval {
+    /// The interval in nanoseconds, in 64 bits on every platform (an `Int` of 32 bits holds 2.1 s
+    /// of them), saturated to `Int64.min` or `Int64.max`; `nil` for `.never`.
+    var saturatedNanoseconds: Int64? {
+        let (amount, unit): (Int, Int64)
+        switch self {
+        case .seconds(let value): (amount, unit) = (value, 1_000_000_000)
+        case .milliseconds(let value): (amount, unit) = (value, 1_000_000)
+        case .microseconds(let value): (amount, unit) = (value, 1_000)
+        case .nanoseconds(let value): (amount, unit) = (value, 1)
+        case .never: return nil
+        @unknown default: return nil
+        }
+        let (product, overflow) = Int64(amount).multipliedReportingOverflow(by: unit)
+        return overflow ? (amount < 0 ? .min : .max) : product
+    }
+
     /// `nanoseconds` in the finest unit whose count fits an `Int` here: where `Int` has 32 bits
     /// (watchOS), nanoseconds hold 2.1 s, microseconds 35 minutes, milliseconds 24 days, and
     /// seconds 68 years, which a longer interval is saturated to.
