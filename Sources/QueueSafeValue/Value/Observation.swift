@@ -30,7 +30,7 @@ final class ObservedChange<Value>: @unchecked Sendable {
 // @unchecked Sendable: subclasses guard their state with their own lock
 class ObservationSink: @unchecked Sendable {
     /// A committed change (an `ObservedChange` of the engine's value type), after the release.
-    func offer(_ change: AnyObject, sequence: UInt64) {}
+    func offer(_ change: AnyObject) {}
     /// The container was released and its last value offered: no more changes come.
     func finish() {}
 }
@@ -42,10 +42,11 @@ struct LatestChange<Value> {
     var newest: UInt64?
 
     /// Keeps `change` (an `ObservedChange<Value>`) unless it is no newer than one offered before.
-    mutating func keep(_ change: AnyObject, sequence: UInt64) -> Bool {
-        guard newest.map({ sequence > $0 }) ?? true else { return false }
-        newest = sequence
-        pending = unsafeDowncast(change, to: ObservedChange<Value>.self).value
+    mutating func keep(_ change: AnyObject) -> Bool {
+        let change = unsafeDowncast(change, to: ObservedChange<Value>.self)
+        guard newest.map({ change.sequence > $0 }) ?? true else { return false }
+        newest = change.sequence
+        pending = change.value
         return true
     }
 }
@@ -64,8 +65,7 @@ extension ValueEngine {
     @usableFromInline
     @inline(never)
     func deliverChange(_ change: AnyObject) {
-        let sequence = unsafeDowncast(change, to: ObservedChange<Value>.self).sequence
-        for sink in boosts.withLock({ $0.sinks }) { sink.offer(change, sequence: sequence) }
+        for sink in boosts.withLock({ $0.sinks }) { sink.offer(change) }
     }
 
     /// Registers an observer: from now on every command that may change the value captures it.
@@ -102,7 +102,7 @@ extension ValueEngine {
         guard !sinks.isEmpty else { return }
         let last = ObservedChange(value: pointer.pointee, sequence: changeSequence)
         for sink in sinks {
-            sink.offer(last, sequence: last.sequence)
+            sink.offer(last)
             sink.finish()
         }
     }
@@ -242,7 +242,7 @@ final class ValuesSubscription<Value: Sendable>: ObservationSink, @unchecked Sen
             let current = try await engine.withSharedAwaitingAccess(
                 priority: .highest, site: CallSite(file: #fileID, line: #line), timeout: nil, isolation: nil
             ) { value in ObservedChange(value: value, sequence: engine.changeSequence) }
-            offer(current, sequence: current.sequence)
+            offer(current)
         } catch .valueContainerDeinited {
             // Released: the commands queued before still commit, and when the value is freed this
             // observer is offered its final value and finished (at once, if that happened already).
@@ -251,9 +251,9 @@ final class ValuesSubscription<Value: Sendable>: ObservationSink, @unchecked Sen
         }
     }
 
-    override func offer(_ change: AnyObject, sequence: UInt64) {
+    override func offer(_ change: AnyObject) {
         let resume = state.withLock { state -> TurnContinuation? in
-            guard !state.finished, state.latest.keep(change, sequence: sequence) else { return nil }
+            guard !state.finished, state.latest.keep(change) else { return nil }
             defer { state.waiting = nil }
             return state.waiting
         }
@@ -311,9 +311,9 @@ final class QueueObserver<Value: Sendable>: ObservationSink, @unchecked Sendable
         self.handler = handler
     }
 
-    override func offer(_ change: AnyObject, sequence: UInt64) {
+    override func offer(_ change: AnyObject) {
         let startDrain = state.withLock { state -> Bool in
-            guard !state.stopped, !state.finished, state.latest.keep(change, sequence: sequence) else { return false }
+            guard !state.stopped, !state.finished, state.latest.keep(change) else { return false }
             guard !state.draining else { return false }
             state.draining = true
             return true
@@ -390,8 +390,7 @@ extension QueueSafeValue where Value: Sendable {
             engine: engine, queue: queue, priority: .highest, site: CallSite(file: file, line: line),
             operation: .sharedRead { result in
                 guard case .success(let value) = result else { return }
-                let current = ObservedChange(value: value, sequence: engine.changeSequence)
-                observer.offer(current, sequence: current.sequence)
+                observer.offer(ObservedChange(value: value, sequence: engine.changeSequence))
             })
         return ObservationToken { [weak engine, observer] in
             observer.stop()
