@@ -25,14 +25,9 @@ public struct CommandFairness: Sendable, Hashable, CustomStringConvertible {
     /// The eventually fair mode's bound, in nanoseconds; `nil` for the other modes.
     let bargingBound: UInt64?
 
-    private init(maxOvertakes: Int?, bargingBound: UInt64? = nil) {
-        self.maxOvertakes = maxOvertakes
-        self.bargingBound = bargingBound
-    }
-
     /// Highest priority first, always; first come, first served within a priority. A steady stream
     /// of higher-priority commands can starve a lower-priority one. The default.
-    public static let strictPriority = CommandFairness(maxOvertakes: nil)
+    public static let strictPriority = CommandFairness(maxOvertakes: nil, bargingBound: nil)
 
     /// Strict priority, except that no waiting command is passed over by more than `maxOvertakes`
     /// commands that arrived after it. `0` is first come, first served, whatever the priorities.
@@ -41,7 +36,7 @@ public struct CommandFairness: Sendable, Hashable, CustomStringConvertible {
         guard maxOvertakes >= 0 else {
             throw .invalidArgument("maxOvertakes must not be negative, got \(maxOvertakes)")
         }
-        return CommandFairness(maxOvertakes: maxOvertakes)
+        return CommandFairness(maxOvertakes: maxOvertakes, bargingBound: nil)
     }
 
     /// Eventually fair, with the default bound of 1 millisecond: ``eventual(starvationBound:)``.

@@ -1,16 +1,10 @@
 import Dispatch
 
-// Observing a value: `for await v in value.values { … }` and `value.observe(on: queue) { v in … }`.
-//
-// Every command that can change the value (`set`, `withLock`, dispatch and awaiting `set`s, manual
-// ones) takes a snapshot of it *inside* its critical section, numbered in commit order, when
-// observers exist; after its release it offers the snapshot to each observer. An observer keeps
-// only the newest snapshot it has not delivered (latest-value semantics, each observer on its
-// own) and drops any numbered at or below one it already has, so values arrive in commit order
-// and only values that were committed arrive. Nothing is delivered under a lock: a consumer is
-// resumed, or a queue's block runs, after the observer's own lock is released, and never inside a
-// critical section. When the container is released, each observer gets the value as the last
-// command left it and ends.
+// Observing a value (`values`, `observe(on:)`): while observers exist, every command that can
+// change the value snapshots it *inside* its critical section, numbered in commit order, and offers
+// the snapshot to each observer after its release. An observer keeps only the newest snapshot it
+// has not delivered and drops any numbered at or below one it has, so only committed values
+// arrive, in commit order.
 
 // MARK: - Engine side
 
@@ -126,12 +120,7 @@ public struct ObservedValues<Value: Sendable>: AsyncSequence, Sendable {
     /// The sequence never fails: it ends.
     public typealias Failure = Never
 
-    @usableFromInline let engine: ValueEngine<Value>
-
-    @usableFromInline
-    init(engine: ValueEngine<Value>) {
-        self.engine = engine
-    }
+    let engine: ValueEngine<Value>
 
     /// An iterator that observes on its own, from now until it is released: a change committed
     /// after this call reaches it even before its first `next()`, which returns the current value
@@ -361,11 +350,9 @@ extension QueueSafeValue where Value: Sendable {
     /// }
     /// ```
     ///
-    /// Each iteration is an observer of its own. A slow consumer skips to the newest value (it never
-    /// sees a value that was not committed, nor values out of order; so a loop that waits for one
-    /// intermediate value may miss it: wait for a condition that stays true) and never holds up a command;
-    /// values are delivered outside every lock and critical section, so the loop may issue commands
-    /// on the same value. See ``ObservedValues``.
+    /// A slow consumer skips to the newest value (so a loop that waits for one intermediate value
+    /// may miss it: wait for a condition that stays true); values arrive outside every lock and
+    /// critical section, so the loop may issue commands on the same value. See ``ObservedValues``.
     public var values: ObservedValues<Value> {
         ObservedValues(engine: engine)
     }
