@@ -44,11 +44,8 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
         /// Thresholds for holds and waits, the watchdog's period and the throttle.
         ///
         /// The default throttle, 5 events of each kind per value per second, lets a stall's events
-        /// through: its long hold, the hold's end (never throttled), and the long waits and
-        /// timeouts of the few commands it held up. A kind has its own budget, so that the
-        /// refusals a stall causes cannot crowd out the long hold that names its culprit. A hot
-        /// loop of refusals still delivers at most 5 lines a second for that value, each counting
-        /// those left out before it.
+        /// through; each kind has its own budget, so the refusals a stall causes cannot crowd out
+        /// the long hold that names its culprit.
         /// - Throws: `.invalidArgument` for an interval of zero, below zero or `.never`, or fewer
         ///   than one event per second.
         public init(
