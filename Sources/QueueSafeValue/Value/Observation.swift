@@ -163,12 +163,12 @@ final class SubscriptionOwner<Value: Sendable>: @unchecked Sendable {
     }
 
     deinit {
-        subscription.unregister()
+        subscription.engine.removeSink(subscription)
     }
 }
 
 /// One iterator's observer: registered when the iterator is made, unregistered when it goes.
-// @unchecked Sendable: `state` is behind its lock; `started` is touched only by the iterating task
+// @unchecked Sendable: `state` is behind its lock; `readFirst` is touched only by the iterating task
 final class ValuesSubscription<Value: Sendable>: ObservationSink, @unchecked Sendable {
     struct State {
         var latest = LatestChange<Value>()
@@ -179,7 +179,7 @@ final class ValuesSubscription<Value: Sendable>: ObservationSink, @unchecked Sen
         var finished = false
     }
 
-    private let engine: ValueEngine<Value>
+    let engine: ValueEngine<Value>
     private let state = LockedState.make(State())
     /// Whether the first `next()` read the current value; touched only by the iterating task.
     private var readFirst = false
@@ -188,11 +188,6 @@ final class ValuesSubscription<Value: Sendable>: ObservationSink, @unchecked Sen
         self.engine = engine
         super.init()
         engine.addSink(self)
-    }
-
-    /// The iterator went: no more changes are offered.
-    func unregister() {
-        engine.removeSink(self)
     }
 
     func next() async -> Value? {
