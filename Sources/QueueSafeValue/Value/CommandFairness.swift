@@ -25,14 +25,9 @@ public struct CommandFairness: Sendable, Hashable, CustomStringConvertible {
     /// The eventually fair mode's bound, in nanoseconds; `nil` for the other modes.
     let bargingBound: UInt64?
 
-    private init(maxOvertakes: Int?, bargingBound: UInt64? = nil) {
-        self.maxOvertakes = maxOvertakes
-        self.bargingBound = bargingBound
-    }
-
     /// Highest priority first, always; first come, first served within a priority. A steady stream
     /// of higher-priority commands can starve a lower-priority one. The default.
-    public static let strictPriority = CommandFairness(maxOvertakes: nil)
+    public static let strictPriority = CommandFairness(maxOvertakes: nil, bargingBound: nil)
 
     /// Strict priority, except that no waiting command is passed over by more than `maxOvertakes`
     /// commands that arrived after it. `0` is first come, first served, whatever the priorities.
@@ -41,7 +36,7 @@ public struct CommandFairness: Sendable, Hashable, CustomStringConvertible {
         guard maxOvertakes >= 0 else {
             throw .invalidArgument("maxOvertakes must not be negative, got \(maxOvertakes)")
         }
-        return CommandFairness(maxOvertakes: maxOvertakes)
+        return CommandFairness(maxOvertakes: maxOvertakes, bargingBound: nil)
     }
 
     /// Eventually fair, with the default bound of 1 millisecond: ``eventual(starvationBound:)``.
@@ -76,24 +71,14 @@ public struct CommandFairness: Sendable, Hashable, CustomStringConvertible {
     public static func eventual(starvationBound: DispatchTimeInterval) throws(QueueSafeValueError)
         -> CommandFairness
     {
-        // Saturated, in 64 bits on every platform (a bound beyond 292 years is as good as none).
-        func scaled(_ amount: Int, _ unit: Int64) -> Int64 {
-            let (product, overflow) = Int64(amount).multipliedReportingOverflow(by: unit)
-            return overflow ? (amount < 0 ? .min : .max) : product
+        // A bound beyond 292 years (saturated) is as good as none.
+        guard let nanoseconds = starvationBound.saturatedNanoseconds else {
+            throw .invalidArgument("starvationBound must be finite, got \(starvationBound)")
         }
-        let nanoseconds: Int64
-        switch starvationBound {
-        case .seconds(let amount): nanoseconds = scaled(amount, 1_000_000_000)
-        case .milliseconds(let amount): nanoseconds = scaled(amount, 1_000_000)
-        case .microseconds(let amount): nanoseconds = scaled(amount, 1_000)
-        case .nanoseconds(let amount): nanoseconds = Int64(amount)
-        case .never: throw .invalidArgument("starvationBound must be finite, got .never")
-        @unknown default: throw .invalidArgument("starvationBound \(starvationBound) is not supported")
-        }
-        guard !starvationBound.isNegative else {
+        guard nanoseconds >= 0 else {
             throw .invalidArgument("starvationBound must not be negative, got \(starvationBound)")
         }
-        return CommandFairness(maxOvertakes: nil, bargingBound: UInt64(max(0, nanoseconds)))
+        return CommandFairness(maxOvertakes: nil, bargingBound: UInt64(nanoseconds))
     }
 
     /// The eventually fair mode's bound, or `nil` for the other modes.

@@ -3,12 +3,8 @@ import Dispatch
 // MARK: - Timeouts
 
 /// How long a command issued now may wait for its turn, as a deadline: `nil` waits forever (no
-/// timeout, or `.never`); zero only takes a free section (a command issued with no time to wait
-/// still runs if nothing holds or waits for the value).
-///
-/// A negative interval is a mistake in the caller's arithmetic, not "try once": like every other
-/// interval of the library, it is refused with ``QueueSafeValueError/invalidArgument(_:)``, and the
-/// command never runs.
+/// timeout, or `.never`); zero only takes a free section. A negative interval is a mistake in the
+/// caller's arithmetic, not "try once": it is refused, as every interval of the library is.
 @inlinable
 func commandDeadline(after timeout: DispatchTimeInterval?) throws(QueueSafeValueError) -> DispatchTime? {
     guard let timeout else { return nil }
@@ -39,6 +35,22 @@ extension DispatchTimeInterval {
 }
 
 extension DispatchTimeInterval {
+    /// The interval in nanoseconds, in 64 bits on every platform (an `Int` of 32 bits holds 2.1 s
+    /// of them), saturated to `Int64.min` or `Int64.max`; `nil` for `.never`.
+    var saturatedNanoseconds: Int64? {
+        let (amount, unit): (Int, Int64)
+        switch self {
+        case .seconds(let value): (amount, unit) = (value, 1_000_000_000)
+        case .milliseconds(let value): (amount, unit) = (value, 1_000_000)
+        case .microseconds(let value): (amount, unit) = (value, 1_000)
+        case .nanoseconds(let value): (amount, unit) = (value, 1)
+        case .never: return nil
+        @unknown default: return nil
+        }
+        let (product, overflow) = Int64(amount).multipliedReportingOverflow(by: unit)
+        return overflow ? (amount < 0 ? .min : .max) : product
+    }
+
     /// `nanoseconds` in the finest unit whose count fits an `Int` here: where `Int` has 32 bits
     /// (watchOS), nanoseconds hold 2.1 s, microseconds 35 minutes, milliseconds 24 days, and
     /// seconds 68 years, which a longer interval is saturated to.
@@ -62,11 +74,9 @@ extension DispatchTimeInterval {
 @available(macOS 13, iOS 16, tvOS 16, watchOS 9, *)
 extension DispatchTimeInterval {
     /// `duration` as an interval, the way every timeout of the library is kept: to the nanosecond
-    /// (a finer fraction is dropped), in the finest unit whose count fits an `Int` here (where
-    /// `Int` has 32 bits, nanoseconds hold only 2.1 s), and saturated: a duration beyond what a
-    /// `DispatchTimeInterval` holds is the largest one (`.seconds(Int.max)`, or `Int.min` for a
-    /// negative one), which waits as long as `.seconds(Int.max)` always did. Its sign is kept, so a
-    /// negative duration is refused as a negative interval is.
+    /// (a finer fraction is dropped), saturated to 64 bits of them (292 years, either sign), in the
+    /// unit `init(finestFitting:)` picks. Its sign is kept, so a negative duration is refused as a
+    /// negative interval is.
     @usableFromInline
     init(timeout duration: Duration) {
         let (seconds, attoseconds) = duration.components

@@ -4,12 +4,9 @@ import Dispatch
     import os
 #endif
 
-// The monitor's events as signposts, on Apple platforms: one switch,
-// `QueueSafeValue.monitor(signposts: true)`, off by default. Everywhere else, and below macOS 12 /
-// iOS 15 / tvOS 15 / watchOS 8 (`OSSignposter`), nothing is made and nothing is emitted.
-
-/// Emits a ``QueueMonitor``'s events as signposts: a long hold is an interval from its report to its
-/// end (per value), every other event a point.
+/// Emits a ``QueueMonitor``'s events as signposts (`monitor(signposts: true)`): a long hold is an
+/// interval from its report to its end (per value), every other event a point. Below macOS 12 /
+/// iOS 15 / tvOS 15 / watchOS 8 (`OSSignposter`), and off Apple platforms, nothing is emitted.
 enum MonitorSignposts {
     /// The emitter, where signposts exist; `nil` elsewhere.
     static func make() -> AnyObject? {
@@ -30,28 +27,22 @@ enum MonitorSignposts {
 }
 
 #if canImport(os)
-    /// The signposter and the long holds whose intervals are open, per value.
+    /// The signposter, and the long holds whose intervals are open, per value.
     @available(macOS 12, iOS 15, tvOS 15, watchOS 8, *)
-    final class SignposterBox: @unchecked Sendable {  // @unchecked Sendable: `open` is behind `lock`
-        let signposter = OSSignposter(subsystem: "QueueSafeValue", category: .pointsOfInterest)
-        let lock = LockedState.make([ObjectIdentifier: OSSignpostIntervalState]())
-    }
-
-    @available(macOS 12, iOS 15, tvOS 15, watchOS 8, *)
-    final class SignpostEmitter: @unchecked Sendable {  // @unchecked Sendable: immutable; the box locks
-        private let box = SignposterBox()
+    final class SignpostEmitter: @unchecked Sendable {  // @unchecked Sendable: immutable; `openIntervals` locks
+        private let signposter = OSSignposter(subsystem: "QueueSafeValue", category: .pointsOfInterest)
+        private let openIntervals = LockedState.make([ObjectIdentifier: OSSignpostIntervalState]())
 
         func emit(_ event: QueueMonitor.Event, key: ObjectIdentifier) {
-            let signposter = box.signposter
             let text = event.description
             switch event.kind {
             case .longHold:
                 let state = signposter.beginInterval(
                     "long hold", id: signposter.makeSignpostID(), "\(text, privacy: .public)")
-                let replaced = box.lock.withLock { open in open.updateValue(state, forKey: key) }
+                let replaced = openIntervals.withLock { open in open.updateValue(state, forKey: key) }
                 if let replaced { signposter.endInterval("long hold", replaced) }
             case .longHoldEnded:
-                if let state = box.lock.withLock({ open in open.removeValue(forKey: key) }) {
+                if let state = openIntervals.withLock({ open in open.removeValue(forKey: key) }) {
                     signposter.endInterval("long hold", state, "\(text, privacy: .public)")
                 }
             case .longWait:

@@ -1,16 +1,10 @@
 import Dispatch
 
-// Observing a value: `for await v in value.values { … }` and `value.observe(on: queue) { v in … }`.
-//
-// Every command that can change the value (`set`, `withLock`, dispatch and awaiting `set`s, manual
-// ones) takes a snapshot of it *inside* its critical section, numbered in commit order, when
-// observers exist; after its release it offers the snapshot to each observer. An observer keeps
-// only the newest snapshot it has not delivered (latest-value semantics, each observer on its
-// own) and drops any numbered at or below one it already has, so values arrive in commit order
-// and only values that were committed arrive. Nothing is delivered under a lock: a consumer is
-// resumed, or a queue's block runs, after the observer's own lock is released, and never inside a
-// critical section. When the container is released, each observer gets the value as the last
-// command left it and ends.
+// Observing a value (`values`, `observe(on:)`): while observers exist, every command that can
+// change the value snapshots it *inside* its critical section, numbered in commit order, and offers
+// the snapshot to each observer after its release. An observer keeps only the newest snapshot it
+// has not delivered and drops any numbered at or below one it has, so only committed values
+// arrive, in commit order.
 
 // MARK: - Engine side
 
@@ -30,7 +24,7 @@ final class ObservedChange<Value>: @unchecked Sendable {
 // @unchecked Sendable: subclasses guard their state with their own lock
 class ObservationSink: @unchecked Sendable {
     /// A committed change (an `ObservedChange` of the engine's value type), after the release.
-    func offer(_ change: AnyObject, sequence: UInt64) {}
+    func offer(_ change: AnyObject) {}
     /// The container was released and its last value offered: no more changes come.
     func finish() {}
 }
@@ -42,10 +36,11 @@ struct LatestChange<Value> {
     var newest: UInt64?
 
     /// Keeps `change` (an `ObservedChange<Value>`) unless it is no newer than one offered before.
-    mutating func keep(_ change: AnyObject, sequence: UInt64) -> Bool {
-        guard newest.map({ sequence > $0 }) ?? true else { return false }
-        newest = sequence
-        pending = unsafeDowncast(change, to: ObservedChange<Value>.self).value
+    mutating func keep(_ change: AnyObject) -> Bool {
+        let change = unsafeDowncast(change, to: ObservedChange<Value>.self)
+        guard newest.map({ change.sequence > $0 }) ?? true else { return false }
+        newest = change.sequence
+        pending = change.value
         return true
     }
 }
@@ -64,8 +59,7 @@ extension ValueEngine {
     @usableFromInline
     @inline(never)
     func deliverChange(_ change: AnyObject) {
-        let sequence = unsafeDowncast(change, to: ObservedChange<Value>.self).sequence
-        for sink in boosts.withLock({ $0.sinks }) { sink.offer(change, sequence: sequence) }
+        for sink in boosts.withLock({ $0.sinks }) { sink.offer(change) }
     }
 
     /// Registers an observer: from now on every command that may change the value captures it.
@@ -102,7 +96,7 @@ extension ValueEngine {
         guard !sinks.isEmpty else { return }
         let last = ObservedChange(value: pointer.pointee, sequence: changeSequence)
         for sink in sinks {
-            sink.offer(last, sequence: last.sequence)
+            sink.offer(last)
             sink.finish()
         }
     }
@@ -126,12 +120,7 @@ public struct ObservedValues<Value: Sendable>: AsyncSequence, Sendable {
     /// The sequence never fails: it ends.
     public typealias Failure = Never
 
-    @usableFromInline let engine: ValueEngine<Value>
-
-    @usableFromInline
-    init(engine: ValueEngine<Value>) {
-        self.engine = engine
-    }
+    let engine: ValueEngine<Value>
 
     /// An iterator that observes on its own, from now until it is released: a change committed
     /// after this call reaches it even before its first `next()`, which returns the current value
@@ -174,12 +163,12 @@ final class SubscriptionOwner<Value: Sendable>: @unchecked Sendable {
     }
 
     deinit {
-        subscription.unregister()
+        subscription.engine.removeSink(subscription)
     }
 }
 
 /// One iterator's observer: registered when the iterator is made, unregistered when it goes.
-// @unchecked Sendable: `state` is behind its lock; `started` is touched only by the iterating task
+// @unchecked Sendable: `state` is behind its lock; `readFirst` is touched only by the iterating task
 final class ValuesSubscription<Value: Sendable>: ObservationSink, @unchecked Sendable {
     struct State {
         var latest = LatestChange<Value>()
@@ -190,7 +179,7 @@ final class ValuesSubscription<Value: Sendable>: ObservationSink, @unchecked Sen
         var finished = false
     }
 
-    private let engine: ValueEngine<Value>
+    let engine: ValueEngine<Value>
     private let state = LockedState.make(State())
     /// Whether the first `next()` read the current value; touched only by the iterating task.
     private var readFirst = false
@@ -199,11 +188,6 @@ final class ValuesSubscription<Value: Sendable>: ObservationSink, @unchecked Sen
         self.engine = engine
         super.init()
         engine.addSink(self)
-    }
-
-    /// The iterator went: no more changes are offered.
-    func unregister() {
-        engine.removeSink(self)
     }
 
     func next() async -> Value? {
@@ -242,7 +226,7 @@ final class ValuesSubscription<Value: Sendable>: ObservationSink, @unchecked Sen
             let current = try await engine.withSharedAwaitingAccess(
                 priority: .highest, site: CallSite(file: #fileID, line: #line), timeout: nil, isolation: nil
             ) { value in ObservedChange(value: value, sequence: engine.changeSequence) }
-            offer(current, sequence: current.sequence)
+            offer(current)
         } catch .valueContainerDeinited {
             // Released: the commands queued before still commit, and when the value is freed this
             // observer is offered its final value and finished (at once, if that happened already).
@@ -251,9 +235,9 @@ final class ValuesSubscription<Value: Sendable>: ObservationSink, @unchecked Sen
         }
     }
 
-    override func offer(_ change: AnyObject, sequence: UInt64) {
+    override func offer(_ change: AnyObject) {
         let resume = state.withLock { state -> TurnContinuation? in
-            guard !state.finished, state.latest.keep(change, sequence: sequence) else { return nil }
+            guard !state.finished, state.latest.keep(change) else { return nil }
             defer { state.waiting = nil }
             return state.waiting
         }
@@ -311,9 +295,9 @@ final class QueueObserver<Value: Sendable>: ObservationSink, @unchecked Sendable
         self.handler = handler
     }
 
-    override func offer(_ change: AnyObject, sequence: UInt64) {
+    override func offer(_ change: AnyObject) {
         let startDrain = state.withLock { state -> Bool in
-            guard !state.stopped, !state.finished, state.latest.keep(change, sequence: sequence) else { return false }
+            guard !state.stopped, !state.finished, state.latest.keep(change) else { return false }
             guard !state.draining else { return false }
             state.draining = true
             return true
@@ -361,11 +345,9 @@ extension QueueSafeValue where Value: Sendable {
     /// }
     /// ```
     ///
-    /// Each iteration is an observer of its own. A slow consumer skips to the newest value (it never
-    /// sees a value that was not committed, nor values out of order; so a loop that waits for one
-    /// intermediate value may miss it: wait for a condition that stays true) and never holds up a command;
-    /// values are delivered outside every lock and critical section, so the loop may issue commands
-    /// on the same value. See ``ObservedValues``.
+    /// A slow consumer skips to the newest value (so a loop that waits for one intermediate value
+    /// may miss it: wait for a condition that stays true); values arrive outside every lock and
+    /// critical section, so the loop may issue commands on the same value. See ``ObservedValues``.
     public var values: ObservedValues<Value> {
         ObservedValues(engine: engine)
     }
@@ -390,8 +372,7 @@ extension QueueSafeValue where Value: Sendable {
             engine: engine, queue: queue, priority: .highest, site: CallSite(file: file, line: line),
             operation: .sharedRead { result in
                 guard case .success(let value) = result else { return }
-                let current = ObservedChange(value: value, sequence: engine.changeSequence)
-                observer.offer(current, sequence: current.sequence)
+                observer.offer(ObservedChange(value: value, sequence: engine.changeSequence))
             })
         return ObservationToken { [weak engine, observer] in
             observer.stop()

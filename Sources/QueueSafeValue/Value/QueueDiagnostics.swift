@@ -127,9 +127,7 @@ public struct QueueDiagnostics: Sendable, CustomStringConvertible {
         let queueIdentity: Int?
 
         /// "a blocking command for at least 2.5 s (issued at MyApp/Checkout.swift:88, thread 'sync'
-        /// (0x7f3a1c), raised to task priority high)", "a dispatch command waiting to run on queue
-        /// 'db' for 0.1 s", "a dispatch command on queue 'db' waiting for done() for 3.00 s",
-        /// "3 shared reads (the first a blocking command) for 0.02 s", …
+        /// (0x7f3a1c), raised to task priority high)", "3 shared reads (the first a …) for 0.02 s"…
         public var description: String {
             let article = kind == .awaiting ? "an" : "a"
             let noun = kind == .operation ? "CommandQueue operation" : "\(kind.rawValue) command"

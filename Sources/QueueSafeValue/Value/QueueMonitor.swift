@@ -44,11 +44,8 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
         /// Thresholds for holds and waits, the watchdog's period and the throttle.
         ///
         /// The default throttle, 5 events of each kind per value per second, lets a stall's events
-        /// through: its long hold, the hold's end (never throttled), and the long waits and
-        /// timeouts of the few commands it held up. A kind has its own budget, so that the
-        /// refusals a stall causes cannot crowd out the long hold that names its culprit. A hot
-        /// loop of refusals still delivers at most 5 lines a second for that value, each counting
-        /// those left out before it.
+        /// through; each kind has its own budget, so the refusals a stall causes cannot crowd out
+        /// the long hold that names its culprit.
         /// - Throws: `.invalidArgument` for an interval of zero, below zero or `.never`, or fewer
         ///   than one event per second.
         public init(
@@ -200,8 +197,8 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
 
     private let handler: @Sendable (Event) -> Void
     private let deliveryQueue: DispatchQueue
-    /// A `MonitorSignposts` on Apple platforms from macOS 12 / iOS 15 when asked for, else `nil`
-    /// (kept as `AnyObject`: a stored property cannot have a type newer than the floor).
+    /// What `MonitorSignposts.make()` returned when asked for, else `nil` (kept as `AnyObject`: a
+    /// stored property cannot have a type newer than the floor).
     private let signposts: AnyObject?
     private let watchdogQueue = DispatchQueue(label: "QueueSafeValue.monitor.watchdog")
     private let state = LockedState.make(State())
@@ -213,8 +210,6 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
         var watched: [ObjectIdentifier: Watched] = [:]
         /// Events waiting for the handler.
         var pending = 0
-        /// Events left out: not delivered because the handler fell behind, or after `stop()`.
-        var droppedTotal = 0
         var isStopped = false
     }
 
@@ -287,7 +282,7 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
         _ = qsv_monitor_compare_exchange(address, 0)
         let (left, engines) = state.withLock { state -> (Int, [CommandEngine]) in
             state.isStopped = true
-            let left = state.droppedTotal + state.watched.values.reduce(0) { $0 + $1.omitted }
+            let left = state.watched.values.reduce(0) { $0 + $1.omitted }
             let engines = state.watched.values.compactMap(\.engine)
             state.watched = [:]
             return (left, engines)
@@ -405,18 +400,7 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
 
     /// `interval` in nanoseconds, saturated; `nil` for zero, below zero or `.never`.
     static func nanoseconds(_ interval: DispatchTimeInterval) -> UInt64? {
-        let (amount, unit): (Int, UInt64)
-        switch interval {
-        case .seconds(let value): (amount, unit) = (value, 1_000_000_000)
-        case .milliseconds(let value): (amount, unit) = (value, 1_000_000)
-        case .microseconds(let value): (amount, unit) = (value, 1_000)
-        case .nanoseconds(let value): (amount, unit) = (value, 1)
-        case .never: return nil
-        @unknown default: return nil
-        }
-        guard amount > 0 else { return nil }
-        let (product, overflow) = UInt64(amount).multipliedReportingOverflow(by: unit)
-        return overflow ? .max : product
+        interval.saturatedNanoseconds.flatMap { $0 > 0 ? UInt64($0) : nil }
     }
 }
 

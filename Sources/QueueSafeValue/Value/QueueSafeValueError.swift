@@ -142,31 +142,25 @@ public enum QueueSafeValueError: Error, Equatable, Hashable, Sendable, CustomStr
 
     /// Compares the cases (and the argument of ``invalidArgument(_:)``), not the diagnostics.
     public static func == (lhs: QueueSafeValueError, rhs: QueueSafeValueError) -> Bool {
-        switch (lhs, rhs) {
-        case (.valueContainerDeinited, .valueContainerDeinited),
-            (.commandClosureDeallocated, .commandClosureDeallocated),
-            (.reentrantAccess, .reentrantAccess), (.timedOut, .timedOut), (.cancelled, .cancelled),
-            (.deadlock, .deadlock):
-            return true
-        case (.invalidArgument(let left), .invalidArgument(let right)):
-            return left == right
-        default:
-            return false
-        }
+        lhs.identity == rhs.identity
     }
 
     /// Hashes what ``==(_:_:)`` compares.
     public func hash(into hasher: inout Hasher) {
+        hasher.combine(identity.index)
+        hasher.combine(identity.argument)
+    }
+
+    /// What equality compares: the case, and the argument of `invalidArgument`.
+    private var identity: (index: Int, argument: String?) {
         switch self {
-        case .valueContainerDeinited: hasher.combine(0)
-        case .commandClosureDeallocated: hasher.combine(1)
-        case .reentrantAccess: hasher.combine(2)
-        case .timedOut: hasher.combine(3)
-        case .cancelled: hasher.combine(4)
-        case .invalidArgument(let what):
-            hasher.combine(5)
-            hasher.combine(what)
-        case .deadlock: hasher.combine(6)
+        case .valueContainerDeinited: (0, nil)
+        case .commandClosureDeallocated: (1, nil)
+        case .reentrantAccess: (2, nil)
+        case .timedOut: (3, nil)
+        case .cancelled: (4, nil)
+        case .invalidArgument(let what): (5, what)
+        case .deadlock: (6, nil)
         }
     }
 }
