@@ -52,24 +52,14 @@ public struct RecurringPolicy: Sendable, Hashable, CustomStringConvertible {
     /// - Throws: ``QueueSafeValueError/invalidArgument(_:)`` when `interval` is zero, negative or
     ///   `.never` (use ``onDemand`` for "never by itself").
     public static func interval(_ interval: DispatchTimeInterval) throws(QueueSafeValueError) -> RecurringPolicy {
-        // In Int64: an `Int` of 32 bits (watchOS's arm64_32) holds about 2.1 s of nanoseconds.
-        let value: Int64
-        let scale: Int64
-        switch interval {
-        case .seconds(let seconds): (value, scale) = (Int64(seconds), 1_000_000_000)
-        case .milliseconds(let milliseconds): (value, scale) = (Int64(milliseconds), 1_000_000)
-        case .microseconds(let microseconds): (value, scale) = (Int64(microseconds), 1_000)
-        case .nanoseconds(let nanoseconds): (value, scale) = (Int64(nanoseconds), 1)
-        case .never:
+        guard let nanoseconds = interval.saturatedNanoseconds else {
             throw .invalidArgument("RecurringPolicy interval cannot be .never; use RecurringPolicy.onDemand")
-        @unknown default:
-            throw .invalidArgument("RecurringPolicy interval \(interval) is not supported")
         }
-        guard value > 0 else {
+        guard nanoseconds > 0 else {
             throw .invalidArgument("RecurringPolicy interval must be above zero, got \(interval)")
         }
-        let (nanoseconds, overflow) = value.multipliedReportingOverflow(by: scale)
-        guard !overflow else {
+        // Saturated: past 64 bits of nanoseconds.
+        guard nanoseconds < .max else {
             throw .invalidArgument("RecurringPolicy interval is too large: \(interval)")
         }
         return RecurringPolicy(intervalNanoseconds: UInt64(nanoseconds))
