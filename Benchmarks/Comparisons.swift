@@ -128,8 +128,9 @@ struct Comparison: Sendable {
         Comparison(
             library: "wait.read uncontended", baseline: "pthread_rwlock read uncontended", target: .ratioAtMost(2)),
         Comparison(library: "await read uncontended", baseline: "await get uncontended", target: nil),
-        // An awaiting shared read against the exclusive command it should cost about as much as.
-        Comparison(library: "await read uncontended", baseline: "await set uncontended", target: nil),
+        // An awaiting shared read against the exclusive command it should cost about as much as
+        // (issue 57: at most 1.2x).
+        Comparison(library: "await read uncontended", baseline: "await set uncontended", target: .ratioAtMost(1.2)),
         // An enqueue from synchronous code starts a task that runs the operation; N of them are
         // like N tasks started from synchronous code. The sequential `Task create+await` row (the
         // baseline the issue named) is shown too.

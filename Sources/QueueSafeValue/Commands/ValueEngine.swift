@@ -214,7 +214,7 @@ extension ValueEngine {
     ///
     /// Without a timeout, on a value that no exclusive command holds or waits for, this is the
     /// idle path: one compare-and-swap to join the readers and one to leave (see
-    /// ``CommandEngine/tryJoinReadersIdle()``); everything else is in
+    /// ``CommandEngine/tryJoinReadersIdleOnThread()``); everything else is in
     /// ``withSharedBlockingAccessSlow(priority:timeout:_:)``.
     @inlinable
     @inline(__always)
@@ -224,7 +224,7 @@ extension ValueEngine {
         timeout: DispatchTimeInterval?,
         _ body: (Value) -> R
     ) -> Result<R, QueueSafeValueError> {
-        if timeout == nil, let read = tryJoinReadersIdle() { return runIdleRead(read, body) }
+        if timeout == nil, let read = tryJoinReadersIdleOnThread() { return runIdleRead(read, body) }
         return withSharedBlockingAccessSlow(priority: priority, site: site, timeout: timeout, body)
     }
 
@@ -241,7 +241,7 @@ extension ValueEngine {
     ) -> Result<R, QueueSafeValueError> {
         let deadline: DispatchTime?
         do { deadline = try commandDeadline(after: timeout) } catch { return .failure(error) }
-        if timeout != nil, let read = tryJoinReadersIdle() { return runIdleRead(read, body) }
+        if timeout != nil, let read = tryJoinReadersIdleOnThread() { return runIdleRead(read, body) }
         return acquireReaderBlocking(priority: priority, site: site, deadline: deadline).map { token in
             defer { releaseReaderBlocking(token) }
             return body(pointer.pointee)
@@ -277,6 +277,9 @@ extension ValueEngine {
 
     /// Waits (suspending) for a share of the critical section, runs `body` in the caller's
     /// isolation while holding it across every suspension point of `body`, and gives it back.
+    ///
+    /// On a value that no exclusive command holds or waits for, one task at a time reads on the
+    /// idle path (``CommandEngine/tryJoinReadersIdle(outside:)``); others go through the lock.
     @inlinable
     func withSharedAwaitingAccess<R>(
         priority: CommandPriority,
@@ -288,6 +291,13 @@ extension ValueEngine {
     ) async throws(QueueSafeValueError) -> R {
         if cancellable && Task.isCancelled { throw .cancelled }
         let deadline = try commandDeadline(after: timeout)
+        let sections = CriticalSectionContext.sections.get()
+        if let entry = tryJoinReadersIdle(outside: sections) {
+            defer { leaveIdleTaskRead() }
+            return await withSections(sections.pushing(entry), entry, isolation: isolation) {
+                await body(pointer.pointee)
+            }
+        }
         let token = try await acquireReaderAwaiting(
             priority: priority, site: site, deadline: deadline, cancellable: cancellable, isolation: isolation)
         return await runHeldReaderSection(token, isolation: isolation) {

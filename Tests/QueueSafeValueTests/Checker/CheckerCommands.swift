@@ -290,20 +290,27 @@ extension CheckerRun {
         end(outerName, Self.describe(result))
     }
 
-    /// In a task of the world: `set` on `outer` (awaiting), and inside its closure `set` on
-    /// `inner` (awaiting, `+= 1`); each records how it ended under its name.
+    /// In a task of the world: `set` on `outer` (awaiting; a shared `read` if `outerReads`), and
+    /// inside its closure `set` on `inner` (awaiting, `+= 1`); each records how it ended under its
+    /// name.
     func awaitingNested(
-        _ outerName: String, _ outer: QueueSafeValue<Int>, _ innerName: String, _ inner: QueueSafeValue<Int>
+        _ outerName: String, _ outer: QueueSafeValue<Int>, _ innerName: String, _ inner: QueueSafeValue<Int>,
+        outerReads: Bool = false
     ) {
         worldTask { [self] in
+            let innerSet: () async -> Void = { [self] in
+                do {
+                    try await inner.async.highestPriority.set { $0 += 1 }
+                    end(innerName, "ran")
+                } catch {
+                    end(innerName, Self.describe(error))
+                }
+            }
             do {
-                try await outer.async.highestPriority.set { _ in
-                    do {
-                        try await inner.async.highestPriority.set { $0 += 1 }
-                        end(innerName, "ran")
-                    } catch {
-                        end(innerName, Self.describe(error))
-                    }
+                if outerReads {
+                    try await outer.async.highestPriority.read { _ in await innerSet() }
+                } else {
+                    try await outer.async.highestPriority.set { _ in await innerSet() }
                 }
                 end(outerName, "ran")
             } catch {

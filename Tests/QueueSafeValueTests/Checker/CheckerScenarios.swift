@@ -971,25 +971,32 @@ enum CheckerScenarios {
     /// Issue 30: a task that holds a value registers its wait for deadlock detection (one that
     /// holds nothing does not: see `CommandEngine.waitForTurn`), so a cycle through a task and a
     /// thread is refused, whoever closes it, and no schedule hangs.
-    static let lockOrderCycleWithATask = CheckerScenario(
-        name: "a task and a thread take two values in opposite orders", preemptionBound: 2, needsTaskExecutors: true
-    ) {
-        world in
-        let run = CheckerRun(world)
-        let first = QueueSafeValue(value: 0, label: "first")
-        let second = QueueSafeValue(value: 0, label: "second")
-        world.quiescentCheck = run.quiescentCheck([first.engine, second.engine])
-        world.spawn("issuer") { run.awaitingNested("T outer", first, "T inner", second) }
-        world.spawn("B") { run.blockingNested("B outer", second, "B inner", first) }
-        return {
-            if let problem = run.expectEnded(["T outer", "B outer", "T inner", "B inner"]) { return problem }
-            for inner in ["T inner", "B inner"] where !["ran", "deadlock"].contains(run.outcome(of: inner)) {
-                return "\(inner) ended with \(run.outcome(of: inner)!)"
+    static let lockOrderCycleWithATask = lockOrderCycleWithATask(
+        name: "a task and a thread take two values in opposite orders", taskReads: false)
+
+    /// The same cycle through a task's shared read, which holds on the idle path when it comes
+    /// first: whoever waits for it finds it only once the boost lock lists it.
+    static let lockOrderCycleThroughATaskRead = lockOrderCycleWithATask(
+        name: "a task reading one value and a thread take two values in opposite orders", taskReads: true)
+
+    static func lockOrderCycleWithATask(name: String, taskReads: Bool) -> CheckerScenario {
+        CheckerScenario(name: name, preemptionBound: 2, needsTaskExecutors: true) { world in
+            let run = CheckerRun(world)
+            let first = QueueSafeValue(value: 0, label: "first")
+            let second = QueueSafeValue(value: 0, label: "second")
+            world.quiescentCheck = run.quiescentCheck([first.engine, second.engine])
+            world.spawn("issuer") { run.awaitingNested("T outer", first, "T inner", second, outerReads: taskReads) }
+            world.spawn("B") { run.blockingNested("B outer", second, "B inner", first) }
+            return {
+                if let problem = run.expectEnded(["T outer", "B outer", "T inner", "B inner"]) { return problem }
+                for inner in ["T inner", "B inner"] where !["ran", "deadlock"].contains(run.outcome(of: inner)) {
+                    return "\(inner) ended with \(run.outcome(of: inner)!)"
+                }
+                for outer in ["T outer", "B outer"] where run.outcome(of: outer) != "ran" {
+                    return "\(outer) ended with \(run.outcome(of: outer)!)"
+                }
+                return nil
             }
-            for outer in ["T outer", "B outer"] where run.outcome(of: outer) != "ran" {
-                return "\(outer) ended with \(run.outcome(of: outer)!)"
-            }
-            return nil
         }
     }
 

@@ -35,6 +35,7 @@ extension Explorers {
                 CheckerScenarios.inheritanceChainOfThreads, CheckerScenarios.appleHolderThatReachesItsWaiter,
                 CheckerScenarios.engineLockOrder,
                 CheckerScenarios.lockOrderCycle, CheckerScenarios.lockOrderCycleWithATask,
+                CheckerScenarios.lockOrderCycleThroughATaskRead,
                 CheckerScenarios.lockOrderChain,
                 CheckerScenarios.sharedReads, CheckerScenarios.readsAndTheWaitingOrder,
                 CheckerScenarios.idleReadersAndAWriter,

@@ -408,6 +408,34 @@ import Testing
         #expect(first.result.value == .success(5) && second.result.value == .success(5))
     }
 
+    /// One task at a time reads an idle value on the word too; a second task's read beside it, a
+    /// read nested in it and a read from its child task take the lock's path.
+    @Test func anAwaitingReadOfAnIdleValue_joinsOnTheWord_andTheNextTaskReadTakesTheLock() async throws {
+        let value = QueueSafeValue(value: 5)
+        let inside = Gate()
+        let finish = Gate()
+        let first = Task {
+            try await value.async.read { number in
+                inside.open()
+                await finish.wait()
+                return number
+            }
+        }
+        try await withHangTimeout { await inside.wait() }
+        #expect(value.engine.state.loadAcquire() == EngineWord.idleReaderUnit)
+        #expect(value.engine.withMachine { machine, _ in machine.readers.isEmpty })
+        #expect(value.diagnostics.holder?.kind == .awaiting)
+        #expect(value.diagnostics.holder?.sharedReads == 1)
+        let word = try await withHangTimeout {
+            try await value.async.read { _ in value.engine.state.loadAcquire() }
+        }
+        #expect(word == EngineWord.idleReaderUnit | EngineWord.shared | EngineWord.slowRelease, "not beside it, listed")
+        finish.open()
+        #expect(try await withHangTimeout { try await first.value } == 5)
+        #expect(value.engine.state.loadAcquire() == 0)
+        #expect(value.engine.word(.taskReader).loadAcquire() == 0, "the idle task read kept its place")
+    }
+
     @Test func aWriterArrivingWhileIdleReadersHold_waitsForTheLast_andNoReadJoinsPastIt() {
         let value = QueueSafeValue(value: 0)
         let threads = ThreadGroup()

@@ -29,11 +29,12 @@ import Testing
         priority: TaskPriority,
         until release: Gate,
         holding: Gate,
-        expected: TaskPriority
+        expected: TaskPriority,
+        reads: Bool = false
     ) -> Measurement {
         let measurement = Measurement()
         Task.detached(priority: priority) {
-            _ = try? await value.async.highestPriority.set { _ in
+            let hold: @Sendable () async -> Void = {
                 holding.open()
                 await release.wait()
                 // The escalation may reach the task a moment after the waiter suspended.
@@ -42,6 +43,11 @@ import Testing
                     try? await Task.sleep(nanoseconds: 1_000_000)
                 }
                 measurement.seen.set(Task.currentPriority)
+            }
+            if reads {
+                _ = try? await value.async.highestPriority.read { _ in await hold() }
+            } else {
+                _ = try? await value.async.highestPriority.set { _ in await hold() }
             }
             measurement.done.open()
         }
@@ -60,6 +66,25 @@ import Testing
         let seen = try await holder.result()
         #expect(seen >= .high, "the holder ran at \(seen) while a .high task waited")
         _ = try await withHangTimeout { await waiter.value }
+    }
+
+    /// A task's shared read of an idle value holds on the word, without a record in the machine:
+    /// a writer that waits for it finds it all the same and escalates it.
+    @Test func waitingTaskOfHigherPriority_escalatesATaskReadingOnTheIdlePath() async throws {
+        let value = QueueSafeValue(value: 0, label: "a read escalated by a task")
+        let holding = Gate()
+        let release = Gate()
+        let reader = Self.holdInTask(
+            value, priority: .low, until: release, holding: holding, expected: .high, reads: true)
+        await holding.wait()
+        #expect(value.engine.state.loadAcquire() == EngineWord.idleReaderUnit, "the read did not take the idle path")
+        let writer = Task.detached(priority: .high) { _ = try? await value.async.lowestPriority.set(newValue: 1) }
+        try await waitUntil { value.diagnostics.waitingCount == 1 }
+        release.open()
+        let seen = try await reader.result()
+        #expect(seen >= .high, "the reader ran at \(seen) while a .high writer waited")
+        _ = try await withHangTimeout { await writer.value }
+        #expect(value.waitBounded.highestPriority.get() == .success(1))
     }
 
     /// `withTaskPriorityEscalationHandler` needs macOS 26 / iOS 26: below, a task escalated while it

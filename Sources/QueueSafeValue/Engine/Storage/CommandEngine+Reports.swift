@@ -114,9 +114,11 @@ extension CommandEngine {
         let since = machine.holderSince == 0 ? nil : DispatchTime(uptimeNanoseconds: machine.holderSince)
         var holder: QueueDiagnostics.Holder
         if EngineWord.readersHold(word) {
-            // Reads that took the idle path are blocking reads the machine keeps no record of.
+            // The machine keeps no record of reads that took the idle path: blocking ones, and at
+            // most one awaiting read, named in `taskReader`.
+            let idleKind: CommandKind = self.word(.taskReader).loadRelaxed() > 1 ? .awaiting : .blocking
             holder = QueueDiagnostics.Holder(
-                kind: QueueDiagnostics.HolderKind(machine.firstReaderKind ?? .blocking), awaitsCompletion: false,
+                kind: QueueDiagnostics.HolderKind(machine.firstReaderKind ?? idleKind), awaitsCompletion: false,
                 since: since,
                 sinceIsExact: machine.firstReaderKind != nil || machine.holderSinceIsExact, queue: nil,
                 isWaitingForItsQueue: false,

@@ -77,7 +77,8 @@ extension CommandEngine {
         if thread != 0 && qsv_idle_reads_holds(idleReadIdentity) != 0 { return true }
         let tokens = CriticalSectionContext.sections.get().readerTokens(of: ObjectIdentifier(self))
         return boosts.withLock { record in
-            record.readers.contains { party in
+            listTaskReader(&record)
+            return record.readers.contains { party in
                 (thread != 0 && party.thread == thread) || tokens.contains(party.token)
             }
         }
@@ -86,7 +87,10 @@ extension CommandEngine {
     /// The parties of the listed shared reads running their closures now, in an array of its own
     /// (`map`): a shared copy would be changed in place by the next read to enter or leave.
     final var readerParties: [ReaderParty] {
-        boosts.withLock { $0.readers.map { $0 } }
+        boosts.withLock { record in
+            listTaskReader(&record)
+            return record.readers.map { $0 }
+        }
     }
 
     /// The threads that hold a shared read of this engine on the idle path: after `slowRelease` is
@@ -102,6 +106,22 @@ extension CommandEngine {
         }
     }
 
+    /// Idle join of a blocking shared read: listed in its thread's record of idle reads, then
+    /// counted in the word.
+    /// - Returns: where the read is listed, if it holds a share now; `nil` sends it through the lock.
+    @inlinable
+    @inline(__always)
+    final func tryJoinReadersIdleOnThread() -> IdleRead? {
+        SyncPoints.commandPoint("read arrives at", self, .blocking)
+        let record = qsv_idle_reads_current()!
+        let place = qsv_idle_reads_push(record, idleReadIdentity)
+        guard place != 0 else { return nil }
+        if tryJoinReadersIdle() { return IdleRead(record: record, place: place) }
+        qsv_idle_reads_pop(record, place)
+        endPhantomBoost()
+        return nil
+    }
+
     /// A blocking read listed itself in its thread's record of idle reads but could not join: a
     /// raise may have found it there, and nothing it holds would end that raise later.
     @usableFromInline
@@ -109,11 +129,14 @@ extension CommandEngine {
         endBoostOfCurrentThread()
     }
 
-    /// Ends a blocking shared read that joined on the idle path: on the word while nobody waits.
+    /// Ends a blocking shared read that joined on the idle path: off its thread's record, then off
+    /// the word while nobody waits.
     @inlinable
     @inline(__always)
     final func leaveIdleRead(_ read: IdleRead) {
-        if !tryLeaveReadersIdle(read) { releaseIdleReaderSlow() }
+        SyncPoints.commandPoint("read releases", self, .blocking)
+        qsv_idle_reads_pop(read.record, read.place)
+        if !tryLeaveReadersIdle() { releaseIdleReaderSlow() }
     }
 
     /// A blocking shared read that joined on the idle path leaves through the lock.
@@ -168,6 +191,80 @@ extension CommandEngine {
     }
 
     // MARK: Awaiting shared reads
+
+    /// Idle join of an awaiting shared read: it takes the engine's one place for a task read on the
+    /// idle path (`taskReader`), then is counted in the word. Not when `sections` names this engine:
+    /// the lock's path decides whether it is reentrant.
+    /// - Returns: the read's entry in the task's stack of sections, if it holds a share now; `nil`
+    ///   sends it through the lock.
+    @inlinable
+    @inline(__always)
+    final func tryJoinReadersIdle(outside sections: SectionStack) -> SectionEntry? {
+        let identity = ObjectIdentifier(self)
+        guard !sections.mayName(identity) else { return nil }
+        SyncPoints.commandPoint("read arrives at", self, .awaiting)
+        let reader = word(.taskReader)
+        guard reader.compareExchange(expected: 0, desired: 1) else { return nil }
+        // Only the read that holds the place writes its number, before it names its task.
+        let number = word(.taskReadNumber).loadRelaxed() &+ 1
+        word(.taskReadNumber).storeRelaxed(number)
+        reader.storeRelease(currentTaskID())
+        if tryJoinReadersIdle() { return SectionEntry(engine: identity, readerToken: Self.taskReadToken(number)) }
+        leaveTaskReaderPlace()
+        return nil
+    }
+
+    /// Ends an awaiting shared read that joined with ``tryJoinReadersIdle(outside:)``: it gives the
+    /// place up, then leaves the word while nobody waits.
+    @inlinable
+    @inline(__always)
+    final func leaveIdleTaskRead() {
+        SyncPoints.commandPoint("read releases", self, .awaiting)
+        leaveTaskReaderPlace()
+        if !tryLeaveReadersIdle() { releaseIdleReaderSlow() }
+    }
+
+    /// The idle task read gives its place up; if the boost lock listed it meanwhile, it leaves the
+    /// list under that lock, so whoever raised it from the list did so while it was alive.
+    @inlinable
+    @inline(__always)
+    final func leaveTaskReaderPlace() {
+        let listed = word(.taskReader).exchange(0)
+        if listed & 1 != 0 { unlistTaskReader(task: listed & ~1) }
+    }
+
+    /// Takes the listed idle task read off the list, and ends what this engine raised its task by
+    /// (a read that could not join was raised for nothing).
+    @usableFromInline
+    final func unlistTaskReader(task: Int) {
+        boosts.withLock { record in
+            record.readers.removeAll { $0.task == task && $0.thread == 0 && $0.token & Self.taskReadMark != 0 }
+            if record.targets.remove(.task(task)) != nil {
+                _ = BoostRegistry.shared.set(.task(task), source: ObjectIdentifier(self), to: nil)
+            }
+        }
+    }
+
+    /// Under the boost lock: lists the idle task read, if one holds, as a shared read running its
+    /// closure, for whatever raises, names or checks the readers; it then leaves through
+    /// ``unlistTaskReader(task:)``.
+    final func listTaskReader(_ record: inout BoostRecord) {
+        let reader = word(.taskReader)
+        let task = reader.loadAcquire()
+        // mutant(idle-task-read-never-listed): guard false, reader.compareExchange(expected: task, desired: task | 1) else { return }
+        guard task & 1 == 0 && task != 0, reader.compareExchange(expected: task, desired: task | 1) else { return }
+        let number = word(.taskReadNumber).loadRelaxed()
+        record.readers.append(ReaderParty(thread: 0, task: task, token: Self.taskReadToken(number)))
+    }
+
+    /// Bit 63 marks the token of an idle task read: a ticket's slot never reaches it.
+    @usableFromInline static var taskReadMark: UInt64 { 1 << 63 }
+
+    @inlinable
+    @inline(__always)
+    static func taskReadToken(_ number: Int) -> UInt64 {
+        taskReadMark | UInt64(UInt(bitPattern: number)) & ~taskReadMark
+    }
 
     @usableFromInline
     final func enterTaskReader(_ token: UInt64) {

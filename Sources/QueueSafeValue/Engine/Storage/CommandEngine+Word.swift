@@ -39,17 +39,13 @@ extension CommandEngine {
         return released
     }
 
-    /// Idle join of a blocking shared read: `w → w + unit` while the word admits idle readers,
-    /// retried only while other idle readers change the count. The read is listed in its thread's
-    /// record first, so whoever sees it in the word can find its thread.
-    /// - Returns: where the read is listed, if it holds a share now; `nil` sends it through the lock.
+    /// Idle join of a shared read: `w → w + unit` while the word admits idle readers, retried only
+    /// while other idle readers change the count. The caller listed the read first (in its thread's
+    /// record, or in `taskReader`), so whoever sees it in the word can find it.
+    /// - Returns: whether it holds a share now; if not, it goes through the lock.
     @inlinable
     @inline(__always)
-    final func tryJoinReadersIdle() -> IdleRead? {
-        SyncPoints.commandPoint("read arrives at", self, .blocking)
-        let record = qsv_idle_reads_current()!
-        let place = qsv_idle_reads_push(record, idleReadIdentity)
-        guard place != 0 else { return nil }
+    final func tryJoinReadersIdle() -> Bool {
         var word = state.loadRelaxed()
         while EngineWord.admitsIdleReader(word) {
             let seen = state.compareExchangeValue(expected: word, desired: word &+ EngineWord.idleReaderUnit)
@@ -58,23 +54,19 @@ extension CommandEngine {
                     EngineWord.idleReaders(state.peekForAssertion()) > 0
                         && state.peekForAssertion() & EngineWord.holderMask == 0,
                     "an idle join left a word that does not count the reader, or shows an exclusive holder")
-                return IdleRead(record: record, place: place)
+                return true
             }
             word = seen
         }
-        qsv_idle_reads_pop(record, place)
-        endPhantomBoost()
-        return nil
+        return false
     }
 
     /// Idle leave of a shared read that joined with ``tryJoinReadersIdle()``: `w → w - unit` while
-    /// the word lets idle readers leave. The read leaves the thread's record first.
+    /// the word lets idle readers leave. The caller took the read off its list first.
     /// - Returns: `false` if it must leave through the lock.
     @inlinable
     @inline(__always)
-    final func tryLeaveReadersIdle(_ read: IdleRead) -> Bool {
-        SyncPoints.commandPoint("read releases", self, .blocking)
-        qsv_idle_reads_pop(read.record, read.place)
+    final func tryLeaveReadersIdle() -> Bool {
         var word = state.loadRelaxed()
         assert(
             EngineWord.idleReaders(word) > 0 && word & EngineWord.holderMask == 0,

@@ -79,6 +79,13 @@ class CommandEngine: @unchecked Sendable {
         /// The waiter the last release through the lock handed the section to: still the head for
         /// its own spin until it sees its grant.
         case handedTo
+        /// The task of the one awaiting shared read that holds on the idle path, or 0; 1 while a read
+        /// takes the place; the task's address with bit 0 set once the boost lock lists it (see
+        /// ``tryJoinReadersIdle(outside:)``).
+        case taskReader
+        /// The number of the idle awaiting read in `taskReader`, so that a stale task-local record
+        /// of an earlier one never matches.
+        case taskReadNumber
     }
 
     /// The state machine behind its lock. Internal only for the engine's own extensions (`CommandEngine+…`).

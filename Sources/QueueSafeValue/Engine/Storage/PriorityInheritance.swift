@@ -193,6 +193,7 @@ extension CommandEngine {
                 target(thread: nextHolder.thread, task: nextHolder.task, urgency, &record, &escalations)
             }
             target(thread: thread, task: task, urgency, &record, &escalations)
+            listTaskReader(&record)
             for reader in record.readers {
                 target(thread: reader.thread, task: reader.task, urgency, &record, &escalations)
             }

@@ -59,6 +59,12 @@ struct SectionStack: Sendable {
     @inlinable
     var overflows: Bool { depth > 3 }
 
+    /// Whether the stack may name a section of `engine`: one of the first three does, or it has more.
+    @inlinable
+    func mayName(_ engine: ObjectIdentifier) -> Bool {
+        depth > 0 && (overflows || first?.engine == engine || second?.engine == engine || third?.engine == engine)
+    }
+
     /// The tokens of the shared reads of `engine` this task is inside.
     func readerTokens(of engine: ObjectIdentifier) -> [UInt64] {
         var tokens: [UInt64] = []
