@@ -450,7 +450,7 @@ public final class CommandQueue: Sendable {
             priority: priority, policy: policy, site: site, deadline: deadline, awaiters: awaiters, progress: progress
         ) {
             placement in
-            Self.makeTask {
+            SyncPoints.throwingTask {
                 try await Self.takeTurn(placement, deadline: deadline, isolation: isolation) { try await operation() }
             }
         }
@@ -471,7 +471,7 @@ public final class CommandQueue: Sendable {
         // it, once, which the compiler cannot see through the closure that captures it.
         nonisolated(unsafe) let body = body
         return place(priority: priority, policy: policy, site: site, awaiters: awaiters) { placement in
-            Self.makeTask { try await Self.takeTurn(placement, deadline: nil, isolation: isolation, body) }
+            SyncPoints.throwingTask { try await Self.takeTurn(placement, deadline: nil, isolation: isolation, body) }
         }
     }
 
@@ -491,23 +491,6 @@ public final class CommandQueue: Sendable {
                 startsInOrder: ordering == .startsInOrder, awaiters: awaiters, progress: progress))
         engine.attach(task, to: waiter)
         return (task, waiter)
-    }
-
-    /// The task that runs an operation. (In debug builds, on a thread of the test suite's controlled
-    /// scheduler, the task prefers that scheduler as its executor, so the scheduler runs it too; see
-    /// `SyncPoints`.)
-    @inlinable
-    static func makeTask<T: Sendable>(
-        _ operation: sending @escaping () async throws -> T
-    ) -> Task<T, any Error> {
-        #if DEBUG
-            if #available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *),
-                let executor = SyncPoints.controlledTaskExecutor()
-            {
-                return Task(executorPreference: executor, operation: operation)
-            }
-        #endif
-        return Task(operation: operation)
     }
 
     /// The body of an operation's task, on `isolation` throughout: waits for the turn (unless it was

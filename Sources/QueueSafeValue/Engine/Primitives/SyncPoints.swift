@@ -26,6 +26,16 @@ enum SyncPoints {
         }
     #endif
 
+    /// Every sync point: `controlled` hands it to the calling thread's scheduler, if any; `otherwise`
+    /// is the plain primitive, and in release builds all that is left.
+    @inline(__always)
+    static func controlled<R>(_ controlled: (any ControlledScheduler) -> R, otherwise: () -> R) -> R {
+        #if DEBUG
+            if let scheduler { return controlled(scheduler) }
+        #endif
+        return otherwise()
+    }
+
     /// A command arrives, is released or changes the section's state: where a user's code can be
     /// interleaved with another party's. `event` ("command arrives at", …) and `kind` are for reports.
     @inlinable
@@ -62,19 +72,13 @@ enum SyncPoints {
     /// advances at each step, so an exploration sees time pass).
     @inline(__always)
     static func fairnessNow() -> UInt64 {
-        #if DEBUG
-            if let scheduler { return scheduler.fairnessNow }
-        #endif
-        return DispatchTime.now().uptimeNanoseconds
+        controlled({ $0.fairnessNow }, otherwise: { DispatchTime.now().uptimeNanoseconds })
     }
 
     /// The engine's coarse clock, on the scheduler's clock as ``fairnessNow()``.
     @inline(__always)
     static func coarseNow() -> UInt64 {
-        #if DEBUG
-            if let scheduler { return scheduler.fairnessNow }
-        #endif
-        return qsv_coarse_now_ns()
+        controlled({ $0.fairnessNow }, otherwise: { qsv_coarse_now_ns() })
     }
 
     #if DEBUG
@@ -86,13 +90,11 @@ enum SyncPoints {
 
     /// `Task.sleep`, on the virtual clock under the testing library.
     static func sleep(nanoseconds: UInt64) async throws {
-        #if DEBUG
-            if let scheduler, let virtual = scheduler.virtualSleep {
-                try await virtual(nanoseconds)
-                return
-            }
-        #endif
-        try await Task.sleep(nanoseconds: nanoseconds)
+        if let virtual = controlled({ $0.virtualSleep }, otherwise: { nil }) {
+            try await virtual(nanoseconds)
+        } else {
+            try await Task.sleep(nanoseconds: nanoseconds)
+        }
     }
 
     /// An unstructured task the library starts for its own work: under a controlled scheduler it
@@ -113,7 +115,8 @@ enum SyncPoints {
         return detached ? Task.detached(operation: operation) : Task(operation: operation)
     }
 
-    /// ``task(detached:_:)`` for an operation that throws.
+    /// ``task(detached:_:)`` for an operation that throws; inlinable, as it starts every ``CommandQueue`` operation.
+    @inlinable
     @discardableResult
     static func throwingTask<T: Sendable>(
         detached: Bool = false, _ operation: sending @escaping () async throws -> T
@@ -155,137 +158,95 @@ enum SyncPoints {
 
     /// `sched_yield`: under a controlled scheduler, waits until another thread has taken a step.
     static func yield() {
-        #if DEBUG
-            if let scheduler {
-                scheduler.spin()
-                return
-            }
-        #endif
-        sched_yield()
+        controlled({ $0.spin() }, otherwise: { _ = sched_yield() })
     }
 
     /// The processor the calling thread runs on, or -1 if unknown: always under a controlled
     /// scheduler, so that a hint that differs from run to run does not steer a replay.
     @inline(__always)
     static func currentProcessor() -> Int {
-        #if DEBUG
-            if scheduler != nil { return -1 }
-        #endif
-        return Int(qsv_current_processor())
+        controlled({ _ in -1 }, otherwise: { Int(qsv_current_processor()) })
     }
 
     /// One turn of a bounded busy-wait: a pause hint, or a `sched_yield`; under a controlled
     /// scheduler a plain sync point (the loop ends on its own).
     @inline(__always)
     static func relax(givingProcessorAway: Bool = false) {
-        #if DEBUG
-            if let scheduler {
-                scheduler.atomicPoint()
-                return
-            }
-        #endif
-        if givingProcessorAway { sched_yield() } else { qsv_cpu_relax() }
+        controlled(
+            { $0.atomicPoint() },
+            otherwise: {
+                if givingProcessorAway { _ = sched_yield() } else { qsv_cpu_relax() }
+            })
     }
 
     /// How many times a waiter polls before it parks: a couple under a controlled scheduler (each poll
     /// is a step to explore, and a parked waiter's path is the one to cover).
     static func spinLimit(_ polls: Int) -> Int {
-        #if DEBUG
-            if scheduler != nil { return 2 }
-        #endif
-        return polls
+        controlled({ _ in 2 }, otherwise: { polls })
     }
 
     /// `queue.async(execute: block)`.
     static func async(_ queue: DispatchQueue, _ block: @escaping @Sendable () -> Void) {
-        #if DEBUG
-            if let scheduler {
-                scheduler.async(on: queue, block)
-                return
-            }
-        #endif
-        queue.async(execute: block)
+        controlled({ $0.async(on: queue, block) }, otherwise: { queue.async(execute: block) })
     }
 
     /// Runs `item` at `deadline` on a global queue, unless it was cancelled first.
     static func asyncAfter(_ deadline: DispatchTime, _ item: DispatchWorkItem) {
-        #if DEBUG
-            if let scheduler {
-                scheduler.asyncAfter(deadline, item)
-                return
-            }
-        #endif
-        DispatchQueue.global().asyncAfter(deadline: deadline, execute: item)
+        controlled(
+            { $0.asyncAfter(deadline, item) },
+            otherwise: { DispatchQueue.global().asyncAfter(deadline: deadline, execute: item) })
     }
 
     /// A task's continuation is about to be resumed from this thread (or the task escalated).
     @inline(__always)
     static func willResume() {
-        #if DEBUG
-            scheduler?.willResume()
-        #endif
+        controlled({ $0.willResume() }, otherwise: {})
     }
 
     /// Records that a transition happened, for a controlled scheduler's checks.
     @inline(__always)
     static func note(_ event: StaticString) {
-        #if DEBUG
-            scheduler?.note(event)
-        #endif
+        controlled({ $0.note(event) }, otherwise: {})
     }
 
     /// The calling thread is about to escalate a task.
     @inline(__always)
     static func willTouchTask() {
-        #if DEBUG
-            scheduler?.willTouchTask()
-        #endif
+        controlled({ $0.willTouchTask() }, otherwise: {})
     }
 
     /// Runs `body`, which the runtime calls under a lock of its own: a controlled scheduler starts
     /// no task meanwhile (it could block on that lock, outside the scheduler's sight).
     @inline(__always)
     static func insideRuntimeLock<R>(_ body: () -> R) -> R {
-        #if DEBUG
-            if let scheduler {
-                scheduler.enterRuntimeLock()
-                defer { scheduler.leaveRuntimeLock() }
-                return body()
-            }
-        #endif
-        return body()
+        controlled { scheduler in
+            scheduler.enterRuntimeLock()
+            defer { scheduler.leaveRuntimeLock() }
+            return body()
+        } otherwise: {
+            body()
+        }
     }
 
     /// Under a controlled scheduler, the virtual queue whose block the calling thread runs.
     static var queueOverride: QueueTag?? {
-        #if DEBUG
-            if let scheduler { return .some(scheduler.currentQueue) }
-        #endif
-        return nil
+        controlled({ .some($0.currentQueue) }, otherwise: { nil })
     }
 
     /// A controlled scheduler's own deadlock detector, and boost registry (virtual).
     static var detectorOverride: DeadlockDetector? {
-        #if DEBUG
-            if let scheduler { return scheduler.detector }
-        #endif
-        return nil
+        controlled({ $0.detector }, otherwise: { nil })
     }
 
     static var registryOverride: BoostRegistry? {
-        #if DEBUG
-            if let scheduler { return scheduler.boostRegistry }
-        #endif
-        return nil
+        controlled({ $0.boostRegistry }, otherwise: { nil })
     }
 
     /// The calling thread starts or ends passing a change of urgency along a chain: meanwhile the
     /// raised parties may lag, so a controlled scheduler checks chains only when no thread does.
     @inline(__always)
     static func inheritance(_ begins: Bool) {
-        #if DEBUG
-            scheduler?.inheritance(begins)
-        #endif
+        controlled({ $0.inheritance(begins) }, otherwise: {})
     }
 }
 
@@ -305,75 +266,76 @@ enum SyncPoints {
         /// A nonzero identifier of the calling thread.
         public static var currentThread: Int { currentThreadID() }
     }
-
-    /// A scheduler that runs some threads one at a time and decides, at every sync point, which of
-    /// them goes next. Every call comes from one of its own threads.
-    @_spi(Testing)
-    public protocol ControlledScheduler: AnyObject {
-        /// Before an atomic operation on a shared word.
-        func atomicPoint()
-        /// A command point; `describe` says what it is, for the scheduler's report.
-        func commandPoint(_ describe: () -> String)
-        /// Before taking `lock` (of `role`) at `site`: returns once it may take it without blocking.
-        func willLock(_ lock: ObjectIdentifier, role: Any.Type, site: LockSite)
-        /// After giving up `lock`.
-        func didUnlock(_ lock: ObjectIdentifier)
-        /// Parks the calling thread on `parker` until an `unpark` (`true`) or its `deadline` (`false`).
-        func park(_ parker: ObjectIdentifier, deadline: DispatchTime?) -> Bool
-        /// Wakes a thread parked on `parker`, or lets the next park on it return at once.
-        func unpark(_ parker: ObjectIdentifier)
-        /// A busy-wait turn.
-        func spin()
-        /// `queue.async(execute: block)`.
-        func async(on queue: DispatchQueue, _ block: @escaping @Sendable () -> Void)
-        /// A timer for `item`, which fires when the scheduler decides its deadline passed.
-        func asyncAfter(_ deadline: DispatchTime, _ item: DispatchWorkItem)
-        /// A task's continuation is about to be resumed.
-        func willResume()
-        /// A transition happened (see ``SyncPoints/note(_:)``); not a sync point.
-        func note(_ event: StaticString)
-        /// A task is about to be escalated (the runtime takes the task's lock).
-        func willTouchTask()
-        /// Around code the concurrency runtime calls under a lock of its own.
-        func enterRuntimeLock()
-        func leaveRuntimeLock()
-        /// The virtual queue whose block the calling thread runs, if any.
-        var currentQueue: QueueTag? { get }
-        /// The deadlock detector of the scheduler's world.
-        var detector: DeadlockDetector { get }
-        /// The boost registry of the scheduler's world (virtual).
-        var boostRegistry: BoostRegistry { get }
-        /// See ``SyncPoints/inheritance(_:)``.
-        func inheritance(_ begins: Bool)
-        /// The virtual clock's now, or `nil` for the real clock.
-        var now: DispatchTime? { get }
-        /// The eventually fair mode's clock (see ``SyncPoints/fairnessNow()``), in nanoseconds.
-        var fairnessNow: UInt64 { get }
-        /// A sleep on the virtual clock, or `nil` for `Task.sleep`.
-        var virtualSleep: (@Sendable (UInt64) async throws -> Void)? { get }
-        /// The executor for a task the library starts on the calling thread: the scheduler runs its jobs.
-        @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
-        func executorForNewTask() -> any TaskExecutor
-    }
-
-    /// Where a lock is taken, for the lock-order check.
-    @_spi(Testing)
-    public struct LockSite: CustomStringConvertible {
-        /// The file that takes the lock.
-        public let file: StaticString
-        /// The line that takes it.
-        public let line: UInt
-
-        /// The site at `file`:`line`.
-        public init(file: StaticString, line: UInt) {
-            self.file = file
-            self.line = line
-        }
-
-        /// `file:line`.
-        public var description: String { "\(file):\(line)" }
-    }
 #endif
+
+/// A scheduler that runs some threads one at a time and decides, at every sync point, which of
+/// them goes next. Every call comes from one of its own threads. Declared in release builds too, so
+/// that the seam type-checks there, though only a debug build ever installs one.
+@_spi(Testing)
+public protocol ControlledScheduler: AnyObject {
+    /// Before an atomic operation on a shared word.
+    func atomicPoint()
+    /// A command point; `describe` says what it is, for the scheduler's report.
+    func commandPoint(_ describe: () -> String)
+    /// Before taking `lock` (of `role`) at `site`: returns once it may take it without blocking.
+    func willLock(_ lock: ObjectIdentifier, role: Any.Type, site: LockSite)
+    /// After giving up `lock`.
+    func didUnlock(_ lock: ObjectIdentifier)
+    /// Parks the calling thread on `parker` until an `unpark` (`true`) or its `deadline` (`false`).
+    func park(_ parker: ObjectIdentifier, deadline: DispatchTime?) -> Bool
+    /// Wakes a thread parked on `parker`, or lets the next park on it return at once.
+    func unpark(_ parker: ObjectIdentifier)
+    /// A busy-wait turn.
+    func spin()
+    /// `queue.async(execute: block)`.
+    func async(on queue: DispatchQueue, _ block: @escaping @Sendable () -> Void)
+    /// A timer for `item`, which fires when the scheduler decides its deadline passed.
+    func asyncAfter(_ deadline: DispatchTime, _ item: DispatchWorkItem)
+    /// A task's continuation is about to be resumed.
+    func willResume()
+    /// A transition happened (see ``SyncPoints/note(_:)``); not a sync point.
+    func note(_ event: StaticString)
+    /// A task is about to be escalated (the runtime takes the task's lock).
+    func willTouchTask()
+    /// Around code the concurrency runtime calls under a lock of its own.
+    func enterRuntimeLock()
+    func leaveRuntimeLock()
+    /// The virtual queue whose block the calling thread runs, if any.
+    var currentQueue: QueueTag? { get }
+    /// The deadlock detector of the scheduler's world.
+    var detector: DeadlockDetector { get }
+    /// The boost registry of the scheduler's world (virtual).
+    var boostRegistry: BoostRegistry { get }
+    /// See ``SyncPoints/inheritance(_:)``.
+    func inheritance(_ begins: Bool)
+    /// The virtual clock's now, or `nil` for the real clock.
+    var now: DispatchTime? { get }
+    /// The eventually fair mode's clock (see ``SyncPoints/fairnessNow()``), in nanoseconds.
+    var fairnessNow: UInt64 { get }
+    /// A sleep on the virtual clock, or `nil` for `Task.sleep`.
+    var virtualSleep: (@Sendable (UInt64) async throws -> Void)? { get }
+    /// The executor for a task the library starts on the calling thread: the scheduler runs its jobs.
+    @available(macOS 15, iOS 18, tvOS 18, watchOS 11, visionOS 2, *)
+    func executorForNewTask() -> any TaskExecutor
+}
+
+/// Where a lock is taken, for the lock-order check.
+@_spi(Testing)
+public struct LockSite: CustomStringConvertible {
+    /// The file that takes the lock.
+    public let file: StaticString
+    /// The line that takes it.
+    public let line: UInt
+
+    /// The site at `file`:`line`.
+    public init(file: StaticString, line: UInt) {
+        self.file = file
+        self.line = line
+    }
+
+    /// `file:line`.
+    public var description: String { "\(file):\(line)" }
+}
 
 // MARK: - Parker
 
@@ -388,22 +350,13 @@ final class Parker: @unchecked Sendable {
     /// Parks until woken (`true`) or until `deadline` (`false`; `nil`: none).
     @discardableResult
     func park(until deadline: DispatchTime? = nil) -> Bool {
-        #if DEBUG
-            if let scheduler = SyncPoints.scheduler {
-                return scheduler.park(ObjectIdentifier(self), deadline: deadline)
-            }
-        #endif
-        return semaphore.wait(timeout: deadline ?? .distantFuture) == .success
+        SyncPoints.controlled(
+            { $0.park(ObjectIdentifier(self), deadline: deadline) },
+            otherwise: { semaphore.wait(timeout: deadline ?? .distantFuture) == .success })
     }
 
     /// Wakes the parked thread, or lets its next park return at once.
     func unpark() {
-        #if DEBUG
-            if let scheduler = SyncPoints.scheduler {
-                scheduler.unpark(ObjectIdentifier(self))
-                return
-            }
-        #endif
-        semaphore.signal()
+        SyncPoints.controlled({ $0.unpark(ObjectIdentifier(self)) }, otherwise: { _ = semaphore.signal() })
     }
 }
