@@ -239,9 +239,7 @@ extension CommandEngine {
     final func unlistTaskReader(task: Int) {
         boosts.withLock { record in
             record.readers.removeAll { $0.task == task && $0.thread == 0 && $0.token & Self.taskReadMark != 0 }
-            if record.targets.remove(.task(task)) != nil {
-                _ = BoostRegistry.shared.set(.task(task), source: ObjectIdentifier(self), to: nil)
-            }
+            endBoost(of: .task(task), source: ObjectIdentifier(self), &record)
         }
     }
 

@@ -277,9 +277,12 @@ extension CommandEngine {
         let source = ObjectIdentifier(self)
         boosts.withLock { record in
             guard !record.targets.isEmpty else { return }
-            for node in [Node.thread(currentThreadID()), .task(task)] where record.targets.remove(node) != nil {
-                _ = BoostRegistry.shared.set(node, source: source, to: nil)
-            }
+            for node in [Node.thread(currentThreadID()), .task(task)] { endBoost(of: node, source: source, &record) }
         }
+    }
+
+    /// Under the boost lock: `node` no longer inherits anything from this engine (`source`).
+    final func endBoost(of node: Node, source: ObjectIdentifier, _ record: inout BoostRecord) {
+        if record.targets.remove(node) != nil { _ = BoostRegistry.shared.set(node, source: source, to: nil) }
     }
 }
