@@ -105,20 +105,24 @@ struct Comparison: Sendable {
             target: .valueAtMost(1_100_000)),
 
         Comparison(library: "wait.set contended 4 threads", baseline: "lock contended 4 threads", target: nil),
-        Comparison(library: "async(performIn:).set", baseline: "DispatchQueue.async serial", target: .ratioAtMost(1.5)),
+        // Issue 57's target: a dispatch command also takes its place in one order with every other
+        // schedule, names its call site and holder, and may wait; 2.5x the bare queue.
+        Comparison(library: "async(performIn:).set", baseline: "DispatchQueue.async serial", target: .ratioAtMost(2.5)),
         Comparison(library: "await set uncontended", baseline: "actor call", target: .ratioAtMost(2)),
         Comparison(library: "await set contended 8 tasks", baseline: "actor call", target: nil),
         // The hand-off between suspended tasks: the floor is a minimal FIFO async mutex (an NSLock
         // and a queue of continuations), the actor runs its waiting jobs on the thread it has.
+        // Issue 57 measures the awaiting hand-off against the floor with the runtime's handlers (below):
+        // every awaiting command promises cancellation and escalation, which the bare floor does not.
         Comparison(
             library: "await withLock contended 8 tasks", baseline: "async mutex floor contended 8 tasks",
-            target: .ratioAtMost(1.2)),
+            target: nil),
         Comparison(library: "await withLock contended 8 tasks", baseline: "actor call", target: nil),
         // What the runtime's handlers alone add to the floor (every awaiting command installs both
         // while it waits): the part of the gap that no engine change removes.
         Comparison(
             library: "await withLock contended 8 tasks", baseline: "async mutex floor with handlers contended 8 tasks",
-            target: nil),
+            target: .ratioAtMost(1.5)),
         Comparison(
             library: "async mutex floor with handlers contended 8 tasks",
             baseline: "async mutex floor contended 8 tasks",
@@ -134,13 +138,16 @@ struct Comparison: Sendable {
         // An enqueue from synchronous code starts a task that runs the operation; N of them are
         // like N tasks started from synchronous code. The sequential `Task create+await` row (the
         // baseline the issue named) is shown too.
-        Comparison(library: "CommandQueue.enqueue", baseline: "Task {} × N", target: .ratioAtMost(2)),
+        // Issue 57's targets: an operation is a task the queue must create (for cancelAll() and a
+        // handle), plus its place in the order.
+        Comparison(library: "CommandQueue.enqueue", baseline: "Task {} × N", target: .ratioAtMost(3)),
         Comparison(library: "CommandQueue.enqueue", baseline: "Task create+await", target: .ratioAtMost(2)),
-        Comparison(library: "CommandQueue.perform", baseline: "Task create+await", target: .ratioAtMost(1.5)),
+        Comparison(library: "CommandQueue.perform", baseline: "Task create+await", target: .ratioAtMost(2)),
         // A queue of width 4 against OperationQueue (maxConcurrentOperationCount = 4) and a FIFO async
-        // semaphore of 4 permits: the drain of short jobs must beat OperationQueue's (issue 45).
+        // semaphore of 4 permits: the drain of short jobs must beat OperationQueue's (issue 45), by a fifth (issue 57).
         Comparison(
-            library: "width 4 drain: CommandQueue", baseline: "width 4 drain: OperationQueue", target: .ratioAtMost(1)),
+            library: "width 4 drain: CommandQueue", baseline: "width 4 drain: OperationQueue", target: .ratioAtMost(0.8)
+        ),
         Comparison(
             library: "width 4 drain: CommandQueue", baseline: "width 4 drain: FIFO async semaphore", target: nil),
         Comparison(library: "width 4 enqueue: CommandQueue", baseline: "width 4 enqueue: OperationQueue", target: nil),
