@@ -74,14 +74,20 @@ func startIdleThread() {
 /// thread at a time, then runs the other thread, whose command finds the value held and queues.
 /// Includes the waiting thread's polls: the head of the waiting order spins 32 polls before it
 /// yields (Architecture, "More threads than cores"), which with one thread running at a time is
-/// the holder's turn. Out of line, so that the switch's other rows (`wait.set uncontended`) compile
-/// as before.
+/// the holder's turn. Both threads start issuing only once both run: otherwise the first could
+/// issue all its commands before the pool had started the second, and none would wait (with
+/// valgrind pinned to one processor, that happened on every run of one build: 38 instructions per
+/// command). Out of line, so that the switch's other rows (`wait.set uncontended`) compile as before.
 @inline(never)
 func blockingHandOn(_ operations: Int) {
     let value = QueueSafeValue(value: 0)
     let finished = DispatchGroup()
+    let started = DispatchGroup()
+    for _ in 0..<2 { started.enter() }
     for _ in 0..<2 {
         DispatchQueue.global().async(group: finished) {
+            started.leave()
+            started.wait()
             for _ in 0..<operations / 2 {
                 value.wait.highestPriority.set {
                     $0 += 1
