@@ -151,7 +151,12 @@ if scenario == "dispatch":
     gdb.execute("thread %d" % caught["thread"], to_string=True)
     gdb.execute("set scheduler-locking on")
     name, path = place()
-    first = classify(name, path)
-    report(scenario + " (the queue's thread)", ([first] if first else []) + walk("walkQueueDone"))
+    first, level = classify(name, path), depth()
+    entries = walk("walkQueueDone")
+    # The function it was caught in is the walk's first entry (one entry with the next if they
+    # share a file).
+    if first and not (entries and entries[0][0] == first):
+        entries = [[first, level, name, level]] + entries
+    report(scenario + " (the queue's thread)", entries)
 
 gdb.execute("kill", to_string=True)

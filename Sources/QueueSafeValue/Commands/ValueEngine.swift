@@ -21,6 +21,9 @@ final class ValueEngine<Value>: CommandEngine, @unchecked Sendable {
     let dispatchedCommandType = DispatchedCommand<Value>.self
     /// `DispatchedSharedRead<Value>`, looked up once, for the same reason.
     let sharedReadCommandType = DispatchedSharedRead<Value>.self
+    /// `Result<Value, QueueSafeValueError>`, looked up once, for the same reason: a dispatched
+    /// command hands its closures their result through it (``Succeeding``).
+    let resultType = Succeeding<Result<Value, QueueSafeValueError>>.self
     /// How many changes were committed while observers existed: the number of the newest
     /// (``captureChange()``). Touched only inside the critical section (or, when the value is
     /// freed, by the last party to touch it).

@@ -98,13 +98,15 @@ class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
         engine.enterReader(ticket, thread: currentThreadID(), task: 0)
         switch operation {
         case .sharedRead(let body):
-            read(body)
+            engine.resultType.call(body, with: engine.pointer.pointee)
             engine.exitReader(ticket)
             engine.releaseReader(ticket)
         case .sharedReadManual(let body):
             engine.beginReaderManual(ticket)
             let value = engine.pointer.pointee
-            CompletionToken.withCompletion(engine: engine, ticket: ticket) { done in body(.success(value), done) }
+            CompletionToken.withCompletion(engine: engine, ticket: ticket) { done in
+                engine.resultType.call({ body($0, done) }, with: value)
+            }
             engine.exitReader(ticket)
             if case .release = engine.readerManualClosureReturned(ticket) {
                 engine.releaseReader(ticket)
@@ -181,17 +183,17 @@ class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
     private func execute(inlineQueue: Int, deliverHere: Bool) -> (next: DispatchedCommand?, delivery: Delivery?) {
         switch operation {
         case .read(let body):
-            read(body)
+            engine.resultType.call(body, with: engine.pointer.pointee)
         case .access(let body):
             body(&engine.pointer.pointee)
             return finish(changed: true, inlineQueue: inlineQueue, deliverHere: deliverHere)
         case .map(let transform):
-            let deliver = map(transform)  // inside the section: before the release
+            let deliver = engine.resultType.call(transform, with: engine.pointer.pointee)  // before the release
             _ = engine.releaseInline(.dispatched)
             return (nil, deliver)
         case .readManual(let body):
             let value = engine.pointer.pointee
-            return (nil, executeManual { done in body(.success(value), done) })
+            return (nil, executeManual { done in engine.resultType.call({ body($0, done) }, with: value) })
         case .accessManual(let body):
             return (nil, executeManual { done in body(&engine.pointer.pointee, done) })
         case .sharedRead, .sharedReadManual:
@@ -224,32 +226,18 @@ class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
         // mutant(completion-offers-its-queue): _ = engine.releaseInline(.dispatched, releaserQueue: inlineQueue)
         _ = engine.releaseInline(.dispatched)
         if let change { engine.deliverChange(change) }
+        let resultType = engine.resultType
         if deliverHere {
-            completion(.success(result))
+            resultType.call(completion, with: result)
             return (nil, nil)
         }
-        return (nil, { completion(.success(result)) })
+        return (nil, { resultType.call(completion, with: result) })
     }
 
     /// The successor the machine chose this block to run inline: of this value and queue, so of this type.
     @inline(__always)
     private func successor(_ next: Waiter?) -> DispatchedCommand? {
         next.map { unsafeDowncast($0, to: Self.self) }
-    }
-
-    // In functions of their own: naming `Result<Value, QueueSafeValueError>` in unspecialized code
-    // costs a metadata lookup, which `execute()` would otherwise make whatever the case.
-
-    @inline(never)
-    private func read(_ body: @Sendable (Result<Value, QueueSafeValueError>) -> Void) {
-        body(.success(engine.pointer.pointee))
-    }
-
-    @inline(never)
-    private func map(
-        _ transform: @Sendable (Result<Value, QueueSafeValueError>) -> @Sendable () -> Void
-    ) -> @Sendable () -> Void {
-        transform(.success(engine.pointer.pointee))
     }
 
     /// - Returns: the completion's delivery, if the command released here.
@@ -298,5 +286,33 @@ final class DispatchedSharedRead<Value>: DispatchedCommand<Value>, @unchecked Se
     override var readerTicket: CommandEngine.Ticket {
         get { ticket }
         set { ticket = newValue }
+    }
+}
+
+/// A result a dispatched command builds from its value: `Result<Value, QueueSafeValueError>`.
+protocol SucceedingResult {
+    associatedtype Success
+    static func success(_ value: Success) -> Self
+}
+
+extension Result: SucceedingResult where Failure == QueueSafeValueError {}
+
+/// Calls a closure with `.success(value)`. Called on ``ValueEngine/resultType``, whose class
+/// metadata carries the result's type: unspecialized code that names
+/// `Result<Value, QueueSafeValueError>` itself asks the runtime for it, a hash-table lookup per
+/// command.
+/// Out of line: inlined, its caller would name the result's type again. Two functions, not one
+/// generic over what `body` returns: that one takes a completion through a thunk.
+final class Succeeding<Outcome: SucceedingResult> {
+    @inline(never)
+    static func call(_ body: (Outcome) -> Void, with value: Outcome.Success) {
+        body(.success(value))
+    }
+
+    @inline(never)
+    static func call(
+        _ body: (Outcome) -> @Sendable () -> Void, with value: Outcome.Success
+    ) -> @Sendable () -> Void {
+        body(.success(value))
     }
 }
