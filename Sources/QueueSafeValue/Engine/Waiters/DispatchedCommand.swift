@@ -301,8 +301,8 @@ extension Result: SucceedingResult where Failure == QueueSafeValueError {}
 /// metadata carries the result's type: unspecialized code that names
 /// `Result<Value, QueueSafeValueError>` itself asks the runtime for it, a hash-table lookup per
 /// command.
-/// Out of line: inlined, its caller would name the result's type again. Two functions, not one
-/// generic over what `body` returns: that one takes a completion through a thunk.
+// Out of line: inlined, its caller would name the result's type again. Two functions, not one
+// generic over what `body` returns: that one takes a completion through a thunk.
 final class Succeeding<Outcome: SucceedingResult> {
     @inline(never)
     static func call(_ body: (Outcome) -> Void, with value: Outcome.Success) {
