@@ -57,7 +57,7 @@ public final class QueuedOperation<Success: Sendable>: Sendable {
 
     /// The operation's priority in its queue: the one it was submitted with, or the last one
     /// ``setPriority(_:)`` set while it waited (or raised while it held its turn).
-    public var priority: CommandPriority { engine.withMachineLocked { _ in progress.priority } }
+    public var priority: CommandPriority { engine.machine.withLock { _ in progress.priority } }
 
     /// Changes the operation's priority.
     ///

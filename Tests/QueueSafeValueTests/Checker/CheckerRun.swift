@@ -190,7 +190,7 @@ final class CheckerRun: @unchecked Sendable {  // @unchecked Sendable: every acc
         }
         for (node, wait) in world.detector.registeredWaits where node == wait.party.first {
             let engine = wait.engine.engine.takeUnretainedValue()
-            let ticket = CommandEngine.unpackedTicket(wait.ticket)
+            let ticket = CommandEngine.Ticket(packed: wait.ticket)
             let inherited = registry.inherited(of: wait.party)
             let asked = engine.withMachine { machine, _ -> Urgency? in
                 guard machine.isWaiting(ticket), machine.inheritance.urgency(of: ticket.slot) != nil else { return nil }

@@ -68,7 +68,7 @@ import Testing
         let ran = Locked(false)
         let second = Self.submitNonisolated(queue) { ran.set(true) }
         try await waitUntil("the second's task to suspend for its turn") {
-            queue.engine.withMachineLocked { _ in second.waiter.continuation != nil }
+            queue.engine.machine.withLock { _ in second.waiter.continuation != nil }
         }
         Self.cancelAndCheck(second, "suspended")
         gate.open()

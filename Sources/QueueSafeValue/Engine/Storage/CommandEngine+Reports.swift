@@ -16,7 +16,7 @@ extension CommandEngine {
     final func sampleHold(longHold threshold: UInt64) -> QueueMonitor.Event? {
         guard EngineWord.isHeld(state.loadRelaxed()) else { return nil }
         let now = machineNow()
-        let found = withMachineLocked { machine -> (UInt64, QueueDiagnostics)? in
+        let found = machine.withLock { machine -> (UInt64, QueueDiagnostics)? in
             let holds = transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
                 machine.watch(word: &word, now: now)
             }
@@ -68,7 +68,7 @@ extension CommandEngine {
         case .deadlock(let report): (kind, diagnostics, deadlock) = (.deadlock, report.diagnostics, report)
         default: return error
         }
-        withMachineLocked { $0.noteRefusal(deadlock: kind == .deadlock) }
+        machine.withLock { $0.noteRefusal(deadlock: kind == .deadlock) }
         QueueMonitor.active?.report(
             QueueMonitor.Event(
                 kind: kind, value: displayName, duration: diagnostics.holder?.heldFor ?? 0, callSite: site.shown,
@@ -91,7 +91,7 @@ extension CommandEngine {
     /// thread can be named while it surely holds.
     @usableFromInline
     final var diagnostics: QueueDiagnostics {
-        withMachineLocked { machine in
+        machine.withLock { machine in
             transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
                 _ = machine.watch(word: &word, now: machineNow())
             }
@@ -222,12 +222,12 @@ extension CommandEngine {
 extension CommandEngine {
     final func collectStatistics(_ on: Bool) {
         let now = machineNow()
-        withMachineLocked { $0.collectStatistics(on, now: now) }
+        machine.withLock { $0.collectStatistics(on, now: now) }
     }
 
     /// `nil` while statistics are off.
     final func statistics(reset: Bool) -> QueueStatistics? {
         let now = machineNow()
-        return withMachineLocked { $0.readStatistics(reset: reset, now: now) }.map { QueueStatistics($0, now: now) }
+        return machine.withLock { $0.readStatistics(reset: reset, now: now) }.map { QueueStatistics($0, now: now) }
     }
 }

@@ -12,18 +12,6 @@ struct ReaderParty: Hashable {
 }
 
 extension CommandEngine {
-    /// The token of the shared read `ticket`: the ticket packed in 64 bits, which inlinable code
-    /// and the task-local stack of sections hold in place of the internal type.
-    @inline(__always)
-    static func readerToken(_ ticket: Ticket) -> UInt64 {
-        ticket.packed
-    }
-
-    @inline(__always)
-    static func readerTicket(_ token: UInt64) -> Ticket {
-        Ticket(packed: token)
-    }
-
     // MARK: Taking and giving back a share
 
     /// The shared read `ticket` gives its share back; the last reader hands the section on.
@@ -36,24 +24,11 @@ extension CommandEngine {
         }
     }
 
-    /// `false` if a helper runs it.
-    final func claimReaderStart(_ ticket: Ticket) -> Bool {
-        machine.withLock { $0.claimReaderStart(ticket) }
-    }
-
-    final func beginReaderManual(_ ticket: Ticket) {
-        machine.withLock { $0.beginReaderManual(ticket) }
-    }
-
-    final func readerManualClosureReturned(_ ticket: Ticket) -> Machine.ManualStep {
-        machine.withLock { $0.manualClosureReturned(ticket) }
-    }
-
     // MARK: Reader parties
 
     /// Lists the shared read `ticket`, about to run its closure on this thread or in this task.
     final func enterReader(_ ticket: Ticket, thread: Int, task: Int) {
-        let party = ReaderParty(thread: thread, task: task, token: Self.readerToken(ticket))
+        let party = ReaderParty(thread: thread, task: task, token: ticket.packed)
         var escalations = Escalations()
         boosts.withLock { record in
             record.readers.append(party)
@@ -64,7 +39,7 @@ extension CommandEngine {
 
     /// The shared read `ticket` no longer runs its closure.
     final func exitReader(_ ticket: Ticket) {
-        let token = Self.readerToken(ticket)
+        let token = ticket.packed
         boosts.withLock { record in
             if let index = record.readers.firstIndex(where: { $0.token == token }) { record.readers.remove(at: index) }
         }
@@ -118,15 +93,9 @@ extension CommandEngine {
         guard place != 0 else { return nil }
         if tryJoinReadersIdle() { return IdleRead(record: record, place: place) }
         qsv_idle_reads_pop(record, place)
-        endPhantomBoost()
-        return nil
-    }
-
-    /// A blocking read listed itself in its thread's record of idle reads but could not join: a
-    /// raise may have found it there, and nothing it holds would end that raise later.
-    @usableFromInline
-    final func endPhantomBoost() {
+        // Listed but not joined: a raise may have found it there, and nothing it holds would end it.
         endBoostOfCurrentThread()
+        return nil
     }
 
     /// Ends a blocking shared read that joined on the idle path: off its thread's record, then off
@@ -168,13 +137,13 @@ extension CommandEngine {
             .map { ticket in
                 guard let ticket else { preconditionFailure("a shared read is granted with a ticket") }
                 enterReader(ticket, thread: thread, task: 0)
-                return Self.readerToken(ticket)
+                return ticket.packed
             }
     }
 
     @usableFromInline
     final func releaseReaderBlocking(_ token: UInt64) {
-        let ticket = Self.readerTicket(token)
+        let ticket = Ticket(packed: token)
         exitReader(ticket)
         releaseReader(ticket)
     }
@@ -182,10 +151,10 @@ extension CommandEngine {
     /// ``holdUntilCompleted(_:)`` for the shared read with this token.
     @usableFromInline
     final func holdReaderUntilCompleted(_ token: UInt64, _ body: (@escaping CommandCompletionClosure) -> Void) {
-        let ticket = Self.readerTicket(token)
-        beginReaderManual(ticket)
+        let ticket = Ticket(packed: token)
+        machine.withLock { $0.beginReaderManual(ticket) }
         CompletionToken.withCompletion(engine: self, ticket: ticket, body)
-        if case .waitForCompletion = readerManualClosureReturned(ticket) {
+        if case .waitForCompletion = machine.withLock({ $0.manualClosureReturned(ticket) }) {
             BlockingWaiter.forCurrentThread().waitForManualCompletion()
         }
     }
@@ -266,7 +235,7 @@ extension CommandEngine {
 
     @usableFromInline
     final func enterTaskReader(_ token: UInt64) {
-        enterReader(Self.readerTicket(token), thread: 0, task: currentTaskID())
+        enterReader(Ticket(packed: token), thread: 0, task: currentTaskID())
     }
 
     /// The part of an awaiting shared read's acquisition that waits (errors as
@@ -283,7 +252,7 @@ extension CommandEngine {
         let ticket = try await awaitTurn(
             shared: true, priority: priority, site: site, deadline: deadline, cancellable: cancellable)
         guard let ticket else { preconditionFailure("a shared read is granted with a ticket") }
-        return Self.readerToken(ticket)
+        return ticket.packed
     }
 
     /// Runs `body` as the operation `waiter`, which holds one slot of a queue of width above 1, then
@@ -304,7 +273,7 @@ extension CommandEngine {
 
     @usableFromInline
     final func slotToken(_ waiter: AwaitingWaiter) -> UInt64 {
-        Self.readerToken(waiter.ticket)
+        waiter.ticket.packed
     }
 
     /// Runs `body` as the shared read with this token that the current task holds, in the caller's

@@ -349,13 +349,6 @@ class CommandEngine: @unchecked Sendable {
 
     // MARK: Observation
 
-    @inline(__always)
-    final func withMachineLocked<R>(
-        file: StaticString = #fileID, line: UInt = #line, _ body: (inout Machine) -> R
-    ) -> R {
-        machine.withLock(file: file, line: line, body)
-    }
-
     /// For snapshots: the machine and the state word, under the lock.
     @inline(__always)
     final func withMachine<R>(file: StaticString = #fileID, line: UInt = #line, _ body: (Machine, Int) -> R) -> R {

@@ -88,11 +88,11 @@ extension CommandEngine {
         defer { SyncPoints.inheritance(false) }
         let registry = BoostRegistry.shared
         let inherits = !party.isEmpty && !registry.isEmpty
-        guard inherits || !urgency.isNone else { return (withMachineLocked { step(&$0) }, .none) }
+        guard inherits || !urgency.isNone else { return (machine.withLock { step(&$0) }, .none) }
         var escalations = Escalations()
         defer { escalations.make() }
         let (result, inherited, changed) = boosts.withLock { record in
-            let (result, inherited, target) = withMachineLocked { machine in
+            let (result, inherited, target) = machine.withLock { machine in
                 let result = step(&machine)
                 // Under the engine lock: the newest value wins against a chain walk's refresh.
                 let inherited = inherits ? registry.inherited(of: party) : Urgency.none
@@ -123,7 +123,7 @@ extension CommandEngine {
     /// - Returns: the raised parties whose inherited urgency changed.
     final func refreshInherited(_ ticket: Ticket, party: [Node]) -> [Node] {
         let registry = BoostRegistry.shared
-        let changed = withMachineLocked { machine in
+        let changed = machine.withLock { machine in
             machine.setInherited(
                 ticket, registry.inherited(of: party), holderBits: state.loadAcquire() & EngineWord.holderMask)
         }
@@ -165,7 +165,7 @@ extension CommandEngine {
         var escalations = Escalations()
         defer { escalations.make() }
         return boosts.withLock { record in
-            applyBoost(withMachineLocked { boostTarget(&$0) }, nextHolder: nextHolder, &record, &escalations)
+            applyBoost(machine.withLock { boostTarget(&$0) }, nextHolder: nextHolder, &record, &escalations)
         }
     }
 
@@ -243,7 +243,7 @@ extension CommandEngine {
     final func raiseJoiningReader(
         _ party: ReaderParty, record: inout BoostRecord, _ escalations: inout Escalations
     ) {
-        let urgency = withMachineLocked { $0.isHoldBoosted ? $0.holdUrgency : .none }
+        let urgency = machine.withLock { $0.isHoldBoosted ? $0.holdUrgency : .none }
         guard !urgency.isNone else { return }
         target(thread: party.thread, task: party.task, urgency, &record, &escalations)
         let source = ObjectIdentifier(self)
@@ -272,6 +272,7 @@ extension CommandEngine {
 
     /// The calling thread stops running the holder's code: it ends what this engine raised it (and
     /// its task) by.
+    @usableFromInline
     final func endBoostOfCurrentThread() {
         let task = currentTaskID()
         let source = ObjectIdentifier(self)

@@ -232,17 +232,3 @@ extension CommandEngine {
         return []
     }
 }
-
-// MARK: - Tickets in the graph
-
-extension CommandEngine {
-    /// A ticket as the wait-for graph keeps it (``EngineStateMachine/Ticket/packed``).
-    static func packedTicket(_ ticket: Ticket) -> UInt64 {
-        ticket.packed
-    }
-
-    /// The ticket ``packedTicket(_:)`` packed.
-    static func unpackedTicket(_ packed: UInt64) -> Ticket {
-        Ticket(packed: packed)
-    }
-}

@@ -102,13 +102,13 @@ class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
             engine.exitReader(ticket)
             engine.releaseReader(ticket)
         case .sharedReadManual(let body):
-            engine.beginReaderManual(ticket)
+            engine.machine.withLock { $0.beginReaderManual(ticket) }
             let value = engine.pointer.pointee
             CompletionToken.withCompletion(engine: engine, ticket: ticket) { done in
                 engine.resultType.call({ body($0, done) }, with: value)
             }
             engine.exitReader(ticket)
-            if case .release = engine.readerManualClosureReturned(ticket) {
+            if case .release = engine.machine.withLock({ $0.manualClosureReturned(ticket) }) {
                 engine.releaseReader(ticket)
             } else {
                 // Held by no thread until the completion arrives.
@@ -118,8 +118,6 @@ class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
             preconditionFailure("an exclusive command run as a shared read")
         }
     }
-
-    override var targetQueue: DispatchQueue? { queue }
 
     override var targetQueueID: Int { Int(queueID) }
 
@@ -132,7 +130,8 @@ class DispatchedCommand<Value>: Waiter, @unchecked Sendable {
     override func start() {
         if isShared {
             SyncPoints.async(queue) {
-                guard self.engine.claimReaderStart(self.readerTicket) else { return }  // a helper runs it
+                // `false` if a helper runs it.
+                guard self.engine.machine.withLock({ $0.claimReaderStart(self.readerTicket) }) else { return }
                 self.executeShared()
             }
             return

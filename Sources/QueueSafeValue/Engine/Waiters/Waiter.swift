@@ -44,10 +44,7 @@ class Waiter: @unchecked Sendable {
         set {}  // nothing kept
     }
 
-    /// The queue a dispatched command runs on; `nil` for the other kinds.
-    var targetQueue: DispatchQueue? { nil }
-
-    /// The identity of ``targetQueue`` (see `QueueTag`), or 0.
+    /// The identity of the queue a dispatched command runs on (see `QueueTag`), or 0.
     var targetQueueID: Int { 0 }
 
     /// The thread that runs this command once granted, if known and alive until then, or 0.
