@@ -1,14 +1,6 @@
 import Dispatch
 import QueueSafeValueShims
 
-#if canImport(Darwin)
-    import Darwin
-#elseif canImport(Glibc)
-    import Glibc
-#elseif canImport(Musl)
-    import Musl
-#endif
-
 // Awaiting commands and CommandQueue operations.
 extension CommandEngine {
 

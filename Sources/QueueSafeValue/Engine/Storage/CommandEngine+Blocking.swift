@@ -1,14 +1,6 @@
 import Dispatch
 import QueueSafeValueShims
 
-#if canImport(Darwin)
-    import Darwin
-#elseif canImport(Glibc)
-    import Glibc
-#elseif canImport(Musl)
-    import Musl
-#endif
-
 // Blocking commands: a thread waits for its turn, spins briefly, parks, and holds on its own thread.
 extension CommandEngine {
 

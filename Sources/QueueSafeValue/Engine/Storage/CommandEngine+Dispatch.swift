@@ -1,14 +1,6 @@
 import Dispatch
 import QueueSafeValueShims
 
-#if canImport(Darwin)
-    import Darwin
-#elseif canImport(Glibc)
-    import Glibc
-#elseif canImport(Musl)
-    import Musl
-#endif
-
 // Dispatched commands, and helping: a blocking waiter on a command's target queue runs the command
 // itself, since its block could not run meanwhile.
 extension CommandEngine {

@@ -1,14 +1,6 @@
 import Dispatch
 import QueueSafeValueShims
 
-#if canImport(Darwin)
-    import Darwin
-#elseif canImport(Glibc)
-    import Glibc
-#elseif canImport(Musl)
-    import Musl
-#endif
-
 // MARK: - CommandEngine
 
 /// The priority command queue behind every value container and ``CommandQueue``: the storage half
