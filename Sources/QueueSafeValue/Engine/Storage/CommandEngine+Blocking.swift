@@ -93,19 +93,17 @@ extension CommandEngine {
         while true {
             // A deadline that passed while this thread did not run ends the wait here.
             if let deadline, SyncPoints.now() >= deadline {
-                return giveUp(waiter, ticket: ticket)
+                return giveUp(waiter, ticket: ticket).error
             }
             if let verdict = spin(waiter, ticket: ticket, claiming: &claiming) { return verdict.error }
             if claiming {
                 // No longer on its way: the next release wakes it again.
                 claiming = false
-                if claim(ticket, parking: true) == .settled { return waiter.awaitVerdict() }
+                if claim(ticket, parking: true) == .settled { return waiter.awaitVerdict().error }
             }
-            switch park(waiter, ticket: ticket, deadline: deadline) {
-            case .granted: return nil
-            case .gaveUp(let error): return error
-            case .claim: claiming = true
-            }
+            let verdict = park(waiter, ticket: ticket, deadline: deadline)
+            guard case .claim = verdict else { return verdict.error }
+            claiming = true
         }
     }
 
@@ -123,7 +121,7 @@ extension CommandEngine {
             if claiming && !EngineWord.isHeld(state.loadAcquire()) {
                 switch claim(ticket, parking: false) {
                 case .settled:
-                    return waiter.awaitVerdict().map { .gaveUp($0) } ?? .granted
+                    return waiter.awaitVerdict()
                 case .passedOn: claiming = false
                 default: break
                 }
@@ -144,26 +142,19 @@ extension CommandEngine {
 
     /// The wait ends (the deadline passed while not parked, or parking would deadlock): it leaves
     /// with the error `reason` makes of the queue's snapshot, unless the machine decided first.
-    /// - Returns: that error, or the machine's earlier verdict (`nil`: granted).
+    /// - Returns: that error, or the machine's earlier verdict.
     private func giveUp(
         _ waiter: BlockingWaiter, ticket: Ticket,
         _ reason: (QueueDiagnostics) -> QueueSafeValueError = { .timedOut($0) }
-    ) -> QueueSafeValueError? {
+    ) -> BlockingWaiter.Verdict {
         guard let diagnostics = leaveWithSnapshot(ticket) else { return waiter.awaitVerdict() }
         waiter.runJobHandedBeforeLeaving()
-        return reason(diagnostics)
-    }
-
-    private enum ParkResult {
-        case granted
-        case gaveUp(QueueSafeValueError)
-        /// Eventually fair mode: woken to claim the section a release freed.
-        case claim
+        return .gaveUp(reason(diagnostics))
     }
 
     /// The parking half of ``waitForGrant(_:ticket:deadline:)``: registered for deadlock detection
     /// while parked.
-    private func park(_ waiter: BlockingWaiter, ticket: Ticket, deadline: DispatchTime?) -> ParkResult {
+    private func park(_ waiter: BlockingWaiter, ticket: Ticket, deadline: DispatchTime?) -> BlockingWaiter.Verdict {
         let nodes = DeadlockDetector.currentNodes()
         let poolThread = nodes.count > 1 && qsv_is_main_thread() == 0
         // In one lock section before it blocks its queue: its helper role and its urgency, so the
@@ -188,7 +179,7 @@ extension CommandEngine {
                         DeadlockDetector.report(
                             registration, diagnostics: diagnostics,
                             waiterDescription: DeadlockDetector.describeCurrent()))
-                }.map { .gaveUp($0) } ?? .granted
+                }
             }
             let outcome = waiter.parkOnce(deadline: deadline)
             // Unregistered first: a party that gave up must not look like a waiter to a walk.
@@ -207,11 +198,10 @@ extension CommandEngine {
                 return .gaveUp(waiter.tookLeave())
             case .deadlinePassed:
                 // Unless granted or expired at the same instant (a bit set without a signal).
-                return giveUp(waiter, ticket: ticket).map { .gaveUp($0) } ?? .granted
+                return giveUp(waiter, ticket: ticket)
             }
         }
     }
-
 }
 
 extension BlockingWaiter.Verdict {

@@ -149,6 +149,8 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     enum Verdict {
         case granted
         case gaveUp(QueueSafeValueError)
+        /// Eventually fair mode: woken to claim the section a release freed (only from a park).
+        case claim
     }
 
     /// This waiter's identity, as the engine's `head` and `handedTo` hints name it.
@@ -214,12 +216,11 @@ final class BlockingWaiter: Waiter, @unchecked Sendable {
     }
 
     /// The machine decided (granted it, or it expired) and the post is briefly on its way.
-    /// - Returns: `nil` once granted, or the error it left with.
-    func awaitVerdict() -> QueueSafeValueError? {
+    func awaitVerdict() -> Verdict {
         while true {
             let current = word.loadAcquire()
-            if current & Self.granted != 0 { return nil }
-            if current & Self.leftBit != 0 { return tookLeave() }
+            if current & Self.granted != 0 { return .granted }
+            if current & Self.leftBit != 0 { return .gaveUp(tookLeave()) }
             SyncPoints.yield()
         }
     }
