@@ -74,7 +74,7 @@ extension CommandEngine {
     static let dispatchStarted = 1
 
     /// The one start of a granted exclusive dispatched command: in the grant's lock section
-    /// (``prepare(_:_:)``), or right after the idle compare-and-swap. Hands it to `helper`, a waiting
+    /// (``prepare(_:)``), or right after the idle compare-and-swap. Hands it to `helper`, a waiting
     /// thread that runs on its queue, or publishes it for its block to claim (or a waiter on its
     /// queue to take over).
     final func publishGrantedDispatch(_ command: Waiter, helper: Waiter?) {

@@ -20,24 +20,53 @@ extension CommandEngine {
     @inline(__always)
     @discardableResult
     final func perform(_ transition: (inout Machine) -> Machine.Actions) -> Performed<Void> {
-        perform { machine, actions in actions = transition(&machine) }
+        SyncPoints.inheritance(true)
+        defer { SyncPoints.inheritance(false) }
+        var nextHolder: NextHolder = (0, 0)
+        // Returned from the lock section, never captured: moved, not copied.
+        var actions = machine.withLock { machine in
+            var actions = transition(&machine)
+            // An expired command's error shows the queue as the release that passed it left it.
+            if !actions.others.isEmpty {
+                for case .expired(let waiter, _) in actions.others {
+                    waiter.expired(snapshot(machine, word: state.loadAcquire()))
+                }
+            }
+            nextHolder = prepare(&actions)
+            return actions
+        }
+        return finish(&actions, nextHolder: nextHolder, answer: ())
     }
 
     /// ``perform(_:)`` for a transition that also answers its caller (an operation's enqueue).
-    @inline(__always)
+    /// Not the common path: its result is a pair.
     final func perform<Answer>(
         _ transition: (inout Machine, inout Machine.Actions) -> Answer
     ) -> Performed<Answer> {
         SyncPoints.inheritance(true)
         defer { SyncPoints.inheritance(false) }
         var nextHolder: NextHolder = (0, 0)
-        // Returned from the lock section, never captured: moved, not copied.
-        var (answer, actions) = machine.withLock { machine in
+        let answer: Answer
+        var actions: Machine.Actions
+        (answer, actions) = machine.withLock { machine in
             var actions = Machine.Actions()
             let answer = transition(&machine, &actions)
-            nextHolder = prepare(&actions, machine)
+            // An expired command's error shows the queue as the release that passed it left it.
+            if !actions.others.isEmpty {
+                for case .expired(let waiter, _) in actions.others {
+                    waiter.expired(snapshot(machine, word: state.loadAcquire()))
+                }
+            }
+            nextHolder = prepare(&actions)
             return (answer, actions)
         }
+        return finish(&actions, nextHolder: nextHolder, answer: answer)
+    }
+
+    @inline(__always)
+    private func finish<Answer>(
+        _ actions: inout Machine.Actions, nextHolder: NextHolder, answer: Answer
+    ) -> Performed<Answer> {
         // A waiter left: the boost it asked for ends with it.
         // mutant(boost-sync-dropped): let lowersBoost = false
         let lowersBoost = actions.lowersBoost
@@ -50,8 +79,8 @@ extension CommandEngine {
     /// dispatched command, and attaches to the rarer effects what they need from their waiters.
     /// - Returns: the new holder's thread and task, if the grant inherits an urgency.
     @inline(__always)
-    private func prepare(_ actions: inout Machine.Actions, _ machine: borrowing Machine) -> NextHolder {
-        if !actions.others.isEmpty { prepareOthers(&actions.others, machine) }
+    private func prepare(_ actions: inout Machine.Actions) -> NextHolder {
+        if !actions.others.isEmpty { prepareOthers(&actions.others) }
         // Moved out and back, so that reading it retains nothing.
         guard let grant = actions.grant.take() else { return (0, 0) }
         defer { actions.grant = consume grant }
@@ -87,18 +116,16 @@ extension CommandEngine {
         return grant.urgency.isNone ? (0, 0) : (next.threadToBoost, next.taskToEscalate)
     }
 
-    /// ``prepare(_:_:)`` for the rarer effects. Out of line: most transitions have none, and the lock
+    /// ``prepare(_:)`` for the rarer effects. Out of line: most transitions have none, and the lock
     /// section of those stays small enough to inline into its caller.
     @inline(never)
-    private func prepareOthers(_ others: inout [Machine.Other], _ machine: borrowing Machine) {
+    private func prepareOthers(_ others: inout [Machine.Other]) {
         for index in others.indices {
             switch others[index] {
             case .left(let waiter, _):
                 // mutant(prepare-drops-left): break
                 others[index] = .left(waiter, resume: waiter.continuationToResume)
             case .expired(let waiter, _):
-                // Its error shows the queue as the transition that passed it left it.
-                waiter.expired(snapshot(machine, word: state.loadAcquire()))
                 others[index] = .expired(waiter, resume: waiter.continuationToResume)
             case .cancel(let waiter, _):
                 // Read here: a holder's task is dropped by its release, after that release unlocks.
@@ -152,7 +179,7 @@ extension CommandEngine {
         return inline
     }
 
-    /// ``carryOut(_:nextHolder:)`` for the rarer effects, in order; out of line, as ``prepareOthers(_:_:)``.
+    /// ``carryOut(_:nextHolder:)`` for the rarer effects, in order; out of line, as ``prepareOthers(_:)``.
     @inline(never)
     private func carryOut(_ others: [Machine.Other]) {
         for other in others {
