@@ -78,7 +78,7 @@ public final class DeadlockDetector: @unchecked Sendable {  // @unchecked Sendab
         let taskName = ownTask == nil ? nil : Self.currentTaskName()
         let (registration, stale) = state.withLock { state -> (Registration, Bool) in
             let verdict = state.graph.register(
-                nodes, waitingFor: handle, ticket: CommandEngine.packedTicket(ticket), poolThread: poolThread,
+                nodes, waitingFor: handle, ticket: ticket.packed, poolThread: poolThread,
                 poolWidth: poolWidth
             ) { handle in handle.engine.takeUnretainedValue().holderNodes }
             guard verdict == .wait else {
@@ -127,7 +127,7 @@ public final class DeadlockDetector: @unchecked Sendable {  // @unchecked Sendab
     func wait(of node: Node) -> (engine: CommandEngine, ticket: CommandEngine.Ticket, party: [Node])? {
         state.withLock { state -> (engine: CommandEngine, ticket: CommandEngine.Ticket, party: [Node])? in
             guard let wait = state.graph.waits[node] else { return nil }
-            return (wait.engine.engine.takeUnretainedValue(), CommandEngine.unpackedTicket(wait.ticket), wait.party)
+            return (wait.engine.engine.takeUnretainedValue(), CommandEngine.Ticket(packed: wait.ticket), wait.party)
         }
     }
 

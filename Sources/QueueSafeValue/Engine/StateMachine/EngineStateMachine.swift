@@ -381,10 +381,4 @@ struct EngineStateMachine {
         word = EngineWord.closed
         return actions
     }
-
-    // MARK: Records
-
-    func isCurrent(_ ticket: Ticket) -> Bool {
-        table.isCurrent(ticket)
-    }
 }
