@@ -153,11 +153,7 @@ struct EngineStateMachine {
             return .granted(ticket)
         }
         if reentrant { return .refused(.reentrantAccess) }
-        hold.foundHeld()
-        if observed & EngineWord.slowRelease == 0 {
-            // The holder took a free section unseen: it has held it at least since now.
-            hold.stamp(now, exact: false)
-        }
+        hold.foundHeld(observed, now: now)
         if shared && EngineWord.readersHold(observed) && mayJoinReaders(priority: priority) {
             word = observed | EngineWord.shared | EngineWord.slowRelease
             return .granted(grantReader(allocateReader(waiter, kind: kind)))
