@@ -45,8 +45,8 @@ struct Hold {
             ? nil : "a share was granted past the limit of \(shareLimit): more operations run than the width"
     }
 
+    /// At least 1 (``EngineStateMachine/setWidth(_:now:)`` checks it).
     mutating func setShareLimit(_ limit: Int) {
-        precondition(limit >= 1, "a share limit below 1")
         shareLimit = limit
     }
 
@@ -122,8 +122,7 @@ struct Hold {
     mutating func free() {
         assert(readers.isEmpty && idleReaders == 0, "freed while readers hold")
         holder = .free
-        holds &+= 1
-        isReportedLong = false
+        _ = takeReportedLong()
     }
 
     mutating func addReader(_ slot: UInt32) {
