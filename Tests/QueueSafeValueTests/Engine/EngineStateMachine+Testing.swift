@@ -68,7 +68,7 @@ extension EngineStateMachine {
 
     mutating func releaseIdleReader(observed: Int, now: UInt64 = 0) -> (Actions, word: Int) {
         var word = observed
-        let actions = releaseIdleReader(word: &word, now: now)
+        let actions = releaseReader(nil, word: &word, now: now)
         return (actions, word)
     }
 

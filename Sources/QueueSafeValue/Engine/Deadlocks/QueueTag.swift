@@ -19,11 +19,6 @@ public struct QueueTag: Sendable, Hashable {
     let id: Int
     let label: String
 
-    /// The key of the tags, for the test suite's virtual queues, which read a tag as Dispatch does
-    /// for a thread running on the queue.
-    @_spi(Testing)
-    public static var specificKey: DispatchSpecificKey<QueueTag> { key }
-
     #if DEBUG
         /// The tag of `queue` in `detector`'s identities, tagging it if it has none yet (a controlled
         /// scheduler's virtual queues).
@@ -33,9 +28,11 @@ public struct QueueTag: Sendable, Hashable {
         }
     #endif
 
-    /// The main queue is tagged first: on Linux every `DispatchQueue.main` is a new wrapper of the
-    /// one main queue, so only the tag, stored on the queue itself, recognises it.
-    private static let key: DispatchSpecificKey<QueueTag> = {
+    /// The key of the tags; the test suite's virtual queues read a tag as Dispatch does for a thread
+    /// running on the queue. The main queue is tagged first: on Linux every `DispatchQueue.main` is a
+    /// new wrapper of the one main queue, so only the tag, stored on the queue itself, recognises it.
+    @_spi(Testing)
+    public static let specificKey: DispatchSpecificKey<QueueTag> = {
         let key = DispatchSpecificKey<QueueTag>()
         let main = DispatchQueue.main
         main.setSpecific(key: key, value: QueueTag(id: mainQueue, label: main.label))
@@ -46,12 +43,12 @@ public struct QueueTag: Sendable, Hashable {
 
     /// Tags `queue` if it has no tag yet: once per queue, under the detector's lock.
     static func identity(of queue: DispatchQueue, in detector: DeadlockDetector = .shared) -> Int {
-        if let tag = queue.getSpecific(key: key) { return tag.id }
+        if let tag = queue.getSpecific(key: specificKey) { return tag.id }
         // Serialized, so two threads tagging one queue at once agree on its identity.
         return detector.tagQueue(label: queue.label) { newID in
             // Another thread may have tagged it since the read above.
-            if let tag = queue.getSpecific(key: key) { return tag.id }
-            queue.setSpecific(key: key, value: QueueTag(id: newID, label: queue.label))
+            if let tag = queue.getSpecific(key: specificKey) { return tag.id }
+            queue.setSpecific(key: specificKey, value: QueueTag(id: newID, label: queue.label))
             return newID
         }
     }
@@ -59,7 +56,7 @@ public struct QueueTag: Sendable, Hashable {
     /// The innermost tagged queue the caller runs on.
     static var current: QueueTag? {
         if let virtual = SyncPoints.queueOverride { return virtual }
-        return DispatchQueue.getSpecific(key: key)
+        return DispatchQueue.getSpecific(key: specificKey)
     }
 
     /// The main queue on the main thread (which drains it until `dispatchMain()`), and the innermost

@@ -34,7 +34,7 @@ struct WaitForGraph<Engine: Hashable> {
     struct Wait: Hashable {
         let engine: Engine
         let poolThread: Bool
-        /// Packed (`CommandEngine.packedTicket`), for inheritance's chain walk.
+        /// Packed (``EngineStateMachine/Ticket/packed``), for inheritance's chain walk.
         var ticket: UInt64 = 0
         /// The waiting node first.
         var party: [Node] = []
@@ -42,8 +42,6 @@ struct WaitForGraph<Engine: Hashable> {
 
     private(set) var waits: [Node: Wait] = [:]
     private(set) var parkedPoolThreads = 0
-
-    init() {}
 
     /// - Parameters:
     ///   - nodes: the waiting node first (its thread, then its task), then the tasks awaiting it.

@@ -62,29 +62,18 @@ struct AtomicWord: @unchecked Sendable {
     @inlinable @inline(__always) func storeUnobserved(_ value: Int) {
         qsv_atomic_store_relaxed(words.address(index), value)
     }
-    @inlinable @inline(__always) func storeRelease(_ value: Int) {
+    @inlinable @inline(__always) func storeRelease(_ value: Int) { apply(qsv_atomic_store_release, value) }
+    @inlinable @inline(__always) func storeRelaxed(_ value: Int) { apply(qsv_atomic_store_relaxed, value) }
+    @inlinable @inline(__always) func exchange(_ value: Int) -> Int { apply(qsv_atomic_exchange, value) }
+    @inlinable @inline(__always) func fetchAdd(_ delta: Int) -> Int { apply(qsv_atomic_fetch_add, delta) }
+    @inlinable @inline(__always) func fetchOr(_ bits: Int) -> Int { apply(qsv_atomic_fetch_or, bits) }
+    @inlinable @inline(__always) func fetchAnd(_ bits: Int) -> Int { apply(qsv_atomic_fetch_and, bits) }
+
+    /// A sync point, then `operation` on the word with `operand`; inlined down to the C call.
+    @inlinable @inline(__always)
+    func apply<R>(_ operation: (UnsafeMutablePointer<Int>, Int) -> R, _ operand: Int) -> R {
         SyncPoints.atomic()
-        qsv_atomic_store_release(words.address(index), value)
-    }
-    @inlinable @inline(__always) func storeRelaxed(_ value: Int) {
-        SyncPoints.atomic()
-        qsv_atomic_store_relaxed(words.address(index), value)
-    }
-    @inlinable @inline(__always) func exchange(_ value: Int) -> Int {
-        SyncPoints.atomic()
-        return qsv_atomic_exchange(words.address(index), value)
-    }
-    @inlinable @inline(__always) func fetchAdd(_ delta: Int) -> Int {
-        SyncPoints.atomic()
-        return qsv_atomic_fetch_add(words.address(index), delta)
-    }
-    @inlinable @inline(__always) func fetchOr(_ bits: Int) -> Int {
-        SyncPoints.atomic()
-        return qsv_atomic_fetch_or(words.address(index), bits)
-    }
-    @inlinable @inline(__always) func fetchAnd(_ bits: Int) -> Int {
-        SyncPoints.atomic()
-        return qsv_atomic_fetch_and(words.address(index), bits)
+        return operation(words.address(index), operand)
     }
 
     /// Stores `desired` if the word holds `expected`; returns whether it did.

@@ -38,7 +38,7 @@ final class LockedState<State>: ManagedBuffer<State, PlatformMutex> {
                 var status = pthread_mutex_init(mutex, &attributes)
                 // A kernel without priority-inheriting futexes: a plain mutex.
                 if status == ENOTSUP { status = pthread_mutex_init(mutex, nil) }
-                precondition(status == 0, "pthread_mutex_init failed: \(status)")
+                check(status, "pthread_mutex_init")
             #endif
         }
         return storage
@@ -47,51 +47,39 @@ final class LockedState<State>: ManagedBuffer<State, PlatformMutex> {
     deinit {
         withUnsafeMutablePointerToElements { mutex in
             #if !canImport(Darwin)
-                let status = pthread_mutex_destroy(mutex)
-                precondition(status == 0, "pthread_mutex_destroy failed: \(status)")
+                Self.check(pthread_mutex_destroy(mutex), "pthread_mutex_destroy")
             #endif
             mutex.deinitialize(count: 1)
         }
     }
 
     /// Runs `body` with the lock held and the state passed `inout`. `file` and `line` name the call
-    /// site for a controlled scheduler's lock-order check, where the lock's *role* is `State`.
+    /// site for a controlled scheduler's lock-order check, where the lock's *role* is `State`; under
+    /// one, the mutex is taken once the scheduler lets this thread have it.
     @inline(__always)
     func withLock<R>(
         file: StaticString = #fileID, line: UInt = #line, _ body: (inout State) throws -> R
     ) rethrows -> R {
         try withUnsafeMutablePointers { state, mutex in
-            lock(mutex, file: file, line: line)
-            defer { unlock(mutex) }
+            #if DEBUG
+                SyncPoints.scheduler?.willLock(
+                    ObjectIdentifier(self), role: State.self, site: LockSite(file: file, line: line))
+                defer { SyncPoints.scheduler?.didUnlock(ObjectIdentifier(self)) }
+            #endif
+            #if canImport(Darwin)
+                os_unfair_lock_lock(mutex)
+                defer { os_unfair_lock_unlock(mutex) }
+            #else
+                Self.check(pthread_mutex_lock(mutex), "pthread_mutex_lock")
+                defer { Self.check(pthread_mutex_unlock(mutex), "pthread_mutex_unlock") }
+            #endif
             return try body(&state.pointee)
         }
     }
 
-    /// Takes the mutex; under a controlled scheduler, once the scheduler lets this thread have it.
+    /// Traps with the code of a failed `pthread` call.
     @inline(__always)
-    private func lock(_ mutex: UnsafeMutablePointer<PlatformMutex>, file: StaticString, line: UInt) {
-        #if DEBUG
-            SyncPoints.scheduler?.willLock(
-                ObjectIdentifier(self), role: State.self, site: LockSite(file: file, line: line))
-        #endif
-        #if canImport(Darwin)
-            os_unfair_lock_lock(mutex)
-        #else
-            let status = pthread_mutex_lock(mutex)
-            precondition(status == 0, "pthread_mutex_lock failed: \(status)")
-        #endif
-    }
-
-    @inline(__always)
-    private func unlock(_ mutex: UnsafeMutablePointer<PlatformMutex>) {
-        #if canImport(Darwin)
-            os_unfair_lock_unlock(mutex)
-        #else
-            let status = pthread_mutex_unlock(mutex)
-            precondition(status == 0, "pthread_mutex_unlock failed: \(status)")
-        #endif
-        #if DEBUG
-            SyncPoints.scheduler?.didUnlock(ObjectIdentifier(self))
-        #endif
+    private static func check(_ status: Int32, _ call: StaticString) {
+        precondition(status == 0, "\(call) failed: \(status)")
     }
 }

@@ -118,9 +118,7 @@ extension EngineStateMachine {
         guard stillWaits, let first = table.firstWaitingEntry(), first.slot == ticket.slot else {
             // It gave up (its deadline passed), or another is first now: the first is woken or granted.
             barging.clearWoken(ticket)
-            if !barging.isClaimOnItsWay(table), let granted = settleFree(&actions, closedBit: closedBit, now: now) {
-                word = granted
-            }
+            settleFree(&actions, word: &word, now: now)
             actions.found = stillWaits ? .passedOn : .settled
             return actions
         }
@@ -129,16 +127,14 @@ extension EngineStateMachine {
         return actions
     }
 
-    /// Free, commands waiting, no claim on its way: the first is woken to claim it, or granted it.
-    /// - Returns: the word to store after a grant; `nil` if the word stays.
-    mutating func settleFree(_ actions: inout Actions, closedBit: Int, now: UInt64) -> Int? {
+    /// Free, commands waiting: unless a claim is on its way, the first is woken to claim it, or
+    /// granted it (`word` then says so).
+    mutating func settleFree(_ actions: inout Actions, word: inout Int, now: UInt64) {
+        guard !barging.isClaimOnItsWay(table) else { return }
         if table.waitingMayGiveUp > 0 { dropGivenUp(&actions, now: now) }
-        guard let first = table.firstWaitingEntry() else { return nil }
-        if mayFreeForBarging(first, now: now) {
-            wakeToClaim(&actions, first.slot)
-            return nil
-        }
-        return grantFirst(first, &actions, closedBit: closedBit, now: now)
+        guard let first = table.firstWaitingEntry() else { return }
+        if mayFreeForBarging(first, now: now) { return wakeToClaim(&actions, first.slot) }
+        word = grantFirst(first, &actions, closedBit: word & EngineWord.closed, now: now)
     }
 
     /// Returns the word to store.

@@ -51,15 +51,7 @@ struct CommandHeap: Hashable {
     }
 
     mutating func popFirst() -> Entry? {
-        let fromRun: Bool
-        if runStart == run.count {
-            fromRun = false
-        } else if let heapFirst = entries.first {
-            fromRun = run[runStart].key < heapFirst.key
-        } else {
-            fromRun = true
-        }
-        if fromRun {
+        if runStart < run.count, entries.first.map({ run[runStart].key < $0.key }) ?? true {
             let top = run[runStart]
             runStart += 1
             // Consumed entries stay until they are most of at least 64: in a hand-off between two

@@ -18,11 +18,7 @@ extension EngineStateMachine {
 
     /// - Complexity: O(n)
     func waitingCountsByPriority() -> [CommandPriority: Int] {
-        var counts: [CommandPriority: Int] = [:]
-        for entry in table.waitingEntries {
-            counts[CommandHeap.priority(of: entry.key), default: 0] += 1
-        }
-        return counts
+        Dictionary(table.waitingEntries.map { (CommandHeap.priority(of: $0.key), 1) }, uniquingKeysWith: +)
     }
 
     var waitingCount: Int { table.waitingCount }
@@ -50,10 +46,7 @@ extension EngineStateMachine {
             word = observed  // nothing to watch: `slowRelease` as it was
             return false
         }
-        hold.foundHeld()
-        if observed & EngineWord.slowRelease == 0 {
-            hold.stamp(now, exact: false)
-        }
+        hold.foundHeld(observed, now: now)
         word = observed | EngineWord.slowRelease
         return true
     }

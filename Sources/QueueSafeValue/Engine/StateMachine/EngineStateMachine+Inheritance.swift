@@ -15,15 +15,9 @@ extension EngineStateMachine {
     /// - Returns: whether the holder must now run more urgently (``Inheritance/holdUrgency``).
     mutating func park(_ ticket: Ticket, urgency: Urgency, inherited: Urgency = .none, holderBits: Int) -> Bool {
         guard !(urgency.isNone && inherited.isNone), table.isWaiting(ticket) else { return false }
-        let slot = ticket.slot
-        let chained = inheritance.chainedUrgency(of: slot)
-        if inherited.isNone && chained == nil {
-            // Kept whole: a later holder of the other kind inherits it (see `release`).
-            inheritance.set(slot, to: (inheritance.urgency(of: slot) ?? .none).merged(urgency))
-        } else {
-            let own = (chained?.own ?? inheritance.urgency(of: slot) ?? .none).merged(urgency)
-            inheritance.setChained(slot, ChainedUrgency(own: own, inherited: inherited))
-        }
+        // Kept whole: a later holder of the other kind inherits it (see `release`).
+        let own = inheritance.ownUrgency(of: ticket.slot).merged(urgency)
+        inheritance.setChained(ticket.slot, ChainedUrgency(own: own, inherited: inherited))
         return refreshHolder(holderBits)
     }
 
@@ -31,8 +25,8 @@ extension EngineStateMachine {
     /// - Returns: whether what the holder must run at changed.
     mutating func setInherited(_ ticket: Ticket, _ inherited: Urgency, holderBits: Int) -> Bool {
         guard table.isWaiting(ticket) else { return false }
-        let own = inheritance.chainedUrgency(of: ticket.slot)?.own ?? inheritance.urgency(of: ticket.slot) ?? .none
         if inheritance.urgency(of: ticket.slot) == nil && inherited.isNone { return false }
+        let own = inheritance.ownUrgency(of: ticket.slot)
         inheritance.setChained(ticket.slot, ChainedUrgency(own: own, inherited: inherited))
         return refreshHolder(holderBits)
     }

@@ -79,13 +79,9 @@ extension EngineStateMachine {
         }
         if let violation = hold.shareLimitViolation { return violation }
         let firstWaiting = table.waitingEntries.min { $0.key < $1.key }
-        if let first = firstWaiting, table[first.slot].isShared, hold.hasFreeShare {
-            // A bounded-overtaking policy may hold it back behind the oldest command, once due.
-            if !bound.isSomeoneDue(in: table) {
-                return
-                    "a shared read waits first in line while shared reads hold and a share (a slot of a queue) is free"
-            }
-        }
-        return nil
+        // A bounded-overtaking policy may hold it back behind the oldest command, once due.
+        guard let first = firstWaiting, table[first.slot].isShared, hold.hasFreeShare, !bound.isSomeoneDue(in: table)
+        else { return nil }
+        return "a shared read waits first in line while shared reads hold and a share (a slot of a queue) is free"
     }
 }

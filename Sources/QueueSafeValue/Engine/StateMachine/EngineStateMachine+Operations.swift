@@ -124,12 +124,10 @@ extension EngineStateMachine {
     /// one transition, so a release cannot hand the section to work meant to be cancelled.
     mutating func cancelAll() -> Actions {
         var result = Actions()
-        while let (slot, waited) = table.popAny() {
-            if waited {
-                if inheritance.hasParked { inheritance.clear(slot) }
-                if let waiter = table.markLeftPopped(slot) { result.others += [.left(waiter), .cancel(waiter)] }
-                if table[slot].attachment == .unattached { table[slot].attachment = .unattachedCancelRequested }
-            }
+        while let (slot, _) = table.popWaiting() {
+            if inheritance.hasParked { inheritance.clear(slot) }
+            if let waiter = table.markLeftPopped(slot) { result.others += [.left(waiter), .cancel(waiter)] }
+            if table[slot].attachment == .unattached { table[slot].attachment = .unattachedCancelRequested }
             table.freeIfUnused(slot)
         }
         if inheritance.lowerIfNeeded(readersHold: hold.readersHold) { result.lowersBoost = true }

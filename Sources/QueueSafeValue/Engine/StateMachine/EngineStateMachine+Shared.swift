@@ -92,17 +92,24 @@ extension EngineStateMachine {
         }
     }
 
-    /// A listed read releases its share; the last hands the section on.
-    mutating func releaseReader(_ ticket: Ticket, word: inout Int, now: UInt64 = 0) -> Actions {
+    /// A read releases its share: a listed one by its `ticket`, an idle one (`nil`) through the lock,
+    /// where the word may have lost `slowRelease` since the reader saw it (the last listed reader
+    /// left, nobody waited). The last hands the section on.
+    mutating func releaseReader(_ ticket: Ticket?, word: inout Int, now: UInt64 = 0) -> Actions {
         var actions = Actions()
-        let observed = word
+        var observed = word
         hold.observe(observed)
-        guard isHoldingReader(ticket), hold.removeReader(ticket.slot) else {
-            assertionFailure("release of a shared read that does not hold")
-            return actions
+        if let ticket {
+            guard isHoldingReader(ticket), hold.removeReader(ticket.slot) else {
+                assertionFailure("release of a shared read that does not hold")
+                return actions
+            }
+            actions.ended = table[ticket.slot].handle.take()
+            table.end(ticket.slot)
+        } else {
+            hold.removeIdleReader()
+            observed &-= EngineWord.idleReaderUnit
         }
-        actions.ended = table[ticket.slot].handle.take()
-        table.end(ticket.slot)
         // Each reader ends its own thread's boost.
         actions.endBoost = inheritance.isHoldBoosted
         // mutant(writer-beside-reader): if hold.readersHold && table.waitingCount == 0 {
@@ -111,24 +118,6 @@ extension EngineStateMachine {
             // mutant(freed-slot-unused): _ = ()
             if hold.isLimited && table.waitingCount > 0 { admitWaitingReaders(&actions, now: now) }
             word = wordWhileReadersHold(observed)
-            return actions
-        }
-        word = handOn(&actions, closedBit: observed & EngineWord.closed, now: now, releaserQueue: 0)
-        return actions
-    }
-
-    /// An idle read gives its share back through the lock; the last hands the section on. The word
-    /// may have lost `slowRelease` since the reader saw it (the last listed reader left, nobody
-    /// waited).
-    mutating func releaseIdleReader(word: inout Int, now: UInt64 = 0) -> Actions {
-        assert(EngineWord.idleReaders(word) > 0, "an idle reader released that the word does not count")
-        var actions = Actions()
-        let observed = word
-        hold.observe(observed)
-        hold.removeIdleReader()
-        actions.endBoost = inheritance.isHoldBoosted
-        if hold.readersHold {
-            word = wordWhileReadersHold(observed &- EngineWord.idleReaderUnit)
             return actions
         }
         word = handOn(&actions, closedBit: observed & EngineWord.closed, now: now, releaserQueue: 0)

@@ -16,18 +16,8 @@ struct EngineStateMachine {
         /// A ticket that matches no command.
         static var none: Ticket { Ticket(slot: .max, generation: 0) }
 
-        init(slot: UInt32, generation: UInt32) {
-            self.slot = slot
-            self.generation = generation
-        }
-
         /// One 64-bit word on every platform, never an `Int` (32 bits on watchOS's arm64_32).
         var packed: UInt64 { UInt64(slot) << 32 | UInt64(generation) }
-
-        init(packed: UInt64) {
-            let (high, low): (UInt64, UInt64) = (packed >> 32, packed)
-            self.init(slot: UInt32(truncatingIfNeeded: high), generation: UInt32(truncatingIfNeeded: low))
-        }
     }
 
     /// What ``enqueue(_:kind:priority:reentrant:word:now:shared:deadline:)`` decided.
@@ -153,11 +143,7 @@ struct EngineStateMachine {
             return .granted(ticket)
         }
         if reentrant { return .refused(.reentrantAccess) }
-        hold.foundHeld()
-        if observed & EngineWord.slowRelease == 0 {
-            // The holder took a free section unseen: it has held it at least since now.
-            hold.stamp(now, exact: false)
-        }
+        hold.foundHeld(observed, now: now)
         if shared && EngineWord.readersHold(observed) && mayJoinReaders(priority: priority) {
             word = observed | EngineWord.shared | EngineWord.slowRelease
             return .granted(grantReader(allocateReader(waiter, kind: kind)))
@@ -334,9 +320,7 @@ struct EngineStateMachine {
         defer { if !EngineWord.isHeld(word) && table.waitingCount == 0 { word &= ~EngineWord.slowRelease } }
         guard var actions = leave(ticket, now: now) else { return nil }
         barging.clearWoken(ticket)
-        if !held && !barging.isClaimOnItsWay(table) {
-            if let granted = settleFree(&actions, closedBit: observed & EngineWord.closed, now: now) { word = granted }
-        }
+        if !held { settleFree(&actions, word: &word, now: now) }
         return actions
     }
 
@@ -381,10 +365,12 @@ struct EngineStateMachine {
         word = EngineWord.closed
         return actions
     }
+}
 
-    // MARK: Records
-
-    func isCurrent(_ ticket: Ticket) -> Bool {
-        table.isCurrent(ticket)
+extension EngineStateMachine.Ticket {
+    /// The ticket ``packed`` packed (here, so that the memberwise initializer stays).
+    init(packed: UInt64) {
+        let (high, low): (UInt64, UInt64) = (packed >> 32, packed)
+        self.init(slot: UInt32(truncatingIfNeeded: high), generation: UInt32(truncatingIfNeeded: low))
     }
 }

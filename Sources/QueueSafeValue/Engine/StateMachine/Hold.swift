@@ -45,8 +45,8 @@ struct Hold {
             ? nil : "a share was granted past the limit of \(shareLimit): more operations run than the width"
     }
 
+    /// At least 1 (``EngineStateMachine/setWidth(_:now:)`` checks it).
     mutating func setShareLimit(_ limit: Int) {
-        precondition(limit >= 1, "a share limit below 1")
         shareLimit = limit
     }
 
@@ -98,16 +98,19 @@ struct Hold {
         holder = slot.map { .tracked($0) } ?? .untracked
     }
 
-    /// ``observe(_:)``, then ``foundHeld()`` if the word shows a holder; returns whether it does.
+    /// ``observe(_:)``, then ``foundHeld(_:now:)`` if the word shows a holder; returns whether it does.
     mutating func observeHolder(_ word: Int) -> Bool {
         observe(word)
         let held = EngineWord.isHeld(word)
-        if held { foundHeld() }
+        if held { foundHeld(word) }
         return held
     }
 
-    mutating func foundHeld() {
+    /// The word shows a holder. With `now`: one that took a free section unseen (the word without
+    /// `slowRelease`) has held it at least since then.
+    mutating func foundHeld(_ word: Int, now: UInt64? = nil) {
         if holder == .free { holder = .untracked }
+        if let now, word & EngineWord.slowRelease == 0 { stamp(now, exact: false) }
     }
 
     mutating func endTracked() -> UInt32? {
@@ -119,8 +122,7 @@ struct Hold {
     mutating func free() {
         assert(readers.isEmpty && idleReaders == 0, "freed while readers hold")
         holder = .free
-        holds &+= 1
-        isReportedLong = false
+        _ = takeReportedLong()
     }
 
     mutating func addReader(_ slot: UInt32) {

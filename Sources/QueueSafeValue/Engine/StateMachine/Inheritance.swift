@@ -31,7 +31,10 @@ struct Inheritance {
 
     func chainedUrgency(of slot: UInt32) -> ChainedUrgency? { chained.isEmpty ? nil : chained[slot] }
 
-    mutating func set(_ slot: UInt32, to urgency: Urgency) {
+    /// A parked waiter's own urgency, apart from what it inherits as a link of a chain.
+    func ownUrgency(of slot: UInt32) -> Urgency { chainedUrgency(of: slot)?.own ?? urgency(of: slot) ?? .none }
+
+    private mutating func set(_ slot: UInt32, to urgency: Urgency) {
         let index = Int(slot)
         if index >= urgencies.count {
             urgencies.append(contentsOf: repeatElement(nil, count: index + 1 - urgencies.count))
@@ -58,7 +61,7 @@ struct Inheritance {
     mutating func setChained(_ slot: UInt32, _ urgency: ChainedUrgency) {
         let merged = urgency.own.merged(urgency.inherited)
         guard !merged.isNone else { return clear(slot) }
-        chained[slot] = urgency.inherited.isNone ? nil : urgency
+        if !urgency.inherited.isNone || !chained.isEmpty { chained[slot] = urgency.inherited.isNone ? nil : urgency }
         set(slot, to: merged)
     }
 

@@ -248,18 +248,6 @@ struct RecordTable {
         return nil
     }
 
-    /// Pops the first entry, live or dead (`cancelAll()`); the caller marks a waiting one left.
-    mutating func popAny() -> (slot: UInt32, waited: Bool)? {
-        guard let entry = heap.popFirst() else { return nil }
-        records[Int(entry.slot)].inHeap = false
-        if records[Int(entry.slot)].state == .waiting {
-            stopsWaiting(entry.slot)
-            return (entry.slot, true)
-        }
-        deadEntries -= 1
-        return (entry.slot, false)
-    }
-
     /// The spinning waiters' hint (`CommandEngine.Word.head`); 0 if none.
     var firstWaitingAddress: Int {
         guard let entry = heap.first, let handle = records[Int(entry.slot)].handle else { return 0 }
@@ -285,7 +273,7 @@ struct RecordTable {
         return markLeftPopped(slot)
     }
 
-    /// ``markLeft(_:)`` for a command ``popAny()`` popped.
+    /// ``markLeft(_:)`` for a command ``popWaiting()`` popped (`cancelAll()`).
     mutating func markLeftPopped(_ slot: UInt32) -> Handle? {
         let waiter = records[Int(slot)].handle
         records[Int(slot)].state = .left

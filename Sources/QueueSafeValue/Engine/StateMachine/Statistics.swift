@@ -20,10 +20,6 @@ struct Statistics {
 
     static let buckets = 24
 
-    init(since: UInt64) {
-        self.since = since
-    }
-
     static func bucket(_ milliseconds: UInt32) -> Int {
         guard milliseconds > 0 else { return 0 }
         // 32 - leading zeros: 1 ms → 1, 2–3 ms → 2, 4–7 ms → 3, …

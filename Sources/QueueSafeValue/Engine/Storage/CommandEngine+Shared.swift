@@ -116,7 +116,7 @@ extension CommandEngine {
             // it, and idle readers move the word again: announce it, as an enqueue does.
             // mutant(idle-release-while-word-moves): transitionWhileHeld(&machine) { machine, word in
             transition(announcing: EngineWord.slowRelease, &machine) { machine, word in
-                machine.releaseIdleReader(word: &word, now: machineNow())
+                machine.releaseReader(nil, word: &word, now: machineNow())
             }
         }
     }
