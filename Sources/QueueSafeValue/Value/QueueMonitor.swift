@@ -243,7 +243,7 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
 
     /// Every monitor started, so that the address in `qsv_monitor_word` always refers to a live one.
     // Unsafe: the list is touched only inside its own lock.
-    private nonisolated(unsafe) static let started = LockedState.make([QueueMonitor]())
+    fileprivate nonisolated(unsafe) static let started = LockedState.make([QueueMonitor]())
 
     /// The running monitor, if any.
     @inline(__always)
@@ -252,24 +252,6 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
         guard address != 0, let pointer = UnsafeRawPointer(bitPattern: address) else { return nil }
         // Unmanaged: `started` keeps every monitor alive for the process's life.
         return Unmanaged<QueueMonitor>.fromOpaque(pointer).takeUnretainedValue()
-    }
-
-    static func start(
-        thresholds: Thresholds, queue: DispatchQueue?, signposts: Bool,
-        handler: @escaping @Sendable (Event) -> Void
-    ) -> QueueMonitor {
-        let monitor = QueueMonitor(thresholds: thresholds, queue: queue, signposts: signposts, handler: handler)
-        let previous = started.withLock { started in
-            started.append(monitor)
-            let previous = active
-            // The threshold first: a hand-off that sees the monitor reads it after.
-            qsv_monitor_long_wait_store(thresholds.longWaitWord)
-            qsv_monitor_store(Int(bitPattern: Unmanaged.passUnretained(monitor).toOpaque()))
-            return previous
-        }
-        previous?.stop()
-        monitor.startWatchdog()
-        return monitor
     }
 
     /// Stops the monitor: no more events are reported (those already handed to the handler's
@@ -322,7 +304,7 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
 
     // MARK: The watchdog
 
-    private func startWatchdog() {
+    fileprivate func startWatchdog() {
         // The period as it was given: its unit holds it in an `Int`, on 32 bits too, and Dispatch
         // works with it in 64 bits (a period in nanoseconds would stop at 2.1 s there).
         let period = thresholds.samplingPeriod
@@ -440,9 +422,19 @@ extension QueueSafeValue {
         handler: @escaping @Sendable (QueueMonitor.Event) -> Void
     ) -> QueueMonitor {
         // The default thresholds are valid: `try!` cannot trap.
-        QueueMonitor.start(
-            thresholds: thresholds ?? (try! QueueMonitor.Thresholds()), queue: queue, signposts: signposts,
-            handler: handler)
+        let thresholds = thresholds ?? (try! QueueMonitor.Thresholds())
+        let monitor = QueueMonitor(thresholds: thresholds, queue: queue, signposts: signposts, handler: handler)
+        let previous = QueueMonitor.started.withLock { started in
+            started.append(monitor)
+            let previous = QueueMonitor.active
+            // The threshold first: a hand-off that sees the monitor reads it after.
+            qsv_monitor_long_wait_store(thresholds.longWaitWord)
+            qsv_monitor_store(Int(bitPattern: Unmanaged.passUnretained(monitor).toOpaque()))
+            return previous
+        }
+        previous?.stop()
+        monitor.startWatchdog()
+        return monitor
     }
 
     /// Gives this value thresholds of its own in the running monitor (a lock its app holds for long
