@@ -37,9 +37,8 @@ final class RecurringExecutorCore: @unchecked Sendable {
         var subscribers: [UInt64: Subscriber] = [:]
         /// Callers of `stopAndWait()`, resumed once the loop has ended and its events were delivered.
         var stopWaiters: [CheckedContinuation<Void, Never>] = []
+        /// Deliveries not taken by a drain yet: while it is not empty, a drain is on the delivery queue.
         var outbox: [Delivery] = []
-        /// A drain block is on the delivery queue and has not taken the outbox yet.
-        var drainScheduled = false
     }
 
     /// The executor whose operation the current task runs (for `runNowAndWait()`'s reentrancy check).
@@ -87,7 +86,7 @@ final class RecurringExecutorCore: @unchecked Sendable {
     /// Under the lock: stamps the events and puts them, the outcomes and the end in the outbox.
     /// Returns whether a drain of the outbox must be scheduled.
     private func queue(_ actions: Machine.Actions, in guarded: inout Guarded) -> Bool {
-        let outboxCount = guarded.outbox.count
+        let drainScheduled = !guarded.outbox.isEmpty
         if !actions.events.isEmpty {
             let now = SyncPoints.now()
             let subscribers = Array(guarded.subscribers.values)
@@ -105,9 +104,7 @@ final class RecurringExecutorCore: @unchecked Sendable {
             guarded.subscribers = [:]
             guarded.stopWaiters = []
         }
-        guard guarded.outbox.count > outboxCount && !guarded.drainScheduled else { return false }
-        guarded.drainScheduled = true
-        return true
+        return !drainScheduled && !guarded.outbox.isEmpty
     }
 
     /// After unlocking: the actions that are not deliveries.
@@ -123,7 +120,6 @@ final class RecurringExecutorCore: @unchecked Sendable {
     /// and each takes every entry queued before it, so deliveries keep the transitions' order.
     private func drain() {
         let deliveries = guarded.withLock { guarded -> [Delivery] in
-            guarded.drainScheduled = false
             defer { guarded.outbox = [] }
             return guarded.outbox
         }
