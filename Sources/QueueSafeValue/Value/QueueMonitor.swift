@@ -197,9 +197,8 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
 
     private let handler: @Sendable (Event) -> Void
     private let deliveryQueue: DispatchQueue
-    /// What `MonitorSignposts.make()` returned when asked for, else `nil` (kept as `AnyObject`: a
-    /// stored property cannot have a type newer than the floor).
-    private let signposts: AnyObject?
+    /// Emits an event as a signpost: what `MonitorSignposts.make()` returned when asked for, else `nil`.
+    private let signposts: (@Sendable (Event, ObjectIdentifier) -> Void)?
     private let watchdogQueue = DispatchQueue(label: "QueueSafeValue.monitor.watchdog")
     private let state = LockedState.make(State())
     private var timer: DispatchSourceTimer?
@@ -340,7 +339,7 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
     /// handler's queue, or counts it as left out. Called outside every engine lock.
     func report(_ event: Event, of engine: CommandEngine, now: UInt64? = nil) {
         // Every event, before the throttle: a long hold's interval always gets its end.
-        if let signposts { MonitorSignposts.emit(event, of: engine, to: signposts) }
+        signposts?(event, ObjectIdentifier(engine))
         let omitted = state.withLock { state -> Int? in
             guard !state.isStopped else { return nil }
             let now = now ?? SyncPoints.now().uptimeNanoseconds
