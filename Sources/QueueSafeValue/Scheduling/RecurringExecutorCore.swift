@@ -157,7 +157,12 @@ final class RecurringExecutorCore: @unchecked Sendable {
         }
         do {
             return try await withTaskCancellationHandler {
-                try await withCheckedThrowingContinuation { (continuation: Caller) in attach(caller: id, continuation) }
+                try await withCheckedThrowingContinuation { (continuation: Caller) in
+                    // A known outcome goes through the outbox, behind every delivery queued: the run's end event first.
+                    if apply({ $0.machine.attachCaller(id, continuation) }) {
+                        continuation.resume(throwing: QueueSafeValueError.cancelled)
+                    }
+                }
             } onCancel: {
                 let record = guarded.withLock { $0.machine.cancelCaller(id) }
                 record?.continuation?.resumeFromAnotherThread(with: .failure(QueueSafeValueError.cancelled))
@@ -165,17 +170,6 @@ final class RecurringExecutorCore: @unchecked Sendable {
         } catch {
             throw .cancelled  // the only error a caller is resumed with
         }
-    }
-
-    private func attach(caller id: UInt64, _ continuation: Caller) {
-        let attachment = apply { guarded -> (Machine.CallerAttachment, Machine.Actions) in
-            let attachment = guarded.machine.attachCaller(id, continuation)
-            var actions = Machine.Actions()
-            // Through the outbox, behind every delivery already queued: the run's end event comes first.
-            if case .resolved(let outcome) = attachment { actions.outcomes = [(continuation, outcome)] }
-            return (attachment, actions)
-        }
-        if case .cancelled = attachment { continuation.resume(throwing: QueueSafeValueError.cancelled) }
     }
 
     /// Returns once the loop has ended and every event, `.stopped` included, was delivered.
