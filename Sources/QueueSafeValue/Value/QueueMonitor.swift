@@ -153,28 +153,17 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
         /// The command's priority, if known.
         public let priority: CommandPriority?
         /// For `longWait`: where the command that held the value until then was issued.
-        public let heldBy: QueueDiagnostics.CallSite?
+        public internal(set) var heldBy: QueueDiagnostics.CallSite?
         /// The value's holder and waiters when the event happened (`longHold`, `timedOut`,
         /// `deadlock`), else `nil`.
-        public let diagnostics: QueueDiagnostics?
+        public internal(set) var diagnostics: QueueDiagnostics?
         /// For `deadlock`: the cycle.
-        public let deadlock: DeadlockReport?
+        public internal(set) var deadlock: DeadlockReport?
         /// How many events of this value were left out (by the throttle, or because the handler
         /// fell behind) since the last one delivered.
         public internal(set) var omitted = 0
         /// When it happened.
         public let time: DispatchTime
-
-        init(
-            kind: Kind, value: String, duration: Double, callSite: QueueDiagnostics.CallSite?,
-            priority: CommandPriority?, heldBy: QueueDiagnostics.CallSite? = nil, diagnostics: QueueDiagnostics? = nil,
-            deadlock: DeadlockReport? = nil, time: DispatchTime
-        ) {
-            (self.kind, self.value, self.duration, self.callSite, self.priority) = (
-                kind, value, duration, callSite, priority
-            )
-            (self.heldBy, self.diagnostics, self.deadlock, self.time) = (heldBy, diagnostics, deadlock, time)
-        }
 
         /// One line: "longHold 'checkout': 0.50 s, issued at MyApp/Checkout.swift:88 (…)".
         public var description: String {
