@@ -68,7 +68,6 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
             self.samplingPeriod = samplingPeriod
             self.eventsPerSecond = eventsPerSecond
             longHoldNanoseconds = QueueMonitor.nanoseconds(longHold) ?? .max
-            longWaitNanoseconds = QueueMonitor.nanoseconds(longWait) ?? .max
         }
 
         /// ``init(longHold:longWait:samplingPeriod:eventsPerSecond:)-(DispatchTimeInterval,_,_,_)``
@@ -105,12 +104,12 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
             samplingPeriod = .seconds(3600)
             eventsPerSecond = .max
             self.longHoldNanoseconds = longHoldNanoseconds
-            longWaitNanoseconds = 3600 * 1_000_000_000
         }
 
-        /// The thresholds in nanoseconds, worked out once (a hand-off compares with them).
+        /// The long-hold threshold in nanoseconds, worked out once (every sample compares with it).
         let longHoldNanoseconds: UInt64
-        let longWaitNanoseconds: UInt64
+        /// The long-wait threshold in nanoseconds.
+        var longWaitNanoseconds: UInt64 { QueueMonitor.nanoseconds(longWait) ?? .max }
 
         /// The long-wait threshold as a hand-off reads it from a word: whole milliseconds, at least 1.
         var longWaitWord: Int {
