@@ -12,7 +12,7 @@ import Testing
             name: "'orders'",
             holder: QueueDiagnostics.Holder(
                 kind: .blocking, awaitsCompletion: false, since: nil, sinceIsExact: false, queue: nil,
-                isWaitingForItsQueue: false),
+                isWaitingForItsQueue: false, sharedReads: 0),
             waiting: [.high: 1], isContainerReleased: false)
         let cycle = DeadlockReport(
             kind: .waitCycle,
@@ -90,7 +90,7 @@ import Testing
             name: "'orders'",
             holder: QueueDiagnostics.Holder(
                 kind: .dispatch, awaitsCompletion: true, since: nil, sinceIsExact: false, queue: "db",
-                isWaitingForItsQueue: false),
+                isWaitingForItsQueue: false, sharedReads: 0),
             waiting: [:], isContainerReleased: false)
         let timedOut = QueueSafeValueError.timedOut(waitingForDone)
         let reason = try #require(timedOut.failureReason)

@@ -37,9 +37,8 @@ final class RecurringExecutorCore: @unchecked Sendable {
         var subscribers: [UInt64: Subscriber] = [:]
         /// Callers of `stopAndWait()`, resumed once the loop has ended and its events were delivered.
         var stopWaiters: [CheckedContinuation<Void, Never>] = []
+        /// Deliveries not taken by a drain yet: while it is not empty, a drain is on the delivery queue.
         var outbox: [Delivery] = []
-        /// A drain block is on the delivery queue and has not taken the outbox yet.
-        var drainScheduled = false
     }
 
     /// The executor whose operation the current task runs (for `runNowAndWait()`'s reentrancy check).
@@ -87,7 +86,7 @@ final class RecurringExecutorCore: @unchecked Sendable {
     /// Under the lock: stamps the events and puts them, the outcomes and the end in the outbox.
     /// Returns whether a drain of the outbox must be scheduled.
     private func queue(_ actions: Machine.Actions, in guarded: inout Guarded) -> Bool {
-        let outboxCount = guarded.outbox.count
+        let drainScheduled = !guarded.outbox.isEmpty
         if !actions.events.isEmpty {
             let now = SyncPoints.now()
             let subscribers = Array(guarded.subscribers.values)
@@ -105,9 +104,7 @@ final class RecurringExecutorCore: @unchecked Sendable {
             guarded.subscribers = [:]
             guarded.stopWaiters = []
         }
-        guard guarded.outbox.count > outboxCount && !guarded.drainScheduled else { return false }
-        guarded.drainScheduled = true
-        return true
+        return !drainScheduled && !guarded.outbox.isEmpty
     }
 
     /// After unlocking: the actions that are not deliveries.
@@ -123,7 +120,6 @@ final class RecurringExecutorCore: @unchecked Sendable {
     /// and each takes every entry queued before it, so deliveries keep the transitions' order.
     private func drain() {
         let deliveries = guarded.withLock { guarded -> [Delivery] in
-            guarded.drainScheduled = false
             defer { guarded.outbox = [] }
             return guarded.outbox
         }
@@ -161,7 +157,12 @@ final class RecurringExecutorCore: @unchecked Sendable {
         }
         do {
             return try await withTaskCancellationHandler {
-                try await withCheckedThrowingContinuation { (continuation: Caller) in attach(caller: id, continuation) }
+                try await withCheckedThrowingContinuation { (continuation: Caller) in
+                    // A known outcome goes through the outbox, behind every delivery queued: the run's end event first.
+                    if apply({ $0.machine.attachCaller(id, continuation) }) {
+                        continuation.resume(throwing: QueueSafeValueError.cancelled)
+                    }
+                }
             } onCancel: {
                 let record = guarded.withLock { $0.machine.cancelCaller(id) }
                 record?.continuation?.resumeFromAnotherThread(with: .failure(QueueSafeValueError.cancelled))
@@ -169,17 +170,6 @@ final class RecurringExecutorCore: @unchecked Sendable {
         } catch {
             throw .cancelled  // the only error a caller is resumed with
         }
-    }
-
-    private func attach(caller id: UInt64, _ continuation: Caller) {
-        let attachment = apply { guarded -> (Machine.CallerAttachment, Machine.Actions) in
-            let attachment = guarded.machine.attachCaller(id, continuation)
-            var actions = Machine.Actions()
-            // Through the outbox, behind every delivery already queued: the run's end event comes first.
-            if case .resolved(let outcome) = attachment { actions.outcomes = [(continuation, outcome)] }
-            return (attachment, actions)
-        }
-        if case .cancelled = attachment { continuation.resume(throwing: QueueSafeValueError.cancelled) }
     }
 
     /// Returns once the loop has ended and every event, `.stopped` included, was delivered.

@@ -74,16 +74,6 @@ struct RecurringStateMachine<Driver, Job, Caller> {
         var ended = false
     }
 
-    /// What ``attachCaller(_:_:)`` decided.
-    enum CallerAttachment {
-        /// Stored: it is resumed when its run ends.
-        case stored
-        /// The outcome is known: resume the caller with it (after the events before it).
-        case resolved(RecurringRunOutcome)
-        /// The caller was cancelled before its continuation arrived.
-        case cancelled
-    }
-
     private(set) var policy: RecurringPolicy
     private(set) var phase = Phase.deciding
     private(set) var stopRequested = false
@@ -151,16 +141,16 @@ struct RecurringStateMachine<Driver, Job, Caller> {
         return (caller, actions)
     }
 
-    /// The continuation of caller `id` arrived.
-    mutating func attachCaller(_ id: UInt64, _ continuation: Caller) -> CallerAttachment {
-        guard var record = callers[id] else { return .cancelled }
-        if let outcome = record.outcome {
-            callers[id] = nil
-            return .resolved(outcome)
-        }
+    /// The continuation of caller `id` arrived: it is kept until its run ends, or resumed with the
+    /// outcome if that is known (behind the deliveries queued before). Returns `cancelled` when the
+    /// caller was cancelled before it arrived (the core resumes it with the cancellation).
+    mutating func attachCaller(_ id: UInt64, _ continuation: Caller) -> (cancelled: Bool, actions: Actions) {
+        var actions = Actions()
+        guard var record = callers[id] else { return (true, actions) }
         record.continuation = continuation
         callers[id] = record
-        return .stored
+        if let outcome = record.outcome { resolve(id, outcome, &actions) }
+        return (false, actions)
     }
 
     /// The task of caller `id` was cancelled. Unless its outcome is known already, the caller leaves:

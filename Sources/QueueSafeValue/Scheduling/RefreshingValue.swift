@@ -104,11 +104,21 @@ public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {  // `
     ///   section of ``store`` (including from `refresh`).
     public func get() async throws -> Value {
         let ticket = arrivals.fetchAdd(1)
-        switch cancellation {
-        case .cancelRefresh:
+        guard cancellation == .letRefreshFinish else {
             return try await command(ticket: ticket, call: nil).get()
-        case .letRefreshFinish:
-            return try await getInOwnTask(ticket: ticket)
+        }
+        // The command runs in a `Call`'s task.
+        if Task.isCancelled { throw QueueSafeValueError.cancelled }
+        let call = Call()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                guard call.attach(continuation) else { return }
+                // Inherits the caller's priority and task-locals (so `get()` from inside `refresh` still
+                // fails with `.reentrantAccess`), not its cancellation.
+                call.setTask(SyncPoints.task { call.finish(await self.command(ticket: ticket, call: call)) })
+            }
+        } onCancel: {
+            call.cancel()
         }
     }
 
@@ -123,22 +133,6 @@ public final class RefreshingValue<Value: Sendable>: @unchecked Sendable {  // `
             }
         } catch {
             return .failure(error)
-        }
-    }
-
-    /// `get()` with ``RefreshCancellation/letRefreshFinish``: the command runs in a `Call`'s task.
-    private func getInOwnTask(ticket: Int) async throws -> Value {
-        if Task.isCancelled { throw QueueSafeValueError.cancelled }
-        let call = Call()
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { continuation in
-                guard call.attach(continuation) else { return }
-                // Inherits the caller's priority and task-locals (so `get()` from inside `refresh` still
-                // fails with `.reentrantAccess`), not its cancellation.
-                call.setTask(SyncPoints.task { call.finish(await self.command(ticket: ticket, call: call)) })
-            }
-        } onCancel: {
-            call.cancel()
         }
     }
 

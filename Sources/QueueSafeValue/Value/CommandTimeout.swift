@@ -80,15 +80,9 @@ extension DispatchTimeInterval {
     @usableFromInline
     init(timeout duration: Duration) {
         let (seconds, attoseconds) = duration.components
-        let nanoseconds: Int64
         let (whole, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
-        if overflow {
-            nanoseconds = seconds < 0 ? .min : .max
-        } else {
-            let (sum, overflow) = whole.addingReportingOverflow(attoseconds / 1_000_000_000)
-            nanoseconds = overflow ? (seconds < 0 ? .min : .max) : sum
-        }
-        self.init(finestFitting: nanoseconds)
+        let (sum, overflowAgain) = whole.addingReportingOverflow(attoseconds / 1_000_000_000)
+        self.init(finestFitting: overflow || overflowAgain ? (seconds < 0 ? .min : .max) : sum)
     }
 
     /// ``init(timeout:)`` for the testing library (its `timeLimit:` takes a `Duration` too).

@@ -8,21 +8,15 @@ import Dispatch
 /// interval from its report to its end (per value), every other event a point. Below macOS 12 /
 /// iOS 15 / tvOS 15 / watchOS 8 (`OSSignposter`), and off Apple platforms, nothing is emitted.
 enum MonitorSignposts {
-    /// The emitter, where signposts exist; `nil` elsewhere.
-    static func make() -> AnyObject? {
+    /// What emits an event of a value (keyed by its engine), where signposts exist; `nil` elsewhere.
+    static func make() -> (@Sendable (QueueMonitor.Event, ObjectIdentifier) -> Void)? {
         #if canImport(os)
-            if #available(macOS 12, iOS 15, tvOS 15, watchOS 8, *) { return SignpostEmitter() }
-        #endif
-        return nil
-    }
-
-    /// Emits `event` of `engine` through `emitter` (what ``make()`` returned).
-    static func emit(_ event: QueueMonitor.Event, of engine: CommandEngine, to emitter: AnyObject) {
-        #if canImport(os)
-            if #available(macOS 12, iOS 15, tvOS 15, watchOS 8, *), let emitter = emitter as? SignpostEmitter {
-                emitter.emit(event, key: ObjectIdentifier(engine))
+            if #available(macOS 12, iOS 15, tvOS 15, watchOS 8, *) {
+                let emitter = SignpostEmitter()
+                return { event, key in emitter.emit(event, key: key) }
             }
         #endif
+        return nil
     }
 }
 

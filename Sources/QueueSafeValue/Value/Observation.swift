@@ -126,7 +126,9 @@ public struct ObservedValues<Value: Sendable>: AsyncSequence, Sendable {
     /// after this call reaches it even before its first `next()`, which returns the current value
     /// (or a newer one).
     public func makeAsyncIterator() -> Iterator {
-        Iterator(owner: SubscriptionOwner(ValuesSubscription(engine: engine)))
+        let subscription = ValuesSubscription(engine: engine)
+        return Iterator(
+            subscription: subscription, token: ObservationToken { [engine] in engine.removeSink(subscription) })
     }
 
     /// Iterates ``ObservedValues``; each iterator observes on its own.
@@ -136,34 +138,22 @@ public struct ObservedValues<Value: Sendable>: AsyncSequence, Sendable {
         /// The iterator never fails: it ends.
         public typealias Failure = Never
 
-        let owner: SubscriptionOwner<Value>
+        let subscription: ValuesSubscription<Value>
+        /// Unregisters the observer when the iterator goes (the engine holds the observer, not the
+        /// iterator).
+        let token: ObservationToken
 
         /// The next value: the current one first, then each newer committed value.
         /// - Returns: `nil` once the container was released (after its last value), or the task
         ///   was cancelled.
         public mutating func next() async -> Value? {
-            await owner.subscription.next()
+            await subscription.next()
         }
 
         /// ``next()``, from the caller's isolation.
         public mutating func next(isolation actor: isolated (any Actor)?) async -> Value? {
-            await owner.subscription.next()
+            await subscription.next()
         }
-    }
-}
-
-/// What an iterator holds: when it goes, its observer is unregistered (the engine holds the
-/// observer, not the iterator).
-// @unchecked Sendable: immutable
-final class SubscriptionOwner<Value: Sendable>: @unchecked Sendable {
-    let subscription: ValuesSubscription<Value>
-
-    init(_ subscription: ValuesSubscription<Value>) {
-        self.subscription = subscription
-    }
-
-    deinit {
-        subscription.engine.removeSink(subscription)
     }
 }
 

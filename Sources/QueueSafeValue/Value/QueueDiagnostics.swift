@@ -124,7 +124,7 @@ public struct QueueDiagnostics: Sendable, CustomStringConvertible {
 
         /// For a ``HolderKind/dispatch`` command taken under the engine lock: the identity of its
         /// queue, named in ``queue`` once the lock is released (see ``QueueDiagnostics/namingQueue()``).
-        let queueIdentity: Int?
+        var queueIdentity: Int?
 
         /// "a blocking command for at least 2.5 s (issued at MyApp/Checkout.swift:88, thread 'sync'
         /// (0x7f3a1c), raised to task priority high)", "3 shared reads (the first a …) for 0.02 s"…
@@ -150,21 +150,6 @@ public struct QueueDiagnostics: Sendable, CustomStringConvertible {
             if !details.isEmpty { text += " (\(details.joined(separator: ", ")))" }
             return text
         }
-
-        init(
-            kind: HolderKind, awaitsCompletion: Bool, since: DispatchTime?, sinceIsExact: Bool, queue: String?,
-            isWaitingForItsQueue: Bool, sharedReads: Int = 0, queueIdentity: Int? = nil
-        ) {
-            self.kind = kind
-            self.awaitsCompletion = awaitsCompletion
-            self.since = since
-            self.sinceIsExact = sinceIsExact
-            self.queue = queue
-            self.isWaitingForItsQueue = isWaitingForItsQueue
-            self.sharedReads = sharedReads
-            self.queueIdentity = queueIdentity
-        }
-
     }
 
     /// Seconds with two decimals.

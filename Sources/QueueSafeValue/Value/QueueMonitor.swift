@@ -68,7 +68,6 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
             self.samplingPeriod = samplingPeriod
             self.eventsPerSecond = eventsPerSecond
             longHoldNanoseconds = QueueMonitor.nanoseconds(longHold) ?? .max
-            longWaitNanoseconds = QueueMonitor.nanoseconds(longWait) ?? .max
         }
 
         /// ``init(longHold:longWait:samplingPeriod:eventsPerSecond:)-(DispatchTimeInterval,_,_,_)``
@@ -105,12 +104,12 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
             samplingPeriod = .seconds(3600)
             eventsPerSecond = .max
             self.longHoldNanoseconds = longHoldNanoseconds
-            longWaitNanoseconds = 3600 * 1_000_000_000
         }
 
-        /// The thresholds in nanoseconds, worked out once (a hand-off compares with them).
+        /// The long-hold threshold in nanoseconds, worked out once (every sample compares with it).
         let longHoldNanoseconds: UInt64
-        let longWaitNanoseconds: UInt64
+        /// The long-wait threshold in nanoseconds.
+        var longWaitNanoseconds: UInt64 { QueueMonitor.nanoseconds(longWait) ?? .max }
 
         /// The long-wait threshold as a hand-off reads it from a word: whole milliseconds, at least 1.
         var longWaitWord: Int {
@@ -153,28 +152,17 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
         /// The command's priority, if known.
         public let priority: CommandPriority?
         /// For `longWait`: where the command that held the value until then was issued.
-        public let heldBy: QueueDiagnostics.CallSite?
+        public internal(set) var heldBy: QueueDiagnostics.CallSite?
         /// The value's holder and waiters when the event happened (`longHold`, `timedOut`,
         /// `deadlock`), else `nil`.
-        public let diagnostics: QueueDiagnostics?
+        public internal(set) var diagnostics: QueueDiagnostics?
         /// For `deadlock`: the cycle.
-        public let deadlock: DeadlockReport?
+        public internal(set) var deadlock: DeadlockReport?
         /// How many events of this value were left out (by the throttle, or because the handler
         /// fell behind) since the last one delivered.
         public internal(set) var omitted = 0
         /// When it happened.
         public let time: DispatchTime
-
-        init(
-            kind: Kind, value: String, duration: Double, callSite: QueueDiagnostics.CallSite?,
-            priority: CommandPriority?, heldBy: QueueDiagnostics.CallSite? = nil, diagnostics: QueueDiagnostics? = nil,
-            deadlock: DeadlockReport? = nil, time: DispatchTime
-        ) {
-            (self.kind, self.value, self.duration, self.callSite, self.priority) = (
-                kind, value, duration, callSite, priority
-            )
-            (self.heldBy, self.diagnostics, self.deadlock, self.time) = (heldBy, diagnostics, deadlock, time)
-        }
 
         /// One line: "longHold 'checkout': 0.50 s, issued at MyApp/Checkout.swift:88 (…)".
         public var description: String {
@@ -197,9 +185,8 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
 
     private let handler: @Sendable (Event) -> Void
     private let deliveryQueue: DispatchQueue
-    /// What `MonitorSignposts.make()` returned when asked for, else `nil` (kept as `AnyObject`: a
-    /// stored property cannot have a type newer than the floor).
-    private let signposts: AnyObject?
+    /// Emits an event as a signpost: what `MonitorSignposts.make()` returned when asked for, else `nil`.
+    private let signposts: (@Sendable (Event, ObjectIdentifier) -> Void)?
     private let watchdogQueue = DispatchQueue(label: "QueueSafeValue.monitor.watchdog")
     private let state = LockedState.make(State())
     private var timer: DispatchSourceTimer?
@@ -243,7 +230,7 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
 
     /// Every monitor started, so that the address in `qsv_monitor_word` always refers to a live one.
     // Unsafe: the list is touched only inside its own lock.
-    private nonisolated(unsafe) static let started = LockedState.make([QueueMonitor]())
+    fileprivate nonisolated(unsafe) static let started = LockedState.make([QueueMonitor]())
 
     /// The running monitor, if any.
     @inline(__always)
@@ -252,24 +239,6 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
         guard address != 0, let pointer = UnsafeRawPointer(bitPattern: address) else { return nil }
         // Unmanaged: `started` keeps every monitor alive for the process's life.
         return Unmanaged<QueueMonitor>.fromOpaque(pointer).takeUnretainedValue()
-    }
-
-    static func start(
-        thresholds: Thresholds, queue: DispatchQueue?, signposts: Bool,
-        handler: @escaping @Sendable (Event) -> Void
-    ) -> QueueMonitor {
-        let monitor = QueueMonitor(thresholds: thresholds, queue: queue, signposts: signposts, handler: handler)
-        let previous = started.withLock { started in
-            started.append(monitor)
-            let previous = active
-            // The threshold first: a hand-off that sees the monitor reads it after.
-            qsv_monitor_long_wait_store(thresholds.longWaitWord)
-            qsv_monitor_store(Int(bitPattern: Unmanaged.passUnretained(monitor).toOpaque()))
-            return previous
-        }
-        previous?.stop()
-        monitor.startWatchdog()
-        return monitor
     }
 
     /// Stops the monitor: no more events are reported (those already handed to the handler's
@@ -322,7 +291,7 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
 
     // MARK: The watchdog
 
-    private func startWatchdog() {
+    fileprivate func startWatchdog() {
         // The period as it was given: its unit holds it in an `Int`, on 32 bits too, and Dispatch
         // works with it in 64 bits (a period in nanoseconds would stop at 2.1 s there).
         let period = thresholds.samplingPeriod
@@ -358,7 +327,7 @@ public final class QueueMonitor: @unchecked Sendable {  // @unchecked Sendable: 
     /// handler's queue, or counts it as left out. Called outside every engine lock.
     func report(_ event: Event, of engine: CommandEngine, now: UInt64? = nil) {
         // Every event, before the throttle: a long hold's interval always gets its end.
-        if let signposts { MonitorSignposts.emit(event, of: engine, to: signposts) }
+        signposts?(event, ObjectIdentifier(engine))
         let omitted = state.withLock { state -> Int? in
             guard !state.isStopped else { return nil }
             let now = now ?? SyncPoints.now().uptimeNanoseconds
@@ -440,9 +409,19 @@ extension QueueSafeValue {
         handler: @escaping @Sendable (QueueMonitor.Event) -> Void
     ) -> QueueMonitor {
         // The default thresholds are valid: `try!` cannot trap.
-        QueueMonitor.start(
-            thresholds: thresholds ?? (try! QueueMonitor.Thresholds()), queue: queue, signposts: signposts,
-            handler: handler)
+        let thresholds = thresholds ?? (try! QueueMonitor.Thresholds())
+        let monitor = QueueMonitor(thresholds: thresholds, queue: queue, signposts: signposts, handler: handler)
+        let previous = QueueMonitor.started.withLock { started in
+            started.append(monitor)
+            let previous = QueueMonitor.active
+            // The threshold first: a hand-off that sees the monitor reads it after.
+            qsv_monitor_long_wait_store(thresholds.longWaitWord)
+            qsv_monitor_store(Int(bitPattern: Unmanaged.passUnretained(monitor).toOpaque()))
+            return previous
+        }
+        previous?.stop()
+        monitor.startWatchdog()
+        return monitor
     }
 
     /// Gives this value thresholds of its own in the running monitor (a lock its app holds for long

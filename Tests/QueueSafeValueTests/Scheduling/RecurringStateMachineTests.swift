@@ -302,7 +302,7 @@ import Testing
             policy: .onDemand,
             rows: run1EndedBeforeItsCallerAttached + [
                 (.cancelCaller(1), Output(result: "stays")),
-                (.attachCaller(1, "c1"), Output(result: "resolved(finished(run: 1))")),
+                (.attachCaller(1, "c1"), Output(outcomes: ["c1: finished(run: 1)"], result: "stored")),
             ]),
         Scenario(
             name: "a caller cancelled before its call leaves even when its run ended first; the request ran",
@@ -385,11 +385,8 @@ import Testing
                 cancellation ? .failure(CancellationError()) : error.map { .failure($0) } ?? .success(())
             return output(machine.runEnded(number, result: result))
         case .attachCaller(let id, let caller):
-            switch machine.attachCaller(id, caller) {
-            case .stored: return Output(result: "stored")
-            case .resolved(let outcome): return Output(result: "resolved(\(outcome))")
-            case .cancelled: return Output(result: "cancelled")
-            }
+            let (cancelled, actions) = machine.attachCaller(id, caller)
+            return output(actions, result: cancelled ? "cancelled" : "stored")
         case .cancelCaller(let id):
             guard let record = machine.cancelCaller(id) else { return Output(result: "stays") }
             return Output(result: "left(\(String(describing: record.continuation)))")

@@ -142,7 +142,7 @@ extension CommandEngine {
                 kind: kind, awaitsCompletion: machine.holderAwaitsCompletion, since: since,
                 // mutant(lock-order-inversion): sinceIsExact: machine.holderSinceIsExact, queue: queueIdentity.flatMap { DeadlockDetector.shared.label(ofQueue: $0) }, isWaitingForItsQueue: waitingForQueue,
                 sinceIsExact: machine.holderSinceIsExact, queue: nil, isWaitingForItsQueue: waitingForQueue,
-                queueIdentity: queueIdentity)
+                sharedReads: 0, queueIdentity: queueIdentity)
             // Read once: a releasing holder clears it before it takes the lock this snapshot holds.
             let thread = kind == .blocking || kind == .dispatch ? ownerThread.loadAcquire() : 0
             if holderSiteIsCurrent(kind, thread: thread) {
